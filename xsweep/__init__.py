@@ -1,0 +1,3 @@
+"""xsweep: plan LLM training on heterogeneous GPU clusters."""
+
+__version__ = "0.1.0"

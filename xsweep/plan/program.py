@@ -1,0 +1,242 @@
+"""The program IR: one training iteration as a task DAG with network flows.
+
+Both evaluators read this and nothing else: the exact event-driven simulator
+(``xsweep.sim``) and the batched JAX kernels (``xsweep.kernels`` through
+``xsweep.encode``). The IR is flat numpy arrays (CSR for the ragged parts), so
+encoding it into padded device arrays is a gather, not a walk over objects.
+
+Semantics (the contract both evaluators implement):
+
+* Tasks are numbered in a topological order: every predecessor of task ``t``
+  has a smaller index. A task becomes *ready* when all its predecessors have
+  finished, and starts at that instant (there is no other queueing: the order
+  of the tasks on one compute stream is already spelled out as dependencies).
+* A COMPUTE task runs for ``duration_s``.
+* A COMM task starts all its flows at once and finishes when the last of them
+  finishes (a COMM task without flows finishes when it starts). A flow first
+  waits ``latency_s`` (propagation and switching along its path, using no
+  bandwidth), then transfers ``bytes`` as a fluid whose rate is the max-min
+  fair share of the links on its path among all flows transferring at that
+  moment, recomputed whenever a flow starts or stops transferring.
+* Events at the same instant are all applied before rates are recomputed.
+* The iteration time is the largest finish time of any task (time 0 is the
+  start of the iteration).
+
+A *stream* is the compute stream of one device group: all ranks of a
+tensor-parallel group run in lockstep (Megatron), so the group is represented
+once and its ranks share its timeline and per-rank metrics. A task with
+``stream >= 0`` occupies that stream (compute, and TP collectives, which block
+the stream); ``stream == -1`` marks communication that runs beside compute
+(pipeline transfers, resharding, DP synchronisation) and barrier tasks.
+
+A BARRIER task is a zero-duration COMPUTE task with ``stream == -1`` whose
+predecessors are the last backward pieces of the replicas that synchronise
+one DP group: its finish time is the moment the slowest replica arrives. The
+metrics read it to split idle time into straggler wait and DP communication.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+import numpy as np
+
+
+class TaskKind(IntEnum):
+    COMPUTE = 0
+    COMM = 1
+
+
+class Category(IntEnum):
+    """What a task is, for metrics and traces."""
+
+    FORWARD = 0
+    BACKWARD = 1
+    OPTIMIZER = 2
+    TP = 3
+    PP = 4
+    RESHARD = 5
+    DP = 6
+    BARRIER = 7
+
+
+#: Communication categories in the order of ``exposed_comm_s`` fields.
+COMM_KINDS = ("tp", "pp", "reshard", "dp")
+
+
+@dataclass(frozen=True, eq=False)
+class Program:
+    """One iteration of one deployment plan. All times in seconds, sizes in bytes.
+
+    Shapes: ``T`` tasks, ``F`` flows, ``L`` links, ``S`` streams, ``R`` ranks.
+    """
+
+    # links
+    link_capacity: np.ndarray  # float64[L], bytes/s
+    link_latency_s: np.ndarray  # float64[L]
+    link_names: tuple[str, ...]
+    # streams (one per device group) and ranks
+    stream_device_group: np.ndarray  # int32[S], device-group id
+    stream_rank_ptr: np.ndarray  # int32[S+1], CSR into stream_ranks
+    stream_ranks: np.ndarray  # int32[sum tp], global ranks of each stream
+    num_ranks: int
+    # tasks
+    task_kind: np.ndarray  # int8[T], TaskKind
+    task_category: np.ndarray  # int8[T], Category
+    task_stream: np.ndarray  # int32[T], stream occupied, -1 none
+    task_duration_s: np.ndarray  # float64[T], COMPUTE only (0 for COMM)
+    task_stage: np.ndarray  # int32[T], pipeline stage, -1 n/a
+    task_micro_batch: np.ndarray  # int32[T], -1 n/a
+    task_device_group: np.ndarray  # int32[T], device-group id, -1 n/a
+    task_replica: np.ndarray  # int32[T], DP replica, -1 n/a
+    task_phase: np.ndarray  # int32[T], step index inside a collective / resharding, -1 n/a
+    dep_ptr: np.ndarray  # int32[T+1], CSR into dep_idx: predecessors of each task
+    dep_idx: np.ndarray  # int32[E]
+    flow_ptr: np.ndarray  # int32[T+1], flows of task t are flow_ptr[t]:flow_ptr[t+1]
+    # flows
+    flow_bytes: np.ndarray  # float64[F]
+    flow_latency_s: np.ndarray  # float64[F]
+    flow_src: np.ndarray  # int32[F], global rank
+    flow_dst: np.ndarray  # int32[F], global rank
+    path_ptr: np.ndarray  # int32[F+1], CSR into path_links
+    path_links: np.ndarray  # int32[P], link ids, in path order
+    # plan-level scalars used by the metrics
+    tokens_per_iteration: float = 0.0
+    model_flops_per_iteration: float = 0.0
+    peak_flops_per_s: float = 0.0  # sum over the ranks in use
+    task_names: tuple[str, ...] = field(default=())  # optional, for traces
+
+    @property
+    def num_tasks(self) -> int:
+        return int(self.task_kind.shape[0])
+
+    @property
+    def num_flows(self) -> int:
+        return int(self.flow_bytes.shape[0])
+
+    @property
+    def num_links(self) -> int:
+        return int(self.link_capacity.shape[0])
+
+    @property
+    def num_streams(self) -> int:
+        return int(self.stream_device_group.shape[0])
+
+    def deps(self, t: int) -> np.ndarray:
+        return self.dep_idx[self.dep_ptr[t] : self.dep_ptr[t + 1]]
+
+    def flows(self, t: int) -> range:
+        return range(int(self.flow_ptr[t]), int(self.flow_ptr[t + 1]))
+
+    def path(self, f: int) -> np.ndarray:
+        return self.path_links[self.path_ptr[f] : self.path_ptr[f + 1]]
+
+    def ranks_of_stream(self, s: int) -> np.ndarray:
+        return self.stream_ranks[self.stream_rank_ptr[s] : self.stream_rank_ptr[s + 1]]
+
+    def check(self) -> None:
+        """Assert the structural invariants of the IR (cheap; used by tests and builders)."""
+        T, F, L = self.num_tasks, self.num_flows, self.num_links
+        for name in ("task_category", "task_stream", "task_duration_s", "task_stage",
+                     "task_micro_batch", "task_device_group", "task_replica", "task_phase"):
+            assert getattr(self, name).shape == (T,), name
+        assert self.dep_ptr.shape == (T + 1,) and self.flow_ptr.shape == (T + 1,)
+        assert self.dep_ptr[0] == 0 and self.dep_ptr[-1] == self.dep_idx.shape[0]
+        assert self.flow_ptr[0] == 0 and self.flow_ptr[-1] == F
+        assert np.all(np.diff(self.dep_ptr) >= 0) and np.all(np.diff(self.flow_ptr) >= 0)
+        owner = np.repeat(np.arange(T), np.diff(self.dep_ptr))
+        assert np.all(self.dep_idx < owner), "dependencies must point to earlier tasks"
+        assert np.all(self.dep_idx >= 0)
+        compute = self.task_kind == TaskKind.COMPUTE
+        assert np.all(self.flow_ptr[1:][compute] == self.flow_ptr[:-1][compute])
+        assert np.all(self.task_duration_s >= 0) and np.all(self.task_duration_s[~compute] == 0)
+        assert self.path_ptr.shape == (F + 1,) and self.path_ptr[-1] == self.path_links.shape[0]
+        assert np.all((self.path_links >= 0) & (self.path_links < L))
+        assert np.all(np.diff(self.path_ptr) >= 1), "every flow crosses at least one link"
+        assert np.all(self.flow_bytes >= 0) and np.all(self.flow_latency_s >= 0)
+        assert np.all(self.link_capacity > 0) and len(self.link_names) == L
+        assert np.all(self.task_stream < self.num_streams)
+
+
+class ProgramBuilder:
+    """Appends tasks and flows, then freezes them into a :class:`Program`.
+
+    Tasks must be added after their predecessors (ids are returned by ``add_*``).
+    """
+
+    def __init__(self, link_capacity, link_latency_s, link_names, num_ranks: int):
+        self._links = (np.asarray(link_capacity, float), np.asarray(link_latency_s, float),
+                       tuple(link_names))
+        self.num_ranks = int(num_ranks)
+        self._streams: list[tuple[int, tuple[int, ...]]] = []
+        self._tasks: list[tuple] = []
+        self._deps: list[tuple[int, ...]] = []
+        self._names: list[str] = []
+        self._flows: list[tuple[int, int, int, float, float, tuple[int, ...]]] = []
+
+    def add_stream(self, device_group: int, ranks) -> int:
+        self._streams.append((int(device_group), tuple(int(r) for r in ranks)))
+        return len(self._streams) - 1
+
+    def _add(self, kind, category, stream, duration, deps, labels, name) -> int:
+        t = len(self._tasks)
+        deps = tuple(sorted({int(d) for d in deps}))
+        assert all(0 <= d < t for d in deps), "predecessors must exist before their successor"
+        stage, mb, dg, replica, phase = labels
+        self._tasks.append((int(kind), int(category), int(stream), float(duration),
+                            int(stage), int(mb), int(dg), int(replica), int(phase)))
+        self._deps.append(deps)
+        self._names.append(name)
+        return t
+
+    def add_compute(self, category, stream, duration_s, deps=(), *, stage=-1, micro_batch=-1,
+                    device_group=-1, replica=-1, phase=-1, name="") -> int:
+        return self._add(TaskKind.COMPUTE, category, stream, duration_s, deps,
+                         (stage, micro_batch, device_group, replica, phase), name)
+
+    def add_comm(self, category, flows, deps=(), *, stream=-1, stage=-1, micro_batch=-1,
+                 device_group=-1, replica=-1, phase=-1, name="") -> int:
+        """``flows``: iterable of (src_rank, dst_rank, bytes, latency_s, path_link_ids)."""
+        t = self._add(TaskKind.COMM, category, stream, 0.0, deps,
+                      (stage, micro_batch, device_group, replica, phase), name)
+        for src, dst, nbytes, latency, path in flows:
+            self._flows.append((t, int(src), int(dst), float(nbytes), float(latency),
+                                tuple(int(x) for x in path)))
+        return t
+
+    def build(self, *, tokens_per_iteration=0.0, model_flops_per_iteration=0.0,
+              peak_flops_per_s=0.0) -> Program:
+        T = len(self._tasks)
+        cols = list(zip(*self._tasks, strict=True)) if T else [()] * 9
+        dep_counts = [len(d) for d in self._deps]
+        flow_counts = np.bincount([f[0] for f in self._flows], minlength=T) if T else np.zeros(0)
+        ptr = lambda counts: np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)  # noqa: E731
+        paths = [f[5] for f in self._flows]
+        stream_ranks = [s[1] for s in self._streams]
+        program = Program(
+            link_capacity=self._links[0], link_latency_s=self._links[1], link_names=self._links[2],
+            stream_device_group=np.array([s[0] for s in self._streams], np.int32),
+            stream_rank_ptr=ptr([len(r) for r in stream_ranks]),
+            stream_ranks=np.array([r for rs in stream_ranks for r in rs], np.int32),
+            num_ranks=self.num_ranks,
+            task_kind=np.array(cols[0], np.int8), task_category=np.array(cols[1], np.int8),
+            task_stream=np.array(cols[2], np.int32), task_duration_s=np.array(cols[3], float),
+            task_stage=np.array(cols[4], np.int32), task_micro_batch=np.array(cols[5], np.int32),
+            task_device_group=np.array(cols[6], np.int32),
+            task_replica=np.array(cols[7], np.int32), task_phase=np.array(cols[8], np.int32),
+            dep_ptr=ptr(dep_counts),
+            dep_idx=np.array([d for ds in self._deps for d in ds], np.int32),
+            flow_ptr=ptr(flow_counts),
+            flow_bytes=np.array([f[3] for f in self._flows], float),
+            flow_latency_s=np.array([f[4] for f in self._flows], float),
+            flow_src=np.array([f[1] for f in self._flows], np.int32),
+            flow_dst=np.array([f[2] for f in self._flows], np.int32),
+            path_ptr=ptr([len(p) for p in paths]),
+            path_links=np.array([x for p in paths for x in p], np.int32),
+            tokens_per_iteration=float(tokens_per_iteration),
+            model_flops_per_iteration=float(model_flops_per_iteration),
+            peak_flops_per_s=float(peak_flops_per_s),
+            task_names=tuple(self._names),
+        )
+        return program

@@ -1,0 +1,170 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Mlp(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MLP_UNSPECIFIED: _ClassVar[Mlp]
+    GELU: _ClassVar[Mlp]
+    SWIGLU: _ClassVar[Mlp]
+
+class Schedule(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SCHEDULE_UNSPECIFIED: _ClassVar[Schedule]
+    GPIPE: _ClassVar[Schedule]
+    ONE_F_ONE_B: _ClassVar[Schedule]
+
+class Resharding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RESHARDING_UNSPECIFIED: _ClassVar[Resharding]
+    LCM: _ClassVar[Resharding]
+    HETAUTO: _ClassVar[Resharding]
+    ALPACOMM: _ClassVar[Resharding]
+
+class FabricKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FABRIC_KIND_UNSPECIFIED: _ClassVar[FabricKind]
+    RAIL_OPTIMIZED: _ClassVar[FabricKind]
+    FAT_TREE: _ClassVar[FabricKind]
+MLP_UNSPECIFIED: Mlp
+GELU: Mlp
+SWIGLU: Mlp
+SCHEDULE_UNSPECIFIED: Schedule
+GPIPE: Schedule
+ONE_F_ONE_B: Schedule
+RESHARDING_UNSPECIFIED: Resharding
+LCM: Resharding
+HETAUTO: Resharding
+ALPACOMM: Resharding
+FABRIC_KIND_UNSPECIFIED: FabricKind
+RAIL_OPTIMIZED: FabricKind
+FAT_TREE: FabricKind
+
+class Model(_message.Message):
+    __slots__ = ("preset", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_kv_heads", "vocab_size", "seq_length", "mlp")
+    PRESET_FIELD_NUMBER: _ClassVar[int]
+    NUM_LAYERS_FIELD_NUMBER: _ClassVar[int]
+    HIDDEN_SIZE_FIELD_NUMBER: _ClassVar[int]
+    FFN_HIDDEN_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NUM_ATTENTION_HEADS_FIELD_NUMBER: _ClassVar[int]
+    NUM_KV_HEADS_FIELD_NUMBER: _ClassVar[int]
+    VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
+    SEQ_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    MLP_FIELD_NUMBER: _ClassVar[int]
+    preset: str
+    num_layers: int
+    hidden_size: int
+    ffn_hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    vocab_size: int
+    seq_length: int
+    mlp: Mlp
+    def __init__(self, preset: _Optional[str] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., ffn_hidden_size: _Optional[int] = ..., num_attention_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., vocab_size: _Optional[int] = ..., seq_length: _Optional[int] = ..., mlp: _Optional[_Union[Mlp, str]] = ...) -> None: ...
+
+class Training(_message.Message):
+    __slots__ = ("global_batch_size", "schedule", "resharding", "activation_recompute", "zero_stage", "total_tokens")
+    GLOBAL_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    RESHARDING_FIELD_NUMBER: _ClassVar[int]
+    ACTIVATION_RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
+    ZERO_STAGE_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    global_batch_size: int
+    schedule: Schedule
+    resharding: Resharding
+    activation_recompute: bool
+    zero_stage: int
+    total_tokens: float
+    def __init__(self, global_batch_size: _Optional[int] = ..., schedule: _Optional[_Union[Schedule, str]] = ..., resharding: _Optional[_Union[Resharding, str]] = ..., activation_recompute: _Optional[bool] = ..., zero_stage: _Optional[int] = ..., total_tokens: _Optional[float] = ...) -> None: ...
+
+class ScaleUp(_message.Message):
+    __slots__ = ("bandwidth_gbps", "latency_ns")
+    BANDWIDTH_GBPS_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_NS_FIELD_NUMBER: _ClassVar[int]
+    bandwidth_gbps: float
+    latency_ns: float
+    def __init__(self, bandwidth_gbps: _Optional[float] = ..., latency_ns: _Optional[float] = ...) -> None: ...
+
+class Node(_message.Message):
+    __slots__ = ("gpu", "num_gpus", "nic", "scale_up", "cluster")
+    GPU_FIELD_NUMBER: _ClassVar[int]
+    NUM_GPUS_FIELD_NUMBER: _ClassVar[int]
+    NIC_FIELD_NUMBER: _ClassVar[int]
+    SCALE_UP_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    gpu: str
+    num_gpus: int
+    nic: str
+    scale_up: ScaleUp
+    cluster: int
+    def __init__(self, gpu: _Optional[str] = ..., num_gpus: _Optional[int] = ..., nic: _Optional[str] = ..., scale_up: _Optional[_Union[ScaleUp, _Mapping]] = ..., cluster: _Optional[int] = ...) -> None: ...
+
+class InterClusterLink(_message.Message):
+    __slots__ = ("bandwidth_gbps", "latency_ns")
+    BANDWIDTH_GBPS_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_NS_FIELD_NUMBER: _ClassVar[int]
+    bandwidth_gbps: float
+    latency_ns: float
+    def __init__(self, bandwidth_gbps: _Optional[float] = ..., latency_ns: _Optional[float] = ...) -> None: ...
+
+class Fabric(_message.Message):
+    __slots__ = ("kind", "oversubscription", "nodes_per_rack", "switch_latency_ns", "inter_cluster")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    OVERSUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    NODES_PER_RACK_FIELD_NUMBER: _ClassVar[int]
+    SWITCH_LATENCY_NS_FIELD_NUMBER: _ClassVar[int]
+    INTER_CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    kind: FabricKind
+    oversubscription: float
+    nodes_per_rack: int
+    switch_latency_ns: float
+    inter_cluster: InterClusterLink
+    def __init__(self, kind: _Optional[_Union[FabricKind, str]] = ..., oversubscription: _Optional[float] = ..., nodes_per_rack: _Optional[int] = ..., switch_latency_ns: _Optional[float] = ..., inter_cluster: _Optional[_Union[InterClusterLink, _Mapping]] = ...) -> None: ...
+
+class Cluster(_message.Message):
+    __slots__ = ("nodes", "fabric")
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    FABRIC_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[Node]
+    fabric: Fabric
+    def __init__(self, nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., fabric: _Optional[_Union[Fabric, _Mapping]] = ...) -> None: ...
+
+class DeviceGroup(_message.Message):
+    __slots__ = ("id", "ranks", "pp_stage", "dp_replica", "first_layer", "last_layer", "micro_batch_size", "num_micro_batches")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    PP_STAGE_FIELD_NUMBER: _ClassVar[int]
+    DP_REPLICA_FIELD_NUMBER: _ClassVar[int]
+    FIRST_LAYER_FIELD_NUMBER: _ClassVar[int]
+    LAST_LAYER_FIELD_NUMBER: _ClassVar[int]
+    MICRO_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NUM_MICRO_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    ranks: _containers.RepeatedScalarFieldContainer[int]
+    pp_stage: int
+    dp_replica: int
+    first_layer: int
+    last_layer: int
+    micro_batch_size: int
+    num_micro_batches: int
+    def __init__(self, id: _Optional[int] = ..., ranks: _Optional[_Iterable[int]] = ..., pp_stage: _Optional[int] = ..., dp_replica: _Optional[int] = ..., first_layer: _Optional[int] = ..., last_layer: _Optional[int] = ..., micro_batch_size: _Optional[int] = ..., num_micro_batches: _Optional[int] = ...) -> None: ...
+
+class DeploymentPlan(_message.Message):
+    __slots__ = ("name", "model", "training", "cluster", "device_groups")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    TRAINING_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    model: Model
+    training: Training
+    cluster: Cluster
+    device_groups: _containers.RepeatedCompositeFieldContainer[DeviceGroup]
+    def __init__(self, name: _Optional[str] = ..., model: _Optional[_Union[Model, _Mapping]] = ..., training: _Optional[_Union[Training, _Mapping]] = ..., cluster: _Optional[_Union[Cluster, _Mapping]] = ..., device_groups: _Optional[_Iterable[_Union[DeviceGroup, _Mapping]]] = ...) -> None: ...
