@@ -81,6 +81,7 @@ class Program:
     stream_rank_ptr: np.ndarray  # int32[S+1], CSR into stream_ranks
     stream_ranks: np.ndarray  # int32[sum tp], global ranks of each stream
     num_ranks: int
+    rank_node: np.ndarray  # int32[R], node index of each global rank (traces group by node)
     # tasks
     task_kind: np.ndarray  # int8[T], TaskKind
     task_category: np.ndarray  # int8[T], Category
@@ -157,6 +158,8 @@ class Program:
         assert np.all(self.flow_bytes >= 0) and np.all(self.flow_latency_s >= 0)
         assert np.all(self.link_capacity > 0) and len(self.link_names) == L
         assert np.all(self.task_stream < self.num_streams)
+        assert self.rank_node.shape == (self.num_ranks,)
+        assert np.all((self.stream_ranks >= 0) & (self.stream_ranks < self.num_ranks))
 
 
 class ProgramBuilder:
@@ -165,10 +168,11 @@ class ProgramBuilder:
     Tasks must be added after their predecessors (ids are returned by ``add_*``).
     """
 
-    def __init__(self, link_capacity, link_latency_s, link_names, num_ranks: int):
+    def __init__(self, link_capacity, link_latency_s, link_names, rank_node):
         self._links = (np.asarray(link_capacity, float), np.asarray(link_latency_s, float),
                        tuple(link_names))
-        self.num_ranks = int(num_ranks)
+        self._rank_node = np.asarray(rank_node, np.int32)
+        self.num_ranks = int(self._rank_node.shape[0])
         self._streams: list[tuple[int, tuple[int, ...]]] = []
         self._tasks: list[tuple] = []
         self._deps: list[tuple[int, ...]] = []
@@ -219,7 +223,7 @@ class ProgramBuilder:
             stream_device_group=np.array([s[0] for s in self._streams], np.int32),
             stream_rank_ptr=ptr([len(r) for r in stream_ranks]),
             stream_ranks=np.array([r for rs in stream_ranks for r in rs], np.int32),
-            num_ranks=self.num_ranks,
+            num_ranks=self.num_ranks, rank_node=self._rank_node,
             task_kind=np.array(cols[0], np.int8), task_category=np.array(cols[1], np.int8),
             task_stream=np.array(cols[2], np.int32), task_duration_s=np.array(cols[3], float),
             task_stage=np.array(cols[4], np.int32), task_micro_batch=np.array(cols[5], np.int32),
