@@ -3,11 +3,25 @@
 Defaults ship as package data (``xsweep/spec/data/*.yaml``, every number with its
 source in a comment); users merge their own YAML over them with ``--catalog``.
 Units live in the field names: ``gbps`` is gigabits per second, ``gb`` gigabytes.
+
+A catalog YAML file has up to three top-level keys, ``gpus``, ``nics`` and
+``models``, each a mapping from an entry name to its fields. An entry may also
+list ``aliases``. Names are matched case-insensitively. A file merged over the
+defaults may give only some fields of an existing entry; a new entry needs all.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import yaml
+
+from xsweep.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -40,6 +54,7 @@ class NicSpec:
     name: str
     bandwidth_gbps: float
     latency_ns: float
+    capex_usd: float = 0.0  # per port: adapter plus a share of switch port and optics
 
 
 @dataclass(frozen=True)
@@ -53,3 +68,167 @@ class ModelSpec:
     vocab_size: int
     seq_length: int
     mlp: str  # "gelu" (two FFN matrices) or "swiglu" (three)
+
+
+MLP_KINDS = ("gelu", "swiglu")
+_SECTIONS = {"gpus": GpuSpec, "nics": NicSpec, "models": ModelSpec}
+_DEFAULT_FILES = ("gpus.yaml", "nics.yaml", "models.yaml")
+_ZERO_ALLOWED = {"capex_usd", "cloud_usd_per_hour"}  # prices may be unknown; sizes may not
+
+Spec = TypeVar("Spec", GpuSpec, NicSpec, ModelSpec)
+
+
+@dataclass
+class _Table(Generic[Spec]):
+    """Entries of one kind by canonical name, with case-insensitive aliases."""
+
+    kind: str
+    entries: dict[str, Spec] = field(default_factory=dict)
+    keys: dict[str, str] = field(default_factory=dict)  # lower-case name or alias -> name
+
+    def find(self, name: str) -> str | None:
+        return self.keys.get(str(name).strip().lower())
+
+    def get(self, name: str, file: str | None, field_path: str | None) -> Spec:
+        canonical = self.find(name)
+        if canonical is None:
+            known = ", ".join(sorted(self.entries))
+            raise InputError(file, field_path, name, f"unknown {self.kind}; known: {known}")
+        return self.entries[canonical]
+
+
+@dataclass
+class Catalog:
+    """GPUs, NICs and model presets, looked up by name or alias (any case)."""
+
+    gpus: dict[str, GpuSpec]
+    nics: dict[str, NicSpec]
+    models: dict[str, ModelSpec]
+    _tables: dict[str, _Table] = field(repr=False, compare=False)
+
+    def gpu(self, name: str, *, file: str | None = None, field: str | None = None) -> GpuSpec:
+        """The GPU called ``name``; InputError (naming ``file``/``field``) if unknown."""
+        return self._tables["gpus"].get(name, file, field)
+
+    def nic(self, name: str, *, file: str | None = None, field: str | None = None) -> NicSpec:
+        """The NIC called ``name``; InputError (naming ``file``/``field``) if unknown."""
+        return self._tables["nics"].get(name, file, field)
+
+    def model(self, name: str, *, file: str | None = None, field: str | None = None) -> ModelSpec:
+        """The model preset called ``name``; InputError (naming ``file``/``field``) if unknown."""
+        return self._tables["models"].get(name, file, field)
+
+
+def load_catalog(extra_files: Iterable[str | Path] = ()) -> Catalog:
+    """The default catalog with each of ``extra_files`` merged over it, in order."""
+    tables = {section: _Table(section[:-1]) for section in _SECTIONS}
+    data_dir = resources.files("xsweep.spec") / "data"
+    for name in _DEFAULT_FILES:
+        file = f"xsweep/spec/data/{name}"
+        _merge(tables, read_yaml((data_dir / name).read_text(encoding="utf-8"), file), file)
+    _check_default_nics(tables, "xsweep/spec/data/gpus.yaml")
+    for path in extra_files:
+        file = str(path)
+        _merge(tables, read_yaml(Path(path).read_text(encoding="utf-8"), file), file)
+        _check_default_nics(tables, file)
+    return Catalog(
+        gpus=dict(tables["gpus"].entries),
+        nics=dict(tables["nics"].entries),
+        models=dict(tables["models"].entries),
+        _tables=tables,
+    )
+
+
+def is_catalog_document(document: object) -> bool:
+    """True when a parsed YAML document looks like a catalog (only catalog sections)."""
+    return isinstance(document, Mapping) and bool(document) and set(document) <= set(_SECTIONS)
+
+
+def read_yaml(text: str, file: str) -> Any:
+    """Parse YAML with the safe loader; syntax errors become an InputError naming the line."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else None
+        problem = getattr(error, "problem", None) or str(error)
+        raise InputError(file, where, None, f"invalid YAML: {problem}") from None
+
+
+def _merge(tables: dict[str, _Table], document: object, file: str) -> None:
+    if document is None:
+        return
+    if not isinstance(document, Mapping):
+        raise InputError(file, None, type(document).__name__,
+                         "a catalog is a mapping with keys gpus, nics, models")
+    for section, entries in document.items():
+        if section not in _SECTIONS:
+            raise InputError(file, str(section), None,
+                             "unknown catalog section; expected gpus, nics or models")
+        if entries is None:
+            continue
+        if not isinstance(entries, Mapping):
+            raise InputError(file, section, type(entries).__name__,
+                             "expected a mapping from names to entries")
+        for name, values in entries.items():
+            _merge_entry(tables[section], _SECTIONS[section], str(name), values, file,
+                         f"{section}.{name}")
+
+
+def _merge_entry(table: _Table, spec_type: type, name: str, values: object, file: str,
+                 path: str) -> None:
+    if not isinstance(values, Mapping):
+        raise InputError(file, path, values, "expected a mapping of fields")
+    values = dict(values)
+    aliases = values.pop("aliases", [])
+    if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+        raise InputError(file, f"{path}.aliases", aliases, "expected a list of names")
+    fields = {f.name: f for f in dataclasses.fields(spec_type)}
+    for key in values:
+        if key not in fields or key == "name":
+            known = ", ".join(f for f in fields if f != "name")
+            raise InputError(file, f"{path}.{key}", None, f"unknown field; known: {known}")
+    checked = {key: _check_value(spec_type, key, value, file, f"{path}.{key}")
+               for key, value in values.items()}
+    canonical = table.find(name)
+    if canonical is not None:
+        table.entries[canonical] = dataclasses.replace(table.entries[canonical], **checked)
+    else:
+        missing = [f.name for f in fields.values()
+                   if f.name != "name" and f.name not in checked
+                   and f.default is dataclasses.MISSING]
+        if missing:
+            raise InputError(file, path, None,
+                             f"new {table.kind} entry lacks fields: {', '.join(missing)}")
+        canonical = name
+        table.entries[name] = spec_type(name=name, **checked)
+    for key in (name, *aliases):
+        owner = table.keys.setdefault(key.strip().lower(), canonical)
+        if owner != canonical:
+            raise InputError(file, f"{path}.aliases", key, f"name already used by {owner!r}")
+
+
+def _check_value(spec_type: type, key: str, value: object, file: str, path: str) -> object:
+    kind = {f.name: f.type for f in dataclasses.fields(spec_type)}[key]
+    if kind == "str":
+        if not isinstance(value, str) or not value.strip():
+            raise InputError(file, path, value, "expected a non-empty string")
+        if key == "mlp" and value.lower() not in MLP_KINDS:
+            raise InputError(file, path, value, f"expected one of {', '.join(MLP_KINDS)}")
+        return value.lower() if key == "mlp" else value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InputError(file, path, value, "expected a number")
+    if kind == "int" and int(value) != value:
+        raise InputError(file, path, value, "expected an integer")
+    if value < 0 or (value == 0 and key not in _ZERO_ALLOWED):
+        raise InputError(file, path, value, "must be positive")
+    if key == "efficiency" and value > 1:
+        raise InputError(file, path, value, "is a fraction of peak, at most 1")
+    return int(value) if kind == "int" else float(value)
+
+
+def _check_default_nics(tables: dict[str, _Table], file: str | None) -> None:
+    for gpu in tables["gpus"].entries.values():
+        if tables["nics"].find(gpu.default_nic) is None:
+            raise InputError(file, f"gpus.{gpu.name}.default_nic", gpu.default_nic,
+                             "names no NIC in the catalog")

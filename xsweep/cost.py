@@ -1,0 +1,61 @@
+"""Total cost of ownership: what a cluster costs per hour and what one training run costs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from xsweep.spec.catalog import GpuSpec
+
+HOURS_PER_YEAR = 24 * 365
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """How hardware turns into money.
+
+    ``pricing="capex"``: purchase price amortized linearly over ``amortization_years``
+    plus electricity (power x PUE x price). ``pricing="cloud"``: the catalog's on-demand
+    price per GPU-hour, which already includes power.
+    """
+
+    pricing: str = "capex"
+    amortization_years: float = 4.0
+    electricity_usd_per_kwh: float = 0.10
+    pue: float = 1.3
+
+
+def cluster_rates(gpus: Iterable[GpuSpec], model: CostModel = CostModel()) -> dict[str, float]:
+    """Capex and hourly cost rate of the GPUs a plan uses (one entry per GPU)."""
+    gpus = list(gpus)
+    capex = float(sum(g.capex_usd for g in gpus))
+    if model.pricing == "cloud":
+        rate = float(sum(g.cloud_usd_per_hour for g in gpus))
+    elif model.pricing == "capex":
+        amortized = capex / (model.amortization_years * HOURS_PER_YEAR)
+        power_kw = sum(g.power_w for g in gpus) / 1000.0
+        rate = amortized + power_kw * model.pue * model.electricity_usd_per_kwh
+    else:
+        raise ValueError(f"unknown pricing {model.pricing!r}")
+    return {"capex_usd": capex, "cost_rate_usd_per_hour": rate}
+
+
+def run_costs(iteration_time_s, tokens_per_iteration: float, total_tokens: float,
+              capex_usd: float, cost_rate_usd_per_hour: float) -> dict[str, np.ndarray]:
+    """Cost of training ``total_tokens``; works element-wise on arrays of iteration times.
+
+    ``paper_tco`` is the seed paper's figure of merit, capex divided by the training
+    time in hours (lower is better only for equal capex; kept for comparison).
+    """
+    t = np.asarray(iteration_time_s, dtype=float)
+    iterations = total_tokens / tokens_per_iteration if tokens_per_iteration else 0.0
+    hours = t * iterations / 3600.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tco = np.where(hours > 0, capex_usd / np.where(hours > 0, hours, 1.0), np.inf)
+    return {
+        "training_time_s": hours * 3600.0,
+        "cost_per_run_usd": hours * cost_rate_usd_per_hour,
+        "paper_tco": tco,
+    }

@@ -1,0 +1,181 @@
+"""Static analysis of one deployment plan: per-group workload and memory, DP groups,
+resharding and the network topology; everything the lowering to the program IR needs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xsweep.plan import groups as groups_mod
+from xsweep.plan import reshard as reshard_mod
+from xsweep.plan.memory import MemoryBreakdown, fits, memory_per_gpu
+from xsweep.plan.topology import FabricHw, NodeHw, Topology, build_topology
+from xsweep.plan.workload import (
+    StageCost,
+    iteration_model_flops,
+    optimizer_time_s,
+    segment_grad_bytes,
+    stage_cost,
+)
+from xsweep.spec.catalog import GpuSpec, ModelSpec
+from xsweep.spec.plan_io import fabric_name, resharding_name, resolve_model, schedule_name
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    """One device group (a TP group running one stage of one replica), resolved."""
+
+    id: int
+    ranks: tuple[int, ...]
+    stage: int
+    replica: int
+    first_layer: int
+    last_layer: int
+    micro_batch_size: int
+    num_micro_batches: int
+    gpu: GpuSpec
+    cost: StageCost
+    memory: MemoryBreakdown
+    fits: bool
+    optimizer_time_s: float
+
+    @property
+    def tp(self) -> int:
+        return len(self.ranks)
+
+
+@dataclass(frozen=True)
+class Reshard:
+    """The activation transfer between two consecutive stages of one replica."""
+
+    from_group: int
+    to_group: int
+    scheme: str  # "lcm" | "hetauto" | "alpacomm"; equal TP degrees make it plain P2P
+    bytes: float
+    transfers: tuple  # reshard.Transfer, forward direction
+    tp_equal: bool  # equal TP degrees: a plain per-rank pipeline transfer, not a resharding
+
+
+@dataclass(frozen=True)
+class PlanAnalysis:
+    name: str
+    model: ModelSpec
+    schedule: str
+    resharding: str
+    recompute: bool
+    zero_stage: int
+    global_batch_size: int
+    groups: tuple[GroupInfo, ...]  # ordered by (replica, stage); index = stream id
+    replicas: dict[int, tuple[int, ...]]  # replica -> group indices by stage
+    dp_groups: tuple  # groups.DpGroup, one per sweep-line segment shared by >= 2 groups
+    dp_segment_bytes: tuple[float, ...]  # unsharded bf16 gradient bytes per DP group
+    reshards: tuple[Reshard, ...]
+    topology: Topology
+    tokens_per_iteration: float
+    model_flops_per_iteration: float
+    peak_flops_per_s: float
+    total_tokens: float
+
+    def index_of(self, group_id: int) -> int:
+        return next(i for i, g in enumerate(self.groups) if g.id == group_id)
+
+
+def _topology(plan, catalog) -> tuple[Topology, list[GpuSpec]]:
+    nodes, rank_gpu = [], []
+    for node in plan.cluster.nodes:
+        gpu = catalog.gpu(node.gpu)
+        nic = catalog.nic(node.nic or gpu.default_nic)
+        up = node.scale_up
+        nodes.append(NodeHw(
+            gpu=gpu, nic=nic, num_gpus=node.num_gpus,
+            scale_up_gbps=up.bandwidth_gbps or gpu.scale_up_gbps,
+            scale_up_latency_ns=up.latency_ns or gpu.scale_up_latency_ns,
+            cluster=node.cluster,
+        ))
+        rank_gpu += [gpu] * node.num_gpus
+    fab = plan.cluster.fabric
+    kwargs = {}
+    if fab.oversubscription:
+        kwargs["oversubscription"] = fab.oversubscription
+    if fab.nodes_per_rack:
+        kwargs["nodes_per_rack"] = fab.nodes_per_rack
+    if fab.switch_latency_ns:
+        kwargs["switch_latency_ns"] = fab.switch_latency_ns
+    if fab.HasField("inter_cluster"):
+        kwargs["inter_cluster_gbps"] = fab.inter_cluster.bandwidth_gbps
+        kwargs["inter_cluster_latency_ns"] = fab.inter_cluster.latency_ns
+    return build_topology(nodes, FabricHw(kind=fabric_name(plan), **kwargs)), rank_gpu
+
+
+def analyze(plan, catalog, *, profile=None) -> PlanAnalysis:
+    """Resolve a validated plan against the catalog (and an optional measured profile)."""
+    model = resolve_model(plan, catalog)
+    schedule, scheme = schedule_name(plan), resharding_name(plan)
+    training = plan.training
+    recompute, zero = bool(training.activation_recompute), int(training.zero_stage)
+    topology, rank_gpu = _topology(plan, catalog)
+
+    dgs = sorted(plan.device_groups, key=lambda d: (d.dp_replica, d.pp_stage))
+    stages_of = {}
+    for d in dgs:
+        stages_of.setdefault(d.dp_replica, []).append(d)
+    spans = [groups_mod.GroupSpan(d.id, d.first_layer, d.last_layer, tuple(d.ranks)) for d in dgs]
+    dp = groups_mod.dp_groups(spans)
+    replicas_over = {d.id: 1 for d in dgs}
+    for g in dp:
+        for gid in g.device_groups:
+            replicas_over[gid] = max(replicas_over[gid], len(g.device_groups))
+
+    infos = []
+    for d in dgs:
+        gpu = rank_gpu[d.ranks[0]]
+        tp = len(d.ranks)
+        p = len(stages_of[d.dp_replica])
+        cost = stage_cost(model, gpu, tp, d.micro_batch_size, d.first_layer, d.last_layer,
+                          recompute=recompute, profile=profile)
+        mem = memory_per_gpu(
+            model, gpu, tp, d.micro_batch_size, d.first_layer, d.last_layer,
+            stage_index=d.pp_stage, num_stages=p, schedule=schedule,
+            num_micro_batches=d.num_micro_batches, recompute=recompute, zero_stage=zero,
+            dp=replicas_over[d.id],
+        )
+        infos.append(GroupInfo(
+            id=d.id, ranks=tuple(d.ranks), stage=d.pp_stage, replica=d.dp_replica,
+            first_layer=d.first_layer, last_layer=d.last_layer,
+            micro_batch_size=d.micro_batch_size, num_micro_batches=d.num_micro_batches,
+            gpu=gpu, cost=cost, memory=mem, fits=fits(mem, gpu),
+            optimizer_time_s=optimizer_time_s(model, gpu, tp, d.first_layer, d.last_layer,
+                                              replicas_over[d.id], zero),
+        ))
+    replicas = {}
+    for i, g in enumerate(infos):
+        replicas.setdefault(g.replica, []).append(i)
+
+    reshards = []
+    for members in replicas.values():
+        for a, b in zip(members, members[1:], strict=False):
+            src, dst = infos[a], infos[b]
+            nbytes = src.cost.activation_bytes
+            transfers = reshard_mod.reshard(scheme, src.ranks, dst.ranks, nbytes)
+            reshards.append(Reshard(src.id, dst.id, scheme, nbytes, tuple(transfers),
+                                    tp_equal=src.tp == dst.tp))
+
+    seq = model.seq_length
+    return PlanAnalysis(
+        name=plan.name, model=model, schedule=schedule, resharding=scheme,
+        recompute=recompute, zero_stage=zero,
+        global_batch_size=int(training.global_batch_size),
+        groups=tuple(infos), replicas={r: tuple(v) for r, v in replicas.items()},
+        dp_groups=tuple(dp),
+        dp_segment_bytes=tuple(
+            float(segment_grad_bytes(model, g.first_layer, g.last_layer, model.num_layers))
+            for g in dp
+        ),
+        reshards=tuple(reshards), topology=topology,
+        tokens_per_iteration=float(training.global_batch_size * seq),
+        model_flops_per_iteration=float(
+            iteration_model_flops(model, int(training.global_batch_size), recompute=False)
+        ),
+        peak_flops_per_s=float(sum(g.gpu.peak_flops * g.tp for g in infos)),
+        total_tokens=float(training.total_tokens),
+    )
+

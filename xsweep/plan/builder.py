@@ -1,0 +1,140 @@
+"""Building deployment plans from a compact description, and random valid plans.
+
+``build_plan`` places each stage's TP group on the first node of the requested GPU
+type with enough free GPUs (ranks are numbered node by node), so callers describe
+*what* runs where and never count ranks by hand. ``random_plan`` draws seeded,
+valid heterogeneous plans for agreement tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from xsweep.spec import xsweep_pb2 as pb
+
+SCHEDULE = {"gpipe": pb.GPIPE, "1f1b": pb.ONE_F_ONE_B}
+RESHARDING = {"lcm": pb.LCM, "hetauto": pb.HETAUTO, "alpacomm": pb.ALPACOMM}
+FABRIC = {"rail_optimized": pb.RAIL_OPTIMIZED, "fat_tree": pb.FAT_TREE}
+
+
+@dataclass(frozen=True)
+class NodeReq:
+    gpu: str
+    num_gpus: int
+    nic: str = ""
+
+
+@dataclass(frozen=True)
+class StageReq:
+    gpu: str
+    tp: int
+    num_layers: int
+
+
+@dataclass(frozen=True)
+class ReplicaReq:
+    stages: tuple[StageReq, ...]
+    micro_batch_size: int
+    num_micro_batches: int
+
+
+def build_plan(name: str, model: str, nodes, replicas, *, schedule="gpipe", resharding="lcm",
+               fabric="rail_optimized", oversubscription=1.0, recompute=False, zero_stage=0,
+               seq_length=0, num_layers=0, total_tokens=1e9) -> pb.DeploymentPlan:
+    """A DeploymentPlan with TP groups placed first-fit on nodes of the requested GPU."""
+    plan = pb.DeploymentPlan(name=name)
+    plan.model.preset = model
+    if seq_length:
+        plan.model.seq_length = seq_length
+    if num_layers:
+        plan.model.num_layers = num_layers
+    t = plan.training
+    t.schedule, t.resharding = SCHEDULE[schedule], RESHARDING[resharding]
+    t.activation_recompute, t.zero_stage, t.total_tokens = recompute, zero_stage, total_tokens
+    t.global_batch_size = sum(r.micro_batch_size * r.num_micro_batches for r in replicas)
+    plan.cluster.fabric.kind = FABRIC[fabric]
+    plan.cluster.fabric.oversubscription = oversubscription
+    free, first_rank = [], 0
+    for n in nodes:
+        plan.cluster.nodes.add(gpu=n.gpu, num_gpus=n.num_gpus, nic=n.nic)
+        free.append(list(range(first_rank, first_rank + n.num_gpus)))
+        first_rank += n.num_gpus
+    gid = 0
+    for replica, r in enumerate(replicas):
+        first = 1
+        for stage, s in enumerate(r.stages):
+            node = next((i for i, n in enumerate(nodes)
+                         if n.gpu == s.gpu and len(free[i]) >= s.tp), None)
+            if node is None:
+                raise ValueError(f"no {s.gpu} node has {s.tp} free GPUs for stage {stage} "
+                                 f"of replica {replica}")
+            ranks, free[node] = free[node][: s.tp], free[node][s.tp:]
+            plan.device_groups.add(
+                id=gid, ranks=ranks, pp_stage=stage, dp_replica=replica,
+                first_layer=first, last_layer=first + s.num_layers - 1,
+                micro_batch_size=r.micro_batch_size, num_micro_batches=r.num_micro_batches,
+            )
+            gid += 1
+            first += s.num_layers
+    return plan
+
+
+def split_layers(num_layers: int, weights) -> list[int]:
+    """Split ``num_layers`` into len(weights) positive parts roughly proportional to weights."""
+    k = len(weights)
+    total = float(sum(weights))
+    parts = [max(1, round(num_layers * w / total)) for w in weights]
+    while sum(parts) > num_layers:
+        parts[parts.index(max(parts))] -= 1
+    while sum(parts) < num_layers:
+        parts[parts.index(min(parts))] += 1
+    assert len(parts) == k and min(parts) >= 1
+    return parts
+
+
+GPU_TYPES = ("A100-40GB", "A100-80GB", "H100-SXM", "H200", "B200")
+NICS = ("cx5", "cx6", "cx7", "cx8")
+
+
+def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers: int = 8,
+                model: str = "llama2-7b", seq_length: int = 1024) -> pb.DeploymentPlan:
+    """A seeded, valid, heterogeneous plan (GPU and NIC mixes, TP/PP/DP mixes, schedules,
+    resharding schemes and fabrics drawn at random).
+
+    The model keeps the preset's width but only ``num_layers`` layers and a shorter
+    sequence, so that programs stay small enough for agreement corpora.
+    """
+    rng = random.Random(seed)
+    gpus_per_node = rng.choice((4, 8))
+    total_nodes = rng.randint(max(1, min_gpus // gpus_per_node), max(1, max_gpus // gpus_per_node))
+    kinds = rng.sample(GPU_TYPES, rng.choice((1, 2, 2, 3)))
+    nodes = [NodeReq(kinds[i % len(kinds)], gpus_per_node, rng.choice(NICS))
+             for i in range(total_nodes)]
+    free = {k: [n.num_gpus for n in nodes if n.gpu == k] for k in kinds}
+    replicas = []
+    for _ in range(rng.randint(1, 4)):
+        pp = rng.randint(1, min(4, num_layers))
+        stages = []
+        for _ in range(pp):
+            options = [(k, tp) for k in kinds for tp in (1, 2, 3, 4, 8)
+                       if tp <= gpus_per_node and any(f >= tp for f in free[k])]
+            if not options:
+                break
+            k, tp = rng.choice(options)
+            i = next(i for i, f in enumerate(free[k]) if f >= tp)
+            free[k][i] -= tp
+            stages.append((k, tp))
+        if not stages:
+            break
+        parts = split_layers(num_layers, [rng.uniform(0.5, 2.0) for _ in stages])
+        replicas.append(ReplicaReq(
+            tuple(StageReq(k, tp, n) for (k, tp), n in zip(stages, parts, strict=True)),
+            micro_batch_size=rng.choice((1, 2, 4)), num_micro_batches=rng.randint(1, 6),
+        ))
+    return build_plan(
+        f"random-{seed}", model, nodes, replicas,
+        schedule=rng.choice(tuple(SCHEDULE)), resharding=rng.choice(tuple(RESHARDING)),
+        fabric=rng.choice(tuple(FABRIC)), oversubscription=rng.choice((1.0, 1.0, 2.0, 4.0)),
+        recompute=rng.random() < 0.3, seq_length=seq_length, num_layers=num_layers,
+    )

@@ -1,0 +1,281 @@
+"""Cluster network graph: directed links with capacity and latency, and deterministic routes.
+
+Each GPU reaches the other GPUs of its node through one scale-up switch (NVLink,
+or PCIe on nodes without NVLink) and the rest of the cluster through its own
+PCIe path to its own NIC, as the seed paper's htsim extension models it (scale-up
+layer, PCIe-switch/NIC layer, then the scale-out fabric). NICs attach to a
+top-of-rack switch: one per rail (local GPU index) on a rail-optimized fabric,
+one per rack on a fat tree. Every ToR has one aggregated uplink to the spine of
+its site; sites are joined spine to spine by an inter-cluster link.
+
+Latency placement: a link carries the delay of the medium it models (scale-up,
+PCIe, NIC) plus ``switch_latency_ns`` when it enters a ToR or spine switch, so a
+path's latency counts each traversed scale-out switch exactly once. The scale-up
+switch has no extra delay: the scale-up latency already stands for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import permutations
+from typing import NamedTuple
+
+import numpy as np
+
+from xsweep.errors import InputError
+from xsweep.spec.catalog import GpuSpec, NicSpec
+
+RAIL_OPTIMIZED = "rail_optimized"
+FAT_TREE = "fat_tree"
+FABRIC_KINDS = (RAIL_OPTIMIZED, FAT_TREE)
+
+#: Port-to-port delay of one ToR or spine switch when the plan gives none. The paper's
+#: Table 5 has no switch figure; cut-through data-centre switches forward in a few
+#: hundred nanoseconds, and 500 ns is a round value in that range (an assumption).
+DEFAULT_SWITCH_LATENCY_NS = 500.0
+
+#: Nodes under one ToR on a fat tree when the plan gives none (the plan schema's default).
+DEFAULT_NODES_PER_RACK = 4
+
+
+@dataclass(frozen=True)
+class NodeHw:
+    """One server: its GPU and NIC models, GPU count, scale-up figures and site index."""
+
+    gpu: GpuSpec
+    nic: NicSpec
+    num_gpus: int
+    scale_up_gbps: float  # per GPU, Gb/s (the node's override, else the GPU's catalog value)
+    scale_up_latency_ns: float
+    cluster: int = 0  # index of the site the node sits in
+
+
+@dataclass(frozen=True)
+class FabricHw:
+    """Scale-out fabric: kind, ToR oversubscription, rack size, switch and inter-site figures."""
+
+    kind: str  # RAIL_OPTIMIZED or FAT_TREE
+    oversubscription: float = 1.0  # ToR NIC-facing capacity : uplink capacity
+    nodes_per_rack: int = DEFAULT_NODES_PER_RACK  # FAT_TREE only
+    switch_latency_ns: float = DEFAULT_SWITCH_LATENCY_NS  # per ToR or spine traversed
+    inter_cluster_gbps: float = 0.0  # spine-to-spine link between sites, each direction
+    inter_cluster_latency_ns: float = 0.0
+
+
+class _RankLinks(NamedTuple):
+    """Link ids that start or end at one GPU, and the ToR its NIC is cabled to."""
+
+    scale_up_out: int
+    scale_up_in: int
+    pcie_out: int
+    pcie_in: int
+    nic_out: int
+    nic_in: int
+    tor: int
+
+
+@dataclass(frozen=True, eq=False)
+class Topology:
+    """Directed links (capacity in bytes/s, latency in seconds) and routes between ranks.
+
+    Build it with :func:`build_topology`. Link ``i`` has ``capacity[i]``,
+    ``latency_s[i]`` and the readable name ``names[i]`` (``"tail->head"``).
+    """
+
+    capacity: np.ndarray  # float64[L], bytes/s
+    latency_s: np.ndarray  # float64[L], s
+    names: tuple[str, ...]
+    nodes: tuple[NodeHw, ...]
+    fabric: FabricHw
+    _rank_node: tuple[int, ...]
+    _rank_local: tuple[int, ...]
+    _rank_links: tuple[_RankLinks, ...]
+    _tor_up: tuple[int, ...]
+    _tor_down: tuple[int, ...]
+    _tor_site: tuple[int, ...]
+    _inter_cluster: dict[tuple[int, int], int]
+    _paths: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict, repr=False,
+                                                           init=False)
+
+    @property
+    def num_ranks(self) -> int:
+        return len(self._rank_node)
+
+    @property
+    def num_links(self) -> int:
+        return int(self.capacity.shape[0])
+
+    def node_of(self, rank: int) -> int:
+        """Index (in the plan's node order) of the node holding global ``rank``."""
+        return self._rank_node[self._checked(rank)]
+
+    def local_index(self, rank: int) -> int:
+        """Position of ``rank`` inside its node (its rail on a rail-optimized fabric)."""
+        return self._rank_local[self._checked(rank)]
+
+    def path(self, src: int, dst: int) -> tuple[int, ...]:
+        """Link ids from ``src`` to ``dst``, in order (deterministic, cached)."""
+        key = (int(src), int(dst))
+        route = self._paths.get(key)
+        if route is None:
+            route = self._paths[key] = self._route(*key)
+        return route
+
+    def path_latency_s(self, path: Sequence[int]) -> float:
+        """Sum of the latencies of the links on ``path``."""
+        return float(sum(float(self.latency_s[link]) for link in path))
+
+    def _checked(self, rank: int) -> int:
+        if not 0 <= rank < self.num_ranks:
+            raise ValueError(f"rank {rank} outside 0..{self.num_ranks - 1}")
+        return rank
+
+    def _route(self, src: int, dst: int) -> tuple[int, ...]:
+        if self._checked(src) == self._checked(dst):
+            raise ValueError(f"no path from rank {src} to itself")
+        s, d = self._rank_links[src], self._rank_links[dst]
+        if self._rank_node[src] == self._rank_node[dst]:
+            return (s.scale_up_out, d.scale_up_in)
+        middle: tuple[int, ...] = ()
+        if s.tor != d.tor:
+            s_site, d_site = self._tor_site[s.tor], self._tor_site[d.tor]
+            crossing = (self._inter_cluster[s_site, d_site],) if s_site != d_site else ()
+            middle = (self._tor_up[s.tor], *crossing, self._tor_down[d.tor])
+        return (s.pcie_out, s.nic_out, *middle, d.nic_in, d.pcie_in)
+
+
+class _LinkTable:
+    """Accumulates links, converting Gb/s to bytes/s and ns to s in one place."""
+
+    def __init__(self) -> None:
+        self.capacity: list[float] = []
+        self.latency_s: list[float] = []
+        self.names: list[str] = []
+
+    def add(self, tail: str, head: str, gbps: float, latency_ns: float) -> int:
+        self.capacity.append(gbps * 1e9 / 8)
+        self.latency_s.append(latency_ns * 1e-9)
+        self.names.append(f"{tail}->{head}")
+        return len(self.names) - 1
+
+
+def build_topology(nodes: Sequence[NodeHw], fabric: FabricHw) -> Topology:
+    """Build the link graph of ``nodes`` (global ranks numbered node by node) on ``fabric``."""
+    nodes = tuple(nodes)
+    _validate(nodes, fabric)
+    switch_ns = fabric.switch_latency_ns
+    links = _LinkTable()
+    rank_node: list[int] = []
+    rank_local: list[int] = []
+    rank_tor_key: list[tuple[int, int]] = []
+    per_rank: list[tuple[int, ...]] = []
+    tor_port_gbps: dict[tuple[int, int], float] = {}
+    nodes_seen_in_site: dict[int, int] = {}
+    for n, node in enumerate(nodes):
+        rack = nodes_seen_in_site.get(node.cluster, 0) // fabric.nodes_per_rack
+        nodes_seen_in_site[node.cluster] = nodes_seen_in_site.get(node.cluster, 0) + 1
+        for local in range(node.num_gpus):
+            rank = len(rank_node)
+            gpu, su, nic = f"gpu{rank}", f"su{n}", f"nic{rank}"
+            key = (node.cluster, local if fabric.kind == RAIL_OPTIMIZED else rack)
+            tor = _tor_name(fabric.kind, key)
+            nic_gbps = node.nic.bandwidth_gbps
+            per_rank.append((
+                links.add(gpu, su, node.scale_up_gbps, node.scale_up_latency_ns),
+                links.add(su, gpu, node.scale_up_gbps, node.scale_up_latency_ns),
+                links.add(gpu, nic, node.gpu.pcie_gbps, node.gpu.pcie_latency_ns),
+                links.add(nic, gpu, node.gpu.pcie_gbps, node.gpu.pcie_latency_ns),
+                links.add(nic, tor, nic_gbps, node.nic.latency_ns + switch_ns),
+                links.add(tor, nic, nic_gbps, node.nic.latency_ns),
+            ))
+            tor_port_gbps[key] = tor_port_gbps.get(key, 0.0) + nic_gbps
+            rank_node.append(n)
+            rank_local.append(local)
+            rank_tor_key.append(key)
+
+    tor_keys = sorted(tor_port_gbps)
+    tor_index = {key: i for i, key in enumerate(tor_keys)}
+    tor_up, tor_down = [], []
+    for key in tor_keys:
+        tor, spine = _tor_name(fabric.kind, key), _spine_name(key[0])
+        uplink_gbps = tor_port_gbps[key] / fabric.oversubscription
+        tor_up.append(links.add(tor, spine, uplink_gbps, switch_ns))
+        tor_down.append(links.add(spine, tor, uplink_gbps, switch_ns))
+    inter_cluster = {
+        (a, b): links.add(_spine_name(a), _spine_name(b), fabric.inter_cluster_gbps,
+                          fabric.inter_cluster_latency_ns + switch_ns)
+        for a, b in permutations(sorted(nodes_seen_in_site), 2)
+    }
+
+    capacity = np.array(links.capacity, dtype=np.float64)
+    latency_s = np.array(links.latency_s, dtype=np.float64)
+    capacity.setflags(write=False)
+    latency_s.setflags(write=False)
+    return Topology(
+        capacity=capacity,
+        latency_s=latency_s,
+        names=tuple(links.names),
+        nodes=nodes,
+        fabric=fabric,
+        _rank_node=tuple(rank_node),
+        _rank_local=tuple(rank_local),
+        _rank_links=tuple(_RankLinks(*ids, tor=tor_index[key])
+                          for ids, key in zip(per_rank, rank_tor_key, strict=True)),
+        _tor_up=tuple(tor_up),
+        _tor_down=tuple(tor_down),
+        _tor_site=tuple(site for site, _ in tor_keys),
+        _inter_cluster=inter_cluster,
+    )
+
+
+def _tor_name(kind: str, key: tuple[int, int]) -> str:
+    site, index = key
+    return f"tor{site}.{'rail' if kind == RAIL_OPTIMIZED else 'rack'}{index}"
+
+
+def _spine_name(site: int) -> str:
+    return f"spine{site}"
+
+
+def _validate(nodes: tuple[NodeHw, ...], fabric: FabricHw) -> None:
+    """Reject hardware descriptions no network can be built from."""
+    where = "cluster.fabric"
+    if fabric.kind not in FABRIC_KINDS:
+        raise InputError(None, f"{where}.kind", fabric.kind, f"must be one of {FABRIC_KINDS}")
+    if not fabric.oversubscription > 0:
+        raise InputError(None, f"{where}.oversubscription", fabric.oversubscription,
+                         "must be positive")
+    if fabric.nodes_per_rack < 1:
+        raise InputError(None, f"{where}.nodes_per_rack", fabric.nodes_per_rack,
+                         "must be at least 1")
+    if fabric.switch_latency_ns < 0:
+        raise InputError(None, f"{where}.switch_latency_ns", fabric.switch_latency_ns,
+                         "must not be negative")
+    if fabric.inter_cluster_latency_ns < 0:
+        raise InputError(None, f"{where}.inter_cluster.latency_ns",
+                         fabric.inter_cluster_latency_ns, "must not be negative")
+    if not nodes:
+        raise InputError(None, "cluster.nodes", [], "a cluster needs at least one node")
+    for i, node in enumerate(nodes):
+        at = f"cluster.nodes[{i}]"
+        if node.num_gpus < 1:
+            raise InputError(None, f"{at}.num_gpus", node.num_gpus, "must be at least 1")
+        if node.cluster < 0:
+            raise InputError(None, f"{at}.cluster", node.cluster, "must not be negative")
+        if not node.scale_up_gbps > 0 or node.scale_up_latency_ns < 0:
+            raise InputError(None, f"{at}.scale_up", (node.scale_up_gbps,
+                             node.scale_up_latency_ns),
+                             "bandwidth must be positive and latency not negative")
+        if not node.gpu.pcie_gbps > 0 or node.gpu.pcie_latency_ns < 0:
+            raise InputError(None, f"{at}.gpu", node.gpu.name,
+                             "PCIe bandwidth must be positive and latency not negative")
+        if not node.nic.bandwidth_gbps > 0 or node.nic.latency_ns < 0:
+            raise InputError(None, f"{at}.nic", node.nic.name,
+                             "NIC bandwidth must be positive and latency not negative")
+    sites = {node.cluster for node in nodes}
+    if len(sites) > 1 and not fabric.inter_cluster_gbps > 0:
+        raise InputError(None, f"{where}.inter_cluster.bandwidth_gbps",
+                         fabric.inter_cluster_gbps,
+                         f"nodes sit in {len(sites)} clusters, so the link between them "
+                         "needs a positive bandwidth")

@@ -1,0 +1,152 @@
+"""Deployment plans in and out: protobuf text format and JSON, model resolution, rank layout.
+
+Conversions between strings and messages are pure; ``load_plan`` is the only
+function here that touches the file system.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import NamedTuple
+
+from google.protobuf import json_format, text_format
+
+from xsweep.errors import InputError
+from xsweep.spec import xsweep_pb2
+from xsweep.spec.catalog import Catalog, GpuSpec, ModelSpec, NicSpec, load_catalog
+
+DeploymentPlan = xsweep_pb2.DeploymentPlan
+
+TEXT_SUFFIXES = (".pbtxt", ".textproto", ".txtpb")
+JSON_SUFFIXES = (".json",)
+
+_MODEL_FIELDS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
+                 "num_kv_heads", "vocab_size", "seq_length")
+
+
+class RankPlace(NamedTuple):
+    """Where one global rank sits: its node, its index inside the node, its GPU and NIC."""
+
+    node: int
+    local: int
+    gpu: GpuSpec
+    nic: NicSpec
+
+
+def load_plan(path: str | Path, catalog: Catalog | None = None) -> DeploymentPlan:
+    """Read a plan from ``.pbtxt`` (text format) or ``.json`` (protobuf JSON) and validate it.
+
+    Raises:
+        InputError: naming the file and the field (parse errors: the line).
+    """
+    from xsweep.spec.validate import validate_plan  # validate imports this module
+
+    file = str(path)
+    suffix = Path(file).suffix.lower()
+    if suffix not in TEXT_SUFFIXES + JSON_SUFFIXES:
+        raise InputError(file, None, suffix or None,
+                         "unknown plan format; expected .pbtxt (text format) or .json")
+    text = Path(file).read_text(encoding="utf-8")
+    plan = plan_from_json(text, file) if suffix in JSON_SUFFIXES else plan_from_text(text, file)
+    validate_plan(plan, catalog if catalog is not None else load_catalog(), file)
+    return plan
+
+
+def plan_from_text(text: str, file: str | None = None) -> DeploymentPlan:
+    """Parse protobuf text format; a syntax error names its line."""
+    try:
+        return text_format.Parse(text, DeploymentPlan())
+    except text_format.ParseError as error:
+        reason = str(error).split(" : ", 1)[-1] if error.GetLine() else str(error)
+        where = f"line {error.GetLine()}" if error.GetLine() else None
+        raise InputError(file, where, None, reason) from None
+
+
+def plan_from_json(text: str, file: str | None = None) -> DeploymentPlan:
+    """Parse the protobuf JSON mapping; a syntax error names its line."""
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InputError(file, f"line {error.lineno}", None, f"invalid JSON: {error.msg}") from None
+    try:
+        return json_format.ParseDict(document, DeploymentPlan())
+    except json_format.ParseError as error:
+        raise InputError(file, None, None, str(error).split("\n", 1)[0]) from None
+
+
+def plan_to_text(plan: DeploymentPlan) -> str:
+    """The plan in protobuf text format."""
+    return text_format.MessageToString(plan)
+
+
+def plan_to_json(plan: DeploymentPlan) -> str:
+    """The plan in the protobuf JSON mapping (camelCase keys, enums by name)."""
+    return json_format.MessageToJson(plan, indent=2) + "\n"
+
+
+def resolve_model(plan: DeploymentPlan, catalog: Catalog, file: str | None = None) -> ModelSpec:
+    """The plan's model: the preset's dimensions with the explicit fields laid over them.
+
+    ``mlp`` comes from the plan's enum, else the preset, else GELU.
+    """
+    model = plan.model
+    preset = catalog.model(model.preset, file=file, field="model.preset") if model.preset else None
+    values: dict[str, object] = {}
+    for name in _MODEL_FIELDS:
+        if model.HasField(name):
+            values[name] = getattr(model, name)
+        elif preset is not None:
+            values[name] = getattr(preset, name)
+        else:
+            raise InputError(file, f"model.{name}", None,
+                             "required when model.preset is empty")
+    if model.mlp != xsweep_pb2.MLP_UNSPECIFIED:
+        values["mlp"] = xsweep_pb2.Mlp.Name(model.mlp).lower()
+    else:
+        values["mlp"] = preset.mlp if preset is not None else "gelu"
+    name = preset.name if preset is not None else (plan.name or "custom")
+    return ModelSpec(name=name, **values)
+
+
+def schedule_name(plan: DeploymentPlan) -> str:
+    """``"gpipe"`` or ``"1f1b"`` (unspecified means GPipe)."""
+    return "1f1b" if plan.training.schedule == xsweep_pb2.ONE_F_ONE_B else "gpipe"
+
+
+def resharding_name(plan: DeploymentPlan) -> str:
+    """``"lcm"``, ``"hetauto"`` or ``"alpacomm"`` (unspecified means LCM)."""
+    value = plan.training.resharding
+    if value == xsweep_pb2.RESHARDING_UNSPECIFIED:
+        return "lcm"
+    return xsweep_pb2.Resharding.Name(value).lower()
+
+
+def fabric_name(plan: DeploymentPlan) -> str:
+    """``"rail_optimized"`` or ``"fat_tree"`` (unspecified means rail-optimized)."""
+    return "fat_tree" if plan.cluster.fabric.kind == xsweep_pb2.FAT_TREE else "rail_optimized"
+
+
+def rank_layout(plan: DeploymentPlan, catalog: Catalog, file: str | None = None) -> list[RankPlace]:
+    """For each global rank, in order: (node index, local index, GpuSpec, NicSpec).
+
+    Ranks are numbered node by node. A node's ``scale_up`` fields, where non-zero,
+    replace the GPU's scale-up bandwidth and latency; an empty ``nic`` means the
+    GPU's default NIC.
+    """
+    places: list[RankPlace] = []
+    for index, node in enumerate(plan.cluster.nodes):
+        gpu = catalog.gpu(node.gpu, file=file, field=f"cluster.nodes[{index}].gpu")
+        overrides = {}
+        if node.scale_up.bandwidth_gbps:
+            overrides["scale_up_gbps"] = node.scale_up.bandwidth_gbps
+        if node.scale_up.latency_ns:
+            overrides["scale_up_latency_ns"] = node.scale_up.latency_ns
+        if overrides:
+            gpu = dataclasses.replace(gpu, **overrides)
+        nic_name, nic_field = ((node.nic, f"cluster.nodes[{index}].nic") if node.nic
+                               else (gpu.default_nic, f"cluster.nodes[{index}].gpu"))
+        nic = catalog.nic(nic_name, file=file, field=nic_field)
+        places.extend(RankPlace(index, local, gpu, nic) for local in range(node.num_gpus))
+    return places

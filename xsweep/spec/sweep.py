@@ -1,0 +1,235 @@
+"""Sweep definitions (YAML, pydantic): the design space of one study.
+
+Every knob typed ``Axis`` accepts a scalar or a list; a scalar is a single-value
+axis. ``Sweep.axes()`` lists them under dotted paths such as
+``cluster.pools[0].nodes`` or ``parallelism.tp.H100``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+
+from xsweep.errors import InputError
+from xsweep.spec.catalog import Catalog, load_catalog, read_yaml
+
+T = TypeVar("T")
+
+
+class _AxisMarker:
+    """Metadata tag: the annotated field is a swept axis."""
+
+
+_AXIS = _AxisMarker()
+
+
+def _as_list(value: object) -> object:
+    return value if isinstance(value, list) else [value]
+
+
+def _unique(values: list) -> list:
+    if len(set(map(repr, values))) != len(values):
+        raise ValueError("values of an axis must be distinct")
+    return values
+
+
+Axis = Annotated[list[T], BeforeValidator(_as_list), Field(min_length=1), _AXIS]
+
+PositiveInt = Annotated[int, Field(gt=0, strict=True)]
+NonNegativeInt = Annotated[int, Field(ge=0, strict=True)]
+
+# Objective names accepted in a sweep, with the direction each is optimised in;
+# the short forms of the design sketch map onto the metric names.
+OBJECTIVE_DIRECTIONS = {
+    "iteration_time_s": "minimize",
+    "cost_per_run_usd": "minimize",
+    "cost_rate_usd_per_hour": "minimize",
+    "capex_usd": "minimize",
+    "paper_tco": "minimize",
+    "memory_per_gpu_gb": "minimize",
+    "tokens_per_s": "maximize",
+    "mfu": "maximize",
+}
+_OBJECTIVE_SHORT = {"iteration_time": "iteration_time_s", "cost_per_run": "cost_per_run_usd",
+                    "cost_rate": "cost_rate_usd_per_hour", "capex": "capex_usd",
+                    "memory_per_gpu": "memory_per_gpu_gb"}
+
+
+def _objective(value: object) -> object:
+    return _OBJECTIVE_SHORT.get(value, value) if isinstance(value, str) else value
+
+
+Objective = Annotated[Literal[tuple(OBJECTIVE_DIRECTIONS)], BeforeValidator(_objective)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Training(_Strict):
+    global_batch_size: Axis[PositiveInt]
+    schedule: Axis[Literal["gpipe", "1f1b"]] = ["gpipe"]
+    resharding: Axis[Literal["lcm", "hetauto", "alpacomm"]] = ["lcm"]
+    activation_recompute: Axis[bool] = [False]
+    zero_stage: Axis[Literal[0, 1]] = [0]
+    total_tokens: Annotated[float, Field(gt=0)] | None = None  # whole run, for cost per run
+
+
+class Pool(_Strict):
+    gpu: Annotated[str, Field(min_length=1)]
+    nodes: Axis[NonNegativeInt]
+    gpus_per_node: Axis[PositiveInt] = [8]
+    nic: Axis[Annotated[str, Field(min_length=1)]] | None = None  # None: the GPU's default
+
+
+class Cluster(_Strict):
+    fabric: Axis[Literal["rail_optimized", "fat_tree"]] = ["rail_optimized"]
+    oversubscription: Axis[Annotated[float, Field(ge=1)]] = [1.0]
+    nodes_per_rack: PositiveInt = 4
+    pools: Annotated[list[Pool], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _distinct_pools(self) -> Cluster:
+        names = [pool.gpu for pool in self.pools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"two pools name the same gpu: {names}")
+        if all(max(pool.nodes) == 0 for pool in self.pools):
+            raise ValueError("every pool has 0 nodes at most; the cluster would be empty")
+        return self
+
+
+class Parallelism(_Strict):
+    tp: dict[str, Axis[PositiveInt]]  # per pool, keyed by the pool's gpu
+    pp: Axis[PositiveInt] = [1]
+    micro_batch_size: Axis[PositiveInt] = [1]
+    pipeline_mix: Axis[Literal["separate", "mixed"]] = ["separate"]
+    layer_split: Axis[Literal["proportional", "even"]] = ["proportional"]
+
+
+class Cost(_Strict):
+    pricing: Axis[Literal["capex", "cloud"]] = ["capex"]
+    amortization_years: Annotated[float, Field(gt=0)] = 4.0
+    electricity_usd_per_kwh: Annotated[float, Field(ge=0)] = 0.10
+    pue: Annotated[float, Field(ge=1)] = 1.3
+
+
+class Search(_Strict):
+    sampler: Literal["grid", "random", "tpe", "nsga2"] = "grid"
+    trials: PositiveInt = 1000
+    batch: PositiveInt = 256
+    seed: NonNegativeInt = 0
+
+
+class Validation(_Strict):
+    top: NonNegativeInt = 5
+    tolerance: Annotated[float, Field(gt=0)] = 0.05
+
+
+class Sweep(_Strict):
+    """One design space: model, training, cluster pools, parallelism, cost, search."""
+
+    name: Annotated[str, Field(min_length=1)]
+    model: Axis[Annotated[str, Field(min_length=1)]]
+    training: Training
+    cluster: Cluster
+    parallelism: Parallelism
+    cost: Cost = Cost()
+    objectives: Annotated[list[Objective], Field(min_length=1)] = ["iteration_time_s"]
+    search: Search = Search()
+    validation: Validation = Field(default=Validation(), alias="validate")
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Sweep:
+        pools = [pool.gpu for pool in self.cluster.pools]
+        for key in self.parallelism.tp:
+            if key not in pools:
+                raise ValueError(f"parallelism.tp names {key!r}, which is no pool's gpu {pools}")
+        for pool in pools:
+            if pool not in self.parallelism.tp:
+                raise ValueError(f"parallelism.tp gives no degrees for pool {pool!r}")
+        if len(set(self.objectives)) != len(self.objectives):
+            raise ValueError(f"objectives repeat a metric: {self.objectives}")
+        if "cost_per_run_usd" in self.objectives and self.training.total_tokens is None:
+            raise ValueError("objective cost_per_run_usd needs training.total_tokens")
+        return self
+
+    def axes(self) -> dict[str, list]:
+        """Every axis (single-value ones included) by dotted path, in schema order."""
+        found: dict[str, list] = {}
+        _collect_axes(self, "", found)
+        return found
+
+    def grid_size(self) -> int:
+        """Number of points in the full grid over all axes."""
+        return math.prod(len(values) for values in self.axes().values())
+
+
+def _collect_axes(model: BaseModel, prefix: str, found: dict[str, list]) -> None:
+    for name, info in type(model).model_fields.items():
+        value = getattr(model, name)
+        path = f"{prefix}{info.alias or name}"
+        if value is None:
+            continue
+        if _AXIS in info.metadata:
+            found[path] = list(value)
+        elif isinstance(value, BaseModel):
+            _collect_axes(value, f"{path}.", found)
+        elif isinstance(value, list) and value and isinstance(value[0], BaseModel):
+            for index, item in enumerate(value):
+                _collect_axes(item, f"{path}[{index}].", found)
+        elif isinstance(value, dict):
+            for key, values in value.items():
+                found[f"{path}.{key}"] = list(values)
+
+
+def load_sweep(path: str | Path, catalog: Catalog | None = None) -> Sweep:
+    """Read and validate a sweep YAML; model, GPU and NIC names are checked against the catalog."""
+    file = str(path)
+    document = read_yaml(Path(file).read_text(encoding="utf-8"), file)
+    sweep = sweep_from_dict(document, file)
+    _check_names(sweep, catalog if catalog is not None else load_catalog(), file)
+    return sweep
+
+
+def sweep_from_dict(document: Any, file: str | None = None) -> Sweep:
+    """Validate a parsed sweep document; the first problem becomes a one-line InputError."""
+    if not isinstance(document, dict):
+        raise InputError(file, None, type(document).__name__, "a sweep is a YAML mapping")
+    try:
+        return Sweep.model_validate(document)
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = _loc_path(first["loc"])
+        value = None if first["type"] == "missing" or not first["loc"] else first.get("input")
+        raise InputError(file, field or None, value, first["msg"]) from None
+
+
+def _loc_path(loc: tuple) -> str:
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif "[" in str(part):  # pydantic names of union or validator branches
+            continue
+        else:
+            text += f".{part}" if text else str(part)
+    return text
+
+
+def _check_names(sweep: Sweep, catalog: Catalog, file: str) -> None:
+    for index, name in enumerate(sweep.model):
+        catalog.model(name, file=file, field=f"model[{index}]")
+    for index, pool in enumerate(sweep.cluster.pools):
+        catalog.gpu(pool.gpu, file=file, field=f"cluster.pools[{index}].gpu")
+        for k, nic in enumerate(pool.nic or ()):
+            catalog.nic(nic, file=file, field=f"cluster.pools[{index}].nic[{k}]")

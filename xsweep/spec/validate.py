@@ -1,0 +1,173 @@
+"""Semantic checks of a DeploymentPlan: everything text format and JSON cannot express."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from xsweep.errors import InputError
+from xsweep.spec import xsweep_pb2
+from xsweep.spec.catalog import Catalog
+from xsweep.spec.plan_io import rank_layout, resolve_model
+
+
+def validate_plan(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str | None = None) -> None:
+    """Raise InputError (file, field path such as ``device_groups[2].ranks``, value) if invalid."""
+    num_layers, num_heads = _check_model(plan, catalog, file)
+    _check_training(plan.training, file)
+    node_of_rank = _check_cluster(plan, catalog, file)
+    _check_groups(plan, num_layers, num_heads, node_of_rank, file)
+
+
+def _positive(value: float, file: str | None, field: str) -> None:
+    if not value > 0:
+        raise InputError(file, field, value, "must be positive")
+
+
+def _check_model(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog,
+                 file: str | None) -> tuple[int, int]:
+    model = resolve_model(plan, catalog, file)
+    for name in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
+                 "num_kv_heads", "vocab_size", "seq_length"):
+        _positive(getattr(model, name), file, f"model.{name}")
+    if model.num_kv_heads > model.num_attention_heads:
+        raise InputError(file, "model.num_kv_heads", model.num_kv_heads,
+                         f"exceeds num_attention_heads ({model.num_attention_heads})")
+    return model.num_layers, model.num_attention_heads
+
+
+def _check_training(training: xsweep_pb2.Training, file: str | None) -> None:
+    _positive(training.global_batch_size, file, "training.global_batch_size")
+    if training.zero_stage not in (0, 1):
+        raise InputError(file, "training.zero_stage", training.zero_stage, "must be 0 or 1")
+    if training.total_tokens < 0:
+        raise InputError(file, "training.total_tokens", training.total_tokens,
+                         "must not be negative")
+
+
+def _check_cluster(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog,
+                   file: str | None) -> list[int]:
+    """Check nodes and fabric; return the node index of every global rank."""
+    cluster = plan.cluster
+    if not cluster.nodes:
+        raise InputError(file, "cluster.nodes", None, "a plan needs at least one node")
+    for index, node in enumerate(cluster.nodes):
+        path = f"cluster.nodes[{index}]"
+        _positive(node.num_gpus, file, f"{path}.num_gpus")
+        if node.scale_up.bandwidth_gbps < 0 or node.scale_up.latency_ns < 0:
+            raise InputError(file, f"{path}.scale_up", None, "must not be negative")
+        if node.cluster < 0:
+            raise InputError(file, f"{path}.cluster", node.cluster, "must not be negative")
+    fabric = cluster.fabric
+    if fabric.oversubscription and fabric.oversubscription < 1:
+        raise InputError(file, "cluster.fabric.oversubscription", fabric.oversubscription,
+                         "must be at least 1 (0 means 1)")
+    for name in ("nodes_per_rack", "switch_latency_ns"):
+        if getattr(fabric, name) < 0:
+            raise InputError(file, f"cluster.fabric.{name}", getattr(fabric, name),
+                             "must not be negative")
+    if len({node.cluster for node in cluster.nodes}) > 1:
+        _positive(fabric.inter_cluster.bandwidth_gbps, file,
+                  "cluster.fabric.inter_cluster.bandwidth_gbps")
+    if fabric.inter_cluster.latency_ns < 0:
+        raise InputError(file, "cluster.fabric.inter_cluster.latency_ns",
+                         fabric.inter_cluster.latency_ns, "must not be negative")
+    return [place.node for place in rank_layout(plan, catalog, file)]
+
+
+def _check_groups(plan: xsweep_pb2.DeploymentPlan, num_layers: int, num_heads: int,
+                  node_of_rank: list[int], file: str | None) -> None:
+    groups = plan.device_groups
+    if not groups:
+        raise InputError(file, "device_groups", None, "a plan needs at least one device group")
+    owner: dict[int, int] = {}
+    ids: dict[int, int] = {}
+    replicas: dict[int, list[int]] = defaultdict(list)
+    for index, group in enumerate(groups):
+        path = f"device_groups[{index}]"
+        if group.id in ids:
+            raise InputError(file, f"{path}.id", group.id,
+                             f"already used by device_groups[{ids[group.id]}]")
+        ids[group.id] = index
+        _check_ranks(group, path, owner, index, node_of_rank, num_heads, file)
+        _positive(group.first_layer, file, f"{path}.first_layer")
+        _positive(group.last_layer, file, f"{path}.last_layer")
+        if group.last_layer < group.first_layer:
+            raise InputError(file, f"{path}.last_layer", group.last_layer,
+                             f"is before first_layer ({group.first_layer})")
+        if group.last_layer > num_layers:
+            raise InputError(file, f"{path}.last_layer", group.last_layer,
+                             f"the model has {num_layers} layers")
+        _positive(group.micro_batch_size, file, f"{path}.micro_batch_size")
+        _positive(group.num_micro_batches, file, f"{path}.num_micro_batches")
+        for name in ("pp_stage", "dp_replica"):
+            if getattr(group, name) < 0:
+                raise InputError(file, f"{path}.{name}", getattr(group, name),
+                                 "must not be negative")
+        replicas[group.dp_replica].append(index)
+    if sorted(replicas) != list(range(len(replicas))):
+        raise InputError(file, "device_groups.dp_replica", sorted(replicas),
+                         "replicas must be numbered 0..R-1 without holes")
+    sequences = 0
+    for replica in sorted(replicas):
+        sequences += _check_replica(groups, replica, replicas[replica], num_layers, file)
+    if sequences != plan.training.global_batch_size:
+        raise InputError(file, "training.global_batch_size", plan.training.global_batch_size,
+                         f"replicas process {sequences} sequences per iteration "
+                         "(sum of micro_batch_size x num_micro_batches)")
+
+
+def _check_ranks(group: xsweep_pb2.DeviceGroup, path: str, owner: dict[int, int], index: int,
+                 node_of_rank: list[int], num_heads: int, file: str | None) -> None:
+    if not group.ranks:
+        raise InputError(file, f"{path}.ranks", None, "a device group needs at least one rank")
+    for rank in group.ranks:
+        if not 0 <= rank < len(node_of_rank):
+            raise InputError(file, f"{path}.ranks", rank,
+                             f"rank outside the cluster's {len(node_of_rank)} GPUs")
+        if rank in owner:
+            where = "this group" if owner[rank] == index else f"device_groups[{owner[rank]}]"
+            raise InputError(file, f"{path}.ranks", rank, f"rank already used by {where}")
+        owner[rank] = index
+    nodes = sorted({node_of_rank[rank] for rank in group.ranks})
+    if len(nodes) > 1:
+        raise InputError(file, f"{path}.ranks", list(group.ranks),
+                         f"a TP group must sit in one node; these span nodes {nodes}")
+    if len(group.ranks) > num_heads:
+        raise InputError(file, f"{path}.ranks", len(group.ranks),
+                         f"TP degree exceeds the model's {num_heads} attention heads")
+
+
+def _check_replica(groups, replica: int, members: list[int], num_layers: int,
+                   file: str | None) -> int:
+    """Check one replica's stages; return the sequences it processes per iteration."""
+    members = sorted(members, key=lambda i: groups[i].pp_stage)
+    stages = [groups[i].pp_stage for i in members]
+    if stages != list(range(len(members))):
+        bad = members[next(k for k, s in enumerate(stages) if s != k)]
+        raise InputError(file, f"device_groups[{bad}].pp_stage", groups[bad].pp_stage,
+                         f"stages of replica {replica} must be numbered 0..{len(members) - 1}, "
+                         f"each once (got {stages})")
+    head = groups[members[0]]
+    next_layer = 1
+    for i in members:
+        group, path = groups[i], f"device_groups[{i}]"
+        if group.first_layer > next_layer:
+            raise InputError(file, f"{path}.first_layer", group.first_layer,
+                             f"layer gap in replica {replica}: layers {next_layer}.."
+                             f"{group.first_layer - 1} are not assigned")
+        if group.first_layer < next_layer:
+            raise InputError(file, f"{path}.first_layer", group.first_layer,
+                             f"layer overlap in replica {replica}: layers {group.first_layer}.."
+                             f"{next_layer - 1} are already held by an earlier stage")
+        next_layer = group.last_layer + 1
+        for name in ("micro_batch_size", "num_micro_batches"):
+            if getattr(group, name) != getattr(head, name):
+                raise InputError(file, f"{path}.{name}", getattr(group, name),
+                                 f"stages of replica {replica} must share {name} "
+                                 f"(stage 0 has {getattr(head, name)})")
+    if next_layer <= num_layers:
+        last = members[-1]
+        raise InputError(file, f"device_groups[{last}].last_layer", groups[last].last_layer,
+                         f"layer gap in replica {replica}: layers {next_layer}..{num_layers} "
+                         "are not assigned")
+    return head.micro_batch_size * head.num_micro_batches
