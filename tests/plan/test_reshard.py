@@ -65,10 +65,10 @@ def _replay(scheme, src, dst, total):
         wanted = _covered(dst_layout[i])
         assert all(_inside(p, holding) for p in wanted), f"rank {rank} misses data"
         # Anything beyond its own shard was only relayed through it.
-        relay = _covered(forwarded[rank]) if forwarded[rank] else []
+        relay = _covered(forwarded[rank])
         for lo, hi in holding:
-            assert _inside((lo, hi), wanted) or _inside((lo, hi), relay) or all(
-                _inside(p, wanted) or _inside(p, relay) for p in _split(lo, hi, wanted + relay))
+            assert all(_inside(p, wanted) or _inside(p, relay)
+                       for p in _split(lo, hi, wanted + relay)), f"rank {rank} keeps extra data"
     return transfers
 
 

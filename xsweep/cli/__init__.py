@@ -1,1 +1,1 @@
-"""xsweep."""
+"""Command line: one module per subcommand, dispatched by ``xsweep.cli.main``."""

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -43,7 +44,8 @@ def _unique(values: list) -> list:
     return values
 
 
-Axis = Annotated[list[T], BeforeValidator(_as_list), Field(min_length=1), _AXIS]
+Axis = Annotated[list[T], BeforeValidator(_as_list), Field(min_length=1), AfterValidator(_unique),
+                 _AXIS]
 
 PositiveInt = Annotated[int, Field(gt=0, strict=True)]
 NonNegativeInt = Annotated[int, Field(ge=0, strict=True)]
@@ -89,7 +91,8 @@ class Pool(_Strict):
     gpu: Annotated[str, Field(min_length=1)]
     nodes: Axis[NonNegativeInt]
     gpus_per_node: Axis[PositiveInt] = [8]
-    nic: Axis[Annotated[str, Field(min_length=1)]] | None = None  # None: the GPU's default
+    # Absent (None): the GPU's default NIC; not an axis then.
+    nic: Axis[Annotated[str, Field(min_length=1)]] = None  # type: ignore[assignment]
 
 
 class Cluster(_Strict):

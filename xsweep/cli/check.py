@@ -1,0 +1,62 @@
+"""``xsweep check FILE...``: validate deployment plans, sweeps and catalogs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from xsweep.cli.common import BAD_INPUT_ERRORS, EXIT_BAD_INPUT, EXIT_OK, error_line
+from xsweep.errors import InputError
+from xsweep.spec.catalog import Catalog, is_catalog_document, load_catalog, read_yaml
+from xsweep.spec.plan_io import JSON_SUFFIXES, TEXT_SUFFIXES, load_plan
+from xsweep.spec.sweep import sweep_from_dict, validate_sweep_names
+
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "check",
+        help="validate plans (.pbtxt, .json), sweeps and catalogs (.yaml)",
+        description="Validate each FILE and print one line per file. A YAML file whose "
+        "only top-level keys are gpus/nics/models is a catalog; any other YAML is a sweep.",
+    )
+    parser.add_argument("files", nargs="+", metavar="FILE")
+    parser.add_argument("--catalog", action="append", default=[], metavar="FILE",
+                        help="catalog YAML merged over the defaults (repeatable)")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    catalog = load_catalog(args.catalog)
+    status = EXIT_OK
+    for file in args.files:
+        try:
+            print(f"{file}: {describe(file, catalog)}")
+        except BAD_INPUT_ERRORS as error:
+            print(error_line(error), file=sys.stderr)
+            status = EXIT_BAD_INPUT
+    return status
+
+
+def describe(file: str, catalog: Catalog) -> str:
+    """Validate one file of any kind; return what it is, for the report line."""
+    suffix = Path(file).suffix.lower()
+    if suffix in TEXT_SUFFIXES + JSON_SUFFIXES:
+        plan = load_plan(file, catalog)
+        ranks = sum(node.num_gpus for node in plan.cluster.nodes)
+        return (f"valid deployment plan {plan.name!r} "
+                f"({ranks} ranks, {len(plan.device_groups)} device groups)")
+    if suffix in YAML_SUFFIXES:
+        document = read_yaml(Path(file).read_text(encoding="utf-8"), file)
+        if is_catalog_document(document):
+            merged = load_catalog([*catalog_files(catalog), file])
+            return (f"valid catalog ({len(merged.gpus)} gpus, {len(merged.nics)} nics, "
+                    f"{len(merged.models)} models after merging)")
+        sweep = sweep_from_dict(document, file)
+        validate_sweep_names(sweep, catalog, file)
+        swept = sum(len(values) > 1 for values in sweep.axes().values())
+        return f"valid sweep {sweep.name!r} ({swept} swept axes, {sweep.grid_size()} grid points)"
+    raise InputError(file, None, suffix or None,
+                     "unknown file kind; expected .pbtxt, .json, .yaml or .yml")
