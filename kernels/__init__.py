@@ -1,1 +1,25 @@
-"""xsweep."""
+"""Pure JAX solvers over padded program arrays: water-filling, the bound, the exact level.
+
+Every kernel is written for one program; batch with ``jax.vmap`` at the call site.
+Arrays in, arrays out: no I/O, no Python objects, no host callbacks, so the same
+code runs on CPU and GPU. Floats follow the input arrays' dtype (float32 by
+default; float64 when the caller enables ``jax_enable_x64``).
+"""
+
+from .bound import bound, contention_free_durations, max_plus_schedule
+from .exact import exact, max_steps
+from .types import ProgramArrays, Schedule, Status
+from .waterfill import MAX_ROUNDS, waterfill
+
+__all__ = [
+    "MAX_ROUNDS",
+    "ProgramArrays",
+    "Schedule",
+    "Status",
+    "bound",
+    "contention_free_durations",
+    "exact",
+    "max_plus_schedule",
+    "max_steps",
+    "waterfill",
+]

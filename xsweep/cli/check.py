@@ -10,7 +10,7 @@ from xsweep.cli.common import BAD_INPUT_ERRORS, EXIT_BAD_INPUT, EXIT_OK, error_l
 from xsweep.errors import InputError
 from xsweep.spec.catalog import Catalog, is_catalog_document, load_catalog, read_yaml
 from xsweep.spec.plan_io import JSON_SUFFIXES, TEXT_SUFFIXES, load_plan
-from xsweep.spec.sweep import sweep_from_dict, validate_sweep_names
+from xsweep.spec.sweep import check_sweep_names, sweep_from_dict
 
 YAML_SUFFIXES = (".yaml", ".yml")
 
@@ -33,15 +33,21 @@ def run(args: argparse.Namespace) -> int:
     status = EXIT_OK
     for file in args.files:
         try:
-            print(f"{file}: {describe(file, catalog)}")
+            print(f"{file}: {describe(file, catalog, args.catalog)}")
         except BAD_INPUT_ERRORS as error:
             print(error_line(error), file=sys.stderr)
             status = EXIT_BAD_INPUT
     return status
 
 
-def describe(file: str, catalog: Catalog) -> str:
-    """Validate one file of any kind; return what it is, for the report line."""
+def describe(file: str, catalog: Catalog, catalog_files: list[str]) -> str:
+    """Validate one file of any kind; return what it is, for the report line.
+
+    Args:
+        catalog: the catalog plans and sweeps are checked against.
+        catalog_files: the files ``catalog`` was merged from; a catalog FILE is
+            checked by merging it over them.
+    """
     suffix = Path(file).suffix.lower()
     if suffix in TEXT_SUFFIXES + JSON_SUFFIXES:
         plan = load_plan(file, catalog)
@@ -51,11 +57,11 @@ def describe(file: str, catalog: Catalog) -> str:
     if suffix in YAML_SUFFIXES:
         document = read_yaml(Path(file).read_text(encoding="utf-8"), file)
         if is_catalog_document(document):
-            merged = load_catalog([*catalog_files(catalog), file])
+            merged = load_catalog([*catalog_files, file])
             return (f"valid catalog ({len(merged.gpus)} gpus, {len(merged.nics)} nics, "
                     f"{len(merged.models)} models after merging)")
         sweep = sweep_from_dict(document, file)
-        validate_sweep_names(sweep, catalog, file)
+        check_sweep_names(sweep, catalog, file)
         swept = sum(len(values) > 1 for values in sweep.axes().values())
         return f"valid sweep {sweep.name!r} ({swept} swept axes, {sweep.grid_size()} grid points)"
     raise InputError(file, None, suffix or None,

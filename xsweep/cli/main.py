@@ -2,8 +2,8 @@
 
 Each subcommand is a module of this package (``xsweep/cli/<name>.py``) that defines
 
-- ``register(subparsers) -> argparse.ArgumentParser``: add the subcommand with
-  ``subparsers.add_parser(...)``, declare its arguments, return the new parser;
+- ``register(subparsers)``: add the subcommand with ``subparsers.add_parser(...)``
+  and declare its arguments (a returned value is ignored);
 - ``run(args: argparse.Namespace) -> int``: do the work and return the exit code
   (0 ok, 1 a check failed, 2 bad input).
 
@@ -28,26 +28,37 @@ from xsweep.cli.common import run_guarded
 _NOT_COMMANDS = {"main", "common"}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every discovered subcommand registered."""
+def command_modules() -> list[str]:
+    """Names of the subcommand modules of this package, sorted."""
+    return sorted(info.name for info in pkgutil.iter_modules(xsweep.cli.__path__)
+                  if info.name not in _NOT_COMMANDS and not info.name.startswith("_"))
+
+
+def build_parser(modules: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The top-level parser with the given subcommand modules (default: all) registered."""
     parser = argparse.ArgumentParser(
         prog="xsweep",
         description="Plan LLM training on heterogeneous GPU clusters.",
     )
     parser.add_argument("--version", action="version", version=f"xsweep {xsweep.__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for info in sorted(pkgutil.iter_modules(xsweep.cli.__path__), key=lambda m: m.name):
-        if info.name in _NOT_COMMANDS or info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"xsweep.cli.{info.name}")
+    for name in command_modules() if modules is None else modules:
+        module = importlib.import_module(f"xsweep.cli.{name}")
         if hasattr(module, "register") and hasattr(module, "run"):
-            module.register(subparsers).set_defaults(run=module.run)
+            before = set(subparsers.choices)
+            module.register(subparsers)
+            for added in set(subparsers.choices) - before:
+                subparsers.choices[added].set_defaults(run=module.run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (default: ``sys.argv[1:]``), run the subcommand, return its exit code."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Import only the named command's module when it has one: start-up stays fast
+    # however heavy the other commands' imports are.
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    parser = build_parser([command] if command in command_modules() else None)
     args = parser.parse_args(argv)
     if getattr(args, "run", None) is None:
         parser.print_help(sys.stderr)

@@ -1,8 +1,8 @@
 """Inputs: the deployment-plan schema (protobuf), the sweep schema and the catalogs.
 
 Public here: ``load_catalog``, ``Catalog``, ``GpuSpec``, ``NicSpec``, ``ModelSpec``,
-``load_plan`` and the plan helpers of ``plan_io``, ``validate_plan``, ``load_sweep``
-and ``Sweep``.
+``load_plan`` and the plan helpers of ``plan_io``, ``validate_plan``, ``load_sweep``,
+``sweep_from_dict``, ``check_sweep_names``, ``Sweep`` and ``OBJECTIVE_DIRECTIONS``.
 """
 
 from xsweep.spec.catalog import Catalog, GpuSpec, ModelSpec, NicSpec, load_catalog
@@ -19,16 +19,24 @@ from xsweep.spec.plan_io import (
     resolve_model,
     schedule_name,
 )
-from xsweep.spec.sweep import Sweep, load_sweep
+from xsweep.spec.sweep import (
+    OBJECTIVE_DIRECTIONS,
+    Sweep,
+    check_sweep_names,
+    load_sweep,
+    sweep_from_dict,
+)
 from xsweep.spec.validate import validate_plan
 
 __all__ = [
+    "OBJECTIVE_DIRECTIONS",
     "Catalog",
     "GpuSpec",
     "ModelSpec",
     "NicSpec",
     "RankPlace",
     "Sweep",
+    "check_sweep_names",
     "fabric_name",
     "load_catalog",
     "load_plan",
@@ -41,5 +49,6 @@ __all__ = [
     "resharding_name",
     "resolve_model",
     "schedule_name",
+    "sweep_from_dict",
     "validate_plan",
 ]

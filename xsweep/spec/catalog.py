@@ -13,6 +13,7 @@ defaults may give only some fields of an existing entry; a new entry needs all.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -87,7 +88,9 @@ class _Table(Generic[Spec]):
     keys: dict[str, str] = field(default_factory=dict)  # lower-case name or alias -> name
 
     def find(self, name: str) -> str | None:
-        return self.keys.get(str(name).strip().lower())
+        """The canonical name for ``name`` (any case, or an alias), or None."""
+        found = self.keys.get(str(name).strip().lower())
+        return found if found is not None or name not in self.entries else name
 
     def get(self, name: str, file: str | None, field_path: str | None) -> Spec:
         canonical = self.find(name)
@@ -122,20 +125,30 @@ class Catalog:
 def load_catalog(extra_files: Iterable[str | Path] = ()) -> Catalog:
     """The default catalog with each of ``extra_files`` merged over it, in order."""
     tables = {section: _Table(section[:-1]) for section in _SECTIONS}
-    data_dir = resources.files("xsweep.spec") / "data"
-    for name in _DEFAULT_FILES:
-        file = f"xsweep/spec/data/{name}"
-        _merge(tables, read_yaml((data_dir / name).read_text(encoding="utf-8"), file), file)
+    for file, document in _default_documents():
+        _merge(tables, document, file)
     _check_default_nics(tables, "xsweep/spec/data/gpus.yaml")
     for path in extra_files:
         file = str(path)
         _merge(tables, read_yaml(Path(path).read_text(encoding="utf-8"), file), file)
         _check_default_nics(tables, file)
+    # The dicts are shared with the lookup tables, so an entry added to them is found too.
     return Catalog(
-        gpus=dict(tables["gpus"].entries),
-        nics=dict(tables["nics"].entries),
-        models=dict(tables["models"].entries),
+        gpus=tables["gpus"].entries,
+        nics=tables["nics"].entries,
+        models=tables["models"].entries,
         _tables=tables,
+    )
+
+
+@functools.cache
+def _default_documents() -> tuple[tuple[str, Any], ...]:
+    """The parsed package-data files (parsed once; merging never mutates them)."""
+    data_dir = resources.files("xsweep.spec") / "data"
+    return tuple(
+        (f"xsweep/spec/data/{name}",
+         read_yaml((data_dir / name).read_text(encoding="utf-8"), f"xsweep/spec/data/{name}"))
+        for name in _DEFAULT_FILES
     )
 
 

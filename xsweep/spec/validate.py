@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 
 from xsweep.errors import InputError
 from xsweep.spec import xsweep_pb2
@@ -137,7 +138,7 @@ def _check_ranks(group: xsweep_pb2.DeviceGroup, path: str, owner: dict[int, int]
                          f"TP degree exceeds the model's {num_heads} attention heads")
 
 
-def _check_replica(groups, replica: int, members: list[int], num_layers: int,
+def _check_replica(groups: Sequence[xsweep_pb2.DeviceGroup], replica: int, members: list[int], num_layers: int,
                    file: str | None) -> int:
     """Check one replica's stages; return the sequences it processes per iteration."""
     members = sorted(members, key=lambda i: groups[i].pp_stage)

@@ -1,0 +1,66 @@
+"""Array types of the kernels: one program as padded arrays, results, status codes.
+
+Shape names: ``T`` tasks, ``D`` predecessors per task, ``F`` flows, ``P`` links per
+path, ``L`` links, ``K`` flow slots. The kernels are written for one program; the
+batched arrays carry a leading ``variant`` axis added by ``jax.vmap``.
+
+Padding convention (what lets programs of different sizes share one shape):
+
+* padded tasks are zero-duration COMPUTE tasks without predecessors: they finish
+  at time 0 and change nothing; ``task_valid`` marks the real ones;
+* padded predecessor entries, flow tasks and path entries are ``-1``; a padded
+  flow (``flow_task == -1``) never starts;
+* padded links have capacity 1 and no flow crosses them.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from jax import Array
+
+
+class Status:
+    """Per-variant outcome codes (int32 in every result; never an exception)."""
+
+    OK = 0
+    #: water-filling hit its round cap at least once; the rates used were the feasible
+    #: fair shares of the last round, so the times are an approximation
+    NOT_CONVERGED = 1
+    #: more flows were transferring at once than the kernel had slots; rerun with more
+    OVERFLOW = 2
+    #: the program could not be completed (step cap or no event left to advance to)
+    INFEASIBLE = 3
+
+    NAMES = ("ok", "not_converged", "overflow", "infeasible")
+
+
+class ProgramArrays(NamedTuple):
+    """One program (or a batch of them with a leading variant axis), padded."""
+
+    task_valid: Array  # bool[T]
+    task_is_comm: Array  # bool[T]
+    task_duration_s: Array  # float[T], 0 for COMM tasks
+    task_preds: Array  # int32[T, D], predecessor task ids, -1 pad
+    flow_task: Array  # int32[F], owning COMM task, -1 pad
+    flow_bytes: Array  # float[F]
+    flow_latency_s: Array  # float[F]
+    flow_path: Array  # int32[F, P], link ids, -1 pad
+    link_capacity: Array  # float[L], bytes/s
+
+
+class Schedule(NamedTuple):
+    """Task times of one program from either level.
+
+    Tasks a variant never reached (status overflow or infeasible) hold the time the
+    variant stopped, for both start and end, so every entry is finite. Padded tasks
+    hold 0.
+    """
+
+    start_s: Array  # float[T]
+    end_s: Array  # float[T]
+    iteration_time_s: Array  # float[], largest end time
+    status: Array  # int32[], a Status code
+    steps: Array  # int32[], events stepped (0 for the bound)
+    max_active_flows: Array  # int32[], most flows transferring at once
+    max_rounds: Array  # int32[], most water-filling rounds one step needed

@@ -1,0 +1,137 @@
+"""Parallel water-filling against textbook progressive filling and closed forms."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from programs import GB, parking_lot_program, parking_lot_rates
+
+from xsweep.encode import encode
+from xsweep.kernels import waterfill
+
+from .reference import progressive_fill
+
+NUM_LINKS, NUM_FLOWS, HOPS = 8, 16, 4
+
+_waterfill = jax.jit(waterfill, static_argnames="max_rounds")
+_waterfill_batch = jax.jit(jax.vmap(waterfill, in_axes=(0, 0, 0)))
+
+
+def _instance(rng: np.random.Generator):
+    """Random capacities and paths of 1..HOPS distinct links; some flows inactive."""
+    capacity = rng.choice([1.0, 2.0, 3.0, 4.0], NUM_LINKS) * GB * rng.uniform(0.5, 1.5, NUM_LINKS)
+    paths = np.full((NUM_FLOWS, HOPS), -1, np.int32)
+    for f in range(NUM_FLOWS):
+        hops = rng.integers(1, HOPS + 1)
+        paths[f, :hops] = rng.choice(NUM_LINKS, hops, replace=False)
+    active = rng.random(NUM_FLOWS) < 0.8
+    return capacity, paths, active
+
+
+def _reference(capacity, paths, active) -> np.ndarray:
+    on = np.flatnonzero(active)
+    rates = np.zeros(len(active))
+    rates[on] = progressive_fill(capacity, [[x for x in paths[f] if x >= 0] for f in on])
+    return rates
+
+
+@pytest.fixture(scope="module")
+def instances():
+    rng = np.random.default_rng(7)
+    return [_instance(rng) for _ in range(200)]
+
+
+def test_random_instances_match_progressive_filling_float32(instances):
+    capacity, paths, active = (np.stack(x) for x in zip(*instances, strict=True))
+    rates, converged, rounds = _waterfill_batch(capacity.astype(np.float32), paths, active)
+    assert bool(np.all(converged))
+    expected = np.stack([_reference(*inst) for inst in instances])
+    np.testing.assert_allclose(np.asarray(rates), expected, rtol=2e-6, atol=0)
+    assert int(np.max(rounds)) < NUM_LINKS  # every round freezes at least one link
+
+
+def test_random_instances_match_progressive_filling_float64(instances):
+    with jax.enable_x64(True):
+        for capacity, paths, active in instances[:20]:
+            rates, converged, _ = _waterfill(jnp.asarray(capacity, jnp.float64), paths, active)
+            assert bool(converged)
+            np.testing.assert_allclose(np.asarray(rates), _reference(capacity, paths, active),
+                                       rtol=1e-12, atol=0)
+
+
+def test_batched_equals_single_calls(instances):
+    capacity, paths, active = (np.stack(x) for x in zip(*instances[:8], strict=True))
+    capacity = capacity.astype(np.float32)
+    batched = _waterfill_batch(capacity, paths, active)
+    for i in range(8):
+        single = _waterfill(capacity[i], paths[i], active[i])
+        for b, s in zip(batched, single, strict=True):
+            np.testing.assert_array_equal(np.asarray(b)[i], np.asarray(s))
+
+
+@pytest.mark.parametrize(("capacities", "short_flows"), [
+    ((1 * GB, 1 * GB), (2, 1)),  # link 0 is the first bottleneck
+    ((1 * GB, 1 * GB), (1, 3)),  # link 1 is
+    ((4 * GB, 1 * GB), (1, 1)),  # the long flow is pinned by the slower link
+])
+def test_parking_lot(capacities, short_flows):
+    program = parking_lot_program(capacities, short_flows)
+    arrays = encode([program], dtype=np.float64)
+    with jax.enable_x64(True):
+        rates, converged, _ = _waterfill(arrays.link_capacity[0], arrays.flow_path[0],
+                                         arrays.flow_task[0] >= 0)
+    a, c = short_flows
+    long_rate, short0, short1 = parking_lot_rates(capacities, short_flows)
+    expected = [long_rate] + [short0] * a + [short1] * c
+    assert bool(converged)
+    np.testing.assert_allclose(np.asarray(rates)[: 1 + a + c], expected, rtol=1e-12)
+
+
+def test_n_flows_on_one_bottleneck_get_equal_shares():
+    capacity = jnp.asarray([8.0 * GB, 4 * GB, 4 * GB], jnp.float32)
+    paths = jnp.asarray([[0, -1], [0, 1], [2, 0], [0, -1]], jnp.int32)
+    rates, converged, rounds = _waterfill(capacity, paths, jnp.ones(4, bool))
+    np.testing.assert_allclose(np.asarray(rates), [2 * GB] * 4, rtol=1e-6)
+    assert bool(converged) and int(rounds) == 1
+
+
+def test_round_cap_reports_not_converged_and_stays_feasible(instances):
+    # a chain of bottleneck levels: flow i crosses links 0..i, each link a bit larger
+    capacity = jnp.asarray([1.0, 1.5, 2.0, 2.5], jnp.float32) * GB
+    paths = jnp.asarray([[0, 1, 2, 3], [1, 2, 3, -1], [2, 3, -1, -1], [3, -1, -1, -1]])
+    full, converged, rounds = _waterfill(capacity, paths, jnp.ones(4, bool))
+    assert bool(converged) and int(rounds) == 4
+    capped, converged, rounds = _waterfill(capacity, paths, jnp.ones(4, bool), max_rounds=2)
+    assert not bool(converged) and int(rounds) == 2
+    load = np.zeros(4)
+    for f in range(4):
+        load[np.asarray(paths[f])[np.asarray(paths[f]) >= 0]] += float(capped[f])
+    assert np.all(load <= np.asarray(capacity) * (1 + 1e-6))
+    np.testing.assert_allclose(np.asarray(capped[:2]), np.asarray(full[:2]), rtol=1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_max_min_invariants(seed):
+    """No link over capacity; every active flow has a full link where its rate is largest."""
+    capacity, paths, active = _instance(np.random.default_rng(seed))
+    with jax.enable_x64(True):
+        rates, converged, _ = _waterfill(jnp.asarray(capacity, jnp.float64), paths, active)
+    rates = np.asarray(rates)
+    assert bool(converged)
+    assert np.all(rates[~active] == 0) and np.all(rates[active] > 0)
+    load = np.zeros(NUM_LINKS)
+    for f in np.flatnonzero(active):
+        load[paths[f][paths[f] >= 0]] += rates[f]
+    assert np.all(load <= capacity * (1 + 1e-12))
+    for f in np.flatnonzero(active):
+        on_path = paths[f][paths[f] >= 0]
+        def is_bottleneck(link):
+            crossing = [g for g in np.flatnonzero(active) if link in paths[g]]
+            return (load[link] >= capacity[link] * (1 - 1e-12)
+                    and rates[f] >= max(rates[crossing]) * (1 - 1e-12))
+        assert any(is_bottleneck(link) for link in on_path)

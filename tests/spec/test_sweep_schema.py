@@ -1,0 +1,96 @@
+"""The sweep YAML schema: axes, defaults, strictness and one-line errors."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import yaml
+
+from xsweep.errors import InputError
+from xsweep.spec.sweep import load_sweep, sweep_from_dict
+
+MINIMAL = {
+    "name": "tiny",
+    "model": "llama2-7b",
+    "training": {"global_batch_size": 32},
+    "cluster": {"pools": [{"gpu": "H100", "nodes": 1}]},
+    "parallelism": {"tp": {"H100": [2, 4]}},
+}
+
+
+def with_change(path: str, value) -> dict:
+    """MINIMAL with the dotted ``path`` set to ``value``."""
+    document = copy.deepcopy(MINIMAL)
+    *parents, last = path.split(".")
+    node = document
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[last] = value
+    return document
+
+
+def test_quickstart_grid(spaces_dir):
+    sweep = load_sweep(spaces_dir / "quickstart.yaml")
+    axes = sweep.axes()
+    assert axes["training.schedule"] == ["gpipe", "1f1b"]
+    assert axes["cluster.pools[0].nic"] == ["cx7"]
+    assert "cluster.pools[1].nic" not in axes  # absent: the GPU's default NIC
+    assert sweep.grid_size() == math.prod(len(v) for v in axes.values()) == 128
+    assert sweep.validation.top == 3
+
+
+def test_scalars_become_single_value_axes():
+    sweep = sweep_from_dict(MINIMAL)
+    axes = sweep.axes()
+    assert axes["model"] == ["llama2-7b"]
+    assert axes["cluster.pools[0].nodes"] == [1]
+    assert axes["parallelism.tp.H100"] == [2, 4]
+    assert axes["parallelism.pp"] == [1]
+    assert sweep.objectives == ["iteration_time_s"]
+
+
+def test_short_objective_names_map_to_metrics():
+    document = with_change("objectives", ["iteration_time", "cost_per_run"])
+    document["training"]["total_tokens"] = 1e9
+    assert sweep_from_dict(document).objectives == ["iteration_time_s", "cost_per_run_usd"]
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field", "reason"),
+    [
+        ("training.schedule", ["gpipe", "zb"], "training.schedule[1]", "Input should be"),
+        ("training.global_batch_size", 0, "training.global_batch_size[0]", "greater than 0"),
+        ("training.global_batch_size", "8", "training.global_batch_size[0]", "integer"),
+        ("training.batch", 8, "training.batch", "Extra inputs"),
+        ("parallelism.pp", [1, 1], "parallelism.pp", "distinct"),
+        ("parallelism.pp", [], "parallelism.pp", "at least 1"),
+        ("parallelism.tp", {"H100": 2, "A100": 2}, "parallelism.tp.A100", "no pool"),
+        ("parallelism.tp", {}, "parallelism.tp", "no TP degrees for pool 'H100'"),
+        ("cluster.pools", [{"gpu": "H100", "nodes": 0}], "cluster.pools", "empty"),
+        ("cluster.oversubscription", 0.5, "cluster.oversubscription[0]", "greater than or equal"),
+        ("objectives", ["latency"], "objectives[0]", "Input should be"),
+        ("objectives", ["cost_per_run_usd"], "training.total_tokens", "cost_per_run_usd"),
+        ("objectives", ["mfu", "mfu"], "objectives", "repeated"),
+        ("search.sampler", "anneal", "search.sampler", "Input should be"),
+    ],
+)
+def test_errors_name_field(path, value, field, reason):
+    with pytest.raises(InputError) as info:
+        sweep_from_dict(with_change(path, value), "s.yaml")
+    assert info.value.file == "s.yaml"
+    assert info.value.field == field
+    assert reason in info.value.reason
+    assert "\n" not in str(info.value)
+
+
+def test_unknown_names_checked_against_catalog(tmp_path):
+    document = copy.deepcopy(MINIMAL)
+    document["cluster"]["pools"][0]["nic"] = ["cx7", "cx42"]
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(document))
+    with pytest.raises(InputError) as info:
+        load_sweep(path)
+    assert info.value.field == "cluster.pools[0].nic[1]"
+    assert info.value.value == "cx42"
