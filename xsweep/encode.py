@@ -19,6 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 from xsweep.kernels.types import ProgramArrays
+from xsweep.metrics import MetricIndex, metric_index, stack_metric_indices
 from xsweep.plan.program import Program, TaskKind
 
 
@@ -137,3 +138,25 @@ def encode(programs: Sequence[Program], shape: Shape | None = None, *,
     link_row, link_col = _rows_and_cols(sizes[:, 4])
     out.link_capacity[link_row, link_col] = cat("link_capacity")
     return out
+
+
+def encode_metric_index(programs: Sequence[Program], num_tasks: int, *, dtype=np.float32,
+                        num_variants: int | None = None) -> MetricIndex:
+    """The programs' :class:`~xsweep.metrics.MetricIndex`, stacked at laddered sizes.
+
+    Padding follows ``xsweep.metrics`` (ints -1, floats 0, masks False); ``task_valid``
+    is widened to ``num_tasks`` to match the kernel's task axis, and rows past the
+    programs are empty variants.
+    """
+    stacked = stack_metric_indices([metric_index(p) for p in programs])
+    rows = len(programs) if num_variants is None else num_variants
+    padded = []
+    for name, a in zip(MetricIndex._fields, stacked, strict=True):
+        shape = (rows, num_tasks) if name == "task_valid" else (
+            rows, *(ladder(n) for n in a.shape[1:]))
+        kind = a.dtype.kind
+        out = np.full(shape, {"i": -1, "f": 0.0, "b": False}[kind],
+                      dtype if kind == "f" else a.dtype)
+        out[tuple(slice(0, n) for n in a.shape)] = a
+        padded.append(out)
+    return MetricIndex(*padded)

@@ -81,7 +81,7 @@ def test_streams_run_every_micro_batch_then_the_optimizer(catalog):
     for s in range(prog.num_streams):
         mine = np.flatnonzero(prog.task_stream == s)
         kinds = prog.task_category[mine]
-        assert int(np.sum((kinds == Category.FORWARD))) == 3
+        assert int(np.sum(kinds == Category.FORWARD)) == 3
         assert prog.task_category[mine[-1]] == Category.OPTIMIZER
         # the stream is a chain: each task depends on the one before it
         for a, b in zip(mine, mine[1:], strict=False):
