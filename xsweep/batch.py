@@ -7,6 +7,7 @@ its slowest member) and similar chunks share compiled code. The chunk's variant
 axis is padded to a multiple of the device count and split over all devices with
 ``shard_map``: each device runs its own loop, so one CPU, one GPU or eight run the
 same code. Variants that overflow their flow slots are rerun with twice the slots.
+The metrics of ``xsweep.metrics`` are computed on the device, inside the same call.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ import functools
 from collections.abc import Callable, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from xsweep.encode import Shape, batch_shape, encode, ladder, padding_overhead, program_sizes
+from xsweep import metrics
+from xsweep.encode import (batch_shape, encode, encode_metric_index, ladder, padding_overhead,
+                           program_sizes)
 from xsweep.errors import InputError
-from xsweep.kernels import MAX_ROUNDS, Schedule, Status, bound, exact
+from xsweep.kernels import MAX_ROUNDS, ProgramArrays, Status, bound, exact
 from xsweep.plan.program import Program
 
 LEVELS = ("bound", "exact")
@@ -31,49 +35,78 @@ DTYPES = {"float32": np.float32, "float64": np.float64}
 DEFAULT_CHUNK = {"bound": 4096, "exact": 64}
 #: Initial flow slots of the exact level (measured programs keep <= 64 flows moving).
 DEFAULT_SLOTS = 64
+#: Diagnostics of the kernels, int32 per variant.
+DIAGNOSTICS = ("status", "steps", "max_active_flows", "waterfill_rounds")
 
 _AXIS = "variant"
 
 
+def _evaluate_one(level: str, slots: int, max_rounds: int, with_metrics: bool,
+                  task_times: bool, arrays: ProgramArrays, index: metrics.MetricIndex,
+                  scalars: tuple) -> dict:
+    """Schedule one program and read its metrics (the function that gets vmapped)."""
+    if level == "bound":
+        schedule = bound(arrays)
+    else:
+        schedule = exact(arrays, slots, max_rounds)
+    out = dict(zip(DIAGNOSTICS, (schedule.status, schedule.steps, schedule.max_active_flows,
+                                 schedule.max_rounds), strict=True))
+    out["iteration_time_s"] = schedule.iteration_time_s
+    if with_metrics:
+        per_stream = metrics.stream_metrics(jnp, index, schedule.start_s, schedule.end_s)
+        out |= per_stream | metrics.summarize(jnp, index, per_stream, schedule.start_s,
+                                              schedule.end_s, *scalars)
+    if task_times:
+        out |= {"start_s": schedule.start_s, "end_s": schedule.end_s}
+    return out
+
+
 @functools.lru_cache(maxsize=None)
-def _kernel(level: str, slots: int, max_rounds: int, devices: tuple) -> tuple[Callable, NamedSharding]:
-    """The jitted, vmapped, device-sharded kernel (one per configuration; jit caches shapes)."""
-    single = bound if level == "bound" else functools.partial(
-        exact, slots=slots, max_rounds=max_rounds)
+def _compiled(level: str, slots: int, max_rounds: int, with_metrics: bool, task_times: bool,
+              devices: tuple) -> tuple[Callable, NamedSharding]:
+    """The jitted, vmapped, device-sharded evaluation (one per configuration)."""
+    single = functools.partial(_evaluate_one, level, slots, max_rounds, with_metrics,
+                               task_times)
     mesh = Mesh(np.array(devices), (_AXIS,))
     spec = PartitionSpec(_AXIS)
     batched = jax.shard_map(jax.vmap(single), mesh=mesh, in_specs=spec, out_specs=spec,
-                            check_vma=False)  # kernels know nothing of the mesh
+                            check_vma=False)  # the kernels know nothing of the mesh
     return jax.jit(batched), NamedSharding(mesh, spec)
 
 
-def _run(programs: Sequence[Program], level: str, shape: Shape, dtype, slots: int,
-         max_rounds: int, devices: tuple) -> Schedule:
-    """One chunk through the kernel; returns the Schedule as numpy arrays, real rows only."""
+def _run(programs: Sequence[Program], level: str, dtype, slots: int, max_rounds: int,
+         with_metrics: bool, task_times: bool, devices: tuple) -> dict[str, np.ndarray]:
+    """One chunk through the kernel; reruns overflowed variants with twice the slots."""
+    shape = batch_shape(program_sizes(programs))
     rows = -(-ladder(len(programs)) // len(devices)) * len(devices)
     arrays = encode(programs, shape, dtype=dtype, num_variants=rows)
-    fn, sharding = _kernel(level, min(slots, shape.flows) if level == "exact" else 0,
-                           max_rounds, devices)
-    out = fn(jax.device_put(arrays, sharding))
-    return Schedule(*(np.array(x[: len(programs)]) for x in out))
-
-
-def _run_with_retries(programs: Sequence[Program], level: str, dtype, slots: int,
-                      max_rounds: int, devices: tuple) -> Schedule:
-    """Run a chunk; rerun the variants that overflowed with twice the slots."""
-    shape = batch_shape(program_sizes(programs))
-    out = _run(programs, level, shape, dtype, slots, max_rounds, devices)
-    overflow = np.flatnonzero(out.status == Status.OVERFLOW)
-    if overflow.size:  # slots >= flows cannot overflow, so this ends
-        again = _run_with_retries([programs[i] for i in overflow], level, dtype,
-                                  max(2 * slots, 1), max_rounds, devices)
-        for mine, theirs in zip(out, again, strict=True):
-            if mine.ndim == 2:  # task times: the rerun's shape may be narrower
-                mine[overflow] = 0
-                mine[overflow, : theirs.shape[1]] = theirs
-            else:
-                mine[overflow] = theirs
+    index = encode_metric_index(programs, shape.tasks, dtype=dtype, num_variants=rows) \
+        if with_metrics else None
+    scalars = tuple(np.array([getattr(p, name) for p in programs] + [0.0] * (rows - len(programs)),
+                             dtype) for name in ("tokens_per_iteration",
+                                                 "model_flops_per_iteration",
+                                                 "peak_flops_per_s"))
+    fn, sharding = _compiled(level, min(slots, shape.flows) if level == "exact" else 0,
+                             max_rounds, with_metrics, task_times, devices)
+    out = fn(*jax.device_put((arrays, index, scalars), sharding))
+    out = {name: np.array(value)[: len(programs)] for name, value in out.items()}
+    overflow = np.flatnonzero(out["status"] == Status.OVERFLOW)
+    if overflow.size:  # slots >= flows cannot overflow, so the reruns end
+        again = _run([programs[i] for i in overflow], level, dtype, 2 * slots, max_rounds,
+                     with_metrics, task_times, devices)
+        for name, value in out.items():
+            _put(value, overflow, again[name])
     return out
+
+
+def _put(target: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
+    """``target[rows] = values`` where the second axes may differ (padding: zeros)."""
+    if target.ndim == 1:
+        target[rows] = values
+    else:
+        width = min(target.shape[1], values.shape[1])
+        target[rows] = 0
+        target[rows, :width] = values[:, :width]
 
 
 def evaluate_programs(programs: Sequence[Program], level: str = "exact", *,
@@ -81,8 +114,9 @@ def evaluate_programs(programs: Sequence[Program], level: str = "exact", *,
                       devices: Sequence | None = None,
                       progress: Callable[[int, int], None] | None = None,
                       slots: int = DEFAULT_SLOTS, max_rounds: int = MAX_ROUNDS,
-                      task_times: bool = False) -> dict[str, np.ndarray]:
-    """Iteration time, status and diagnostics of every program, batched on all devices.
+                      with_metrics: bool = True, task_times: bool = False,
+                      ) -> dict[str, np.ndarray]:
+    """Iteration time, metrics, status and diagnostics of every program, on all devices.
 
     Args:
       programs: the programs (any order; results come back in the same order).
@@ -93,13 +127,17 @@ def evaluate_programs(programs: Sequence[Program], level: str = "exact", *,
       progress: called as ``progress(done, total)`` after each chunk.
       slots: initial flow slots of the exact level (doubled for variants that overflow).
       max_rounds: water-filling round cap per event.
+      with_metrics: compute the metrics of ``xsweep.metrics`` (the iteration time,
+        status and diagnostics come back either way).
       task_times: also return ``start_s`` and ``end_s``, float[N, most tasks], 0-padded.
 
     Returns:
-      float arrays ``iteration_time_s`` (``inf`` for infeasible variants) and
-      ``padding_overhead`` (of each variant's chunk); int arrays ``status``
-      (``xsweep.kernels.Status`` codes), ``steps``, ``max_active_flows``,
-      ``waterfill_rounds``; all over the variants.
+      Arrays over the variants: ``iteration_time_s`` (``inf`` where the status is
+      infeasible); ``status`` (``xsweep.kernels.Status`` codes), ``steps``,
+      ``max_active_flows``, ``waterfill_rounds`` (int32); ``padding_overhead`` of each
+      variant's chunk; with metrics, every name of ``xsweep.metrics.RANK_METRICS`` as
+      float[N, most streams] (0 past a program's streams) and the summaries of
+      ``xsweep.metrics.summarize`` as float[N].
     """
     if level not in LEVELS:
         raise InputError(None, "level", level, f"must be one of {', '.join(LEVELS)}")
@@ -107,35 +145,27 @@ def evaluate_programs(programs: Sequence[Program], level: str = "exact", *,
         raise InputError(None, "dtype", dtype, f"must be one of {', '.join(DTYPES)}")
     devices = tuple(devices or jax.devices())
     chunk_size = chunk_size or DEFAULT_CHUNK[level]
-    sizes = program_sizes(programs)
-    order = np.argsort(sizes[:, 0] + sizes[:, 2], kind="stable")
-    n = len(programs)
     float_dtype = DTYPES[dtype]
-    result = {name: np.zeros(n, np.int32) for name in
-              ("status", "steps", "max_active_flows", "waterfill_rounds")}
-    result["iteration_time_s"] = np.zeros(n, float_dtype)
-    result["padding_overhead"] = np.zeros(n)
-    if task_times:
-        width = int(sizes[:, 0].max(initial=0))
-        result["start_s"] = np.zeros((n, width), float_dtype)
-        result["end_s"] = np.zeros((n, width), float_dtype)
+    sizes = program_sizes(programs)
+    n = len(programs)
+    order = np.argsort(sizes[:, 0] + sizes[:, 2], kind="stable")
+    widths = {"start_s": int(sizes[:, 0].max(initial=1)), "end_s": int(sizes[:, 0].max(initial=1))}
+    widths |= dict.fromkeys(metrics.RANK_METRICS, max([p.num_streams for p in programs] + [1]))
+    result: dict[str, np.ndarray] = {"padding_overhead": np.zeros(n)}
     x64 = jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
     with x64:
         for begin in range(0, n, chunk_size):
             idx = order[begin: begin + chunk_size]
-            chunk = [programs[i] for i in idx]
-            out = _run_with_retries(chunk, level, float_dtype, slots, max_rounds, devices)
-            result["status"][idx] = out.status
-            result["steps"][idx] = out.steps
-            result["max_active_flows"][idx] = out.max_active_flows
-            result["waterfill_rounds"][idx] = out.max_rounds
-            result["iteration_time_s"][idx] = np.where(
-                out.status == Status.INFEASIBLE, np.inf, out.iteration_time_s)
-            result["padding_overhead"][idx] = padding_overhead(
-                sizes[idx], batch_shape(sizes[idx]))
-            if task_times:
-                result["start_s"][idx, : out.start_s.shape[1]] = out.start_s
-                result["end_s"][idx, : out.end_s.shape[1]] = out.end_s
+            out = _run([programs[i] for i in idx], level, float_dtype, slots, max_rounds,
+                       with_metrics, task_times, devices)
+            for name, value in out.items():
+                if name not in result:
+                    shape = (n,) if value.ndim == 1 else (n, widths[name])
+                    result[name] = np.zeros(shape, value.dtype)
+                _put(result[name], idx, value)
+            result["padding_overhead"][idx] = padding_overhead(sizes[idx], batch_shape(sizes[idx]))
             if progress is not None:
                 progress(min(begin + chunk_size, n), n)
+    if "iteration_time_s" in result:
+        result["iteration_time_s"][result["status"] == Status.INFEASIBLE] = np.inf
     return result

@@ -27,10 +27,11 @@ class CostModel:
     pue: float = 1.3
 
 
-def cluster_rates(gpus: Iterable[GpuSpec], model: CostModel = CostModel()) -> dict[str, float]:
-    """Capex and hourly cost rate of the GPUs a plan uses (one entry per GPU)."""
+def cluster_rates(gpus: Iterable[GpuSpec], model: CostModel = CostModel(),
+                  network_capex_usd: float = 0.0) -> dict[str, float]:
+    """Capex and hourly cost rate of a cluster's GPUs (one entry per GPU) and network ports."""
     gpus = list(gpus)
-    capex = float(sum(g.capex_usd for g in gpus))
+    capex = float(sum(g.capex_usd for g in gpus)) + network_capex_usd
     if model.pricing == "cloud":
         rate = float(sum(g.cloud_usd_per_hour for g in gpus))
     elif model.pricing == "capex":
@@ -40,6 +41,14 @@ def cluster_rates(gpus: Iterable[GpuSpec], model: CostModel = CostModel()) -> di
     else:
         raise ValueError(f"unknown pricing {model.pricing!r}")
     return {"capex_usd": capex, "cost_rate_usd_per_hour": rate}
+
+
+def node_rates(nodes, model: CostModel = CostModel()) -> dict[str, float]:
+    """:func:`cluster_rates` of topology nodes (``NodeHw``): every GPU and NIC port counts,
+    whether or not the plan keeps it busy, since the whole node is bought or rented."""
+    gpus = [n.gpu for n in nodes for _ in range(n.num_gpus)]
+    ports = sum(n.nic.capex_usd * n.num_gpus for n in nodes)
+    return cluster_rates(gpus, model, ports if model.pricing == "capex" else 0.0)
 
 
 def run_costs(iteration_time_s, tokens_per_iteration: float, total_tokens: float,

@@ -1,0 +1,31 @@
+"""``xsweep simulate PLAN``: exact event-driven simulation of one iteration of a plan."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from xsweep.cli.plan import add_plan_inputs, read_plan
+from xsweep.outcome import format_outcome, outcome
+from xsweep.sim import simulate, write_trace
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("simulate", help="simulate one iteration exactly",
+                              description=__doc__)
+    add_plan_inputs(p)
+    p.add_argument("--trace", metavar="FILE",
+                   help="write a Chrome/Perfetto trace (open in ui.perfetto.dev)")
+
+
+def run(args) -> int:
+    analysis, program = read_plan(args)
+    print(f"simulating {program.num_tasks} tasks, {program.num_flows} flows ...",
+          file=sys.stderr)
+    result = simulate(program)
+    if args.trace:
+        write_trace(program, result, args.trace)
+        print(f"trace written to {args.trace}", file=sys.stderr)
+    doc = outcome(analysis, program, result)
+    print(json.dumps(doc, indent=2) if args.json else format_outcome(doc))
+    return 0
