@@ -1,6 +1,6 @@
 """xsweep: plan LLM training on heterogeneous GPU clusters.
 
-``load_plan`` and ``load_catalog`` are exported here lazily, so importing a
+``load_plan``, ``load_catalog`` and ``evaluate`` are exported here lazily, so importing a
 subpackage such as ``xsweep.kernels`` does not pull in protobuf, YAML or pydantic.
 """
 
@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "load_catalog", "load_plan"]
+__all__ = ["__version__", "evaluate", "load_catalog", "load_plan"]
 
 if TYPE_CHECKING:
+    from xsweep.evaluate import evaluate
     from xsweep.spec.catalog import load_catalog
     from xsweep.spec.plan_io import load_plan
 
@@ -26,4 +27,8 @@ def __getattr__(name: str):
         from xsweep.spec.catalog import load_catalog
 
         return load_catalog
+    if name == "evaluate":
+        from xsweep.evaluate import evaluate
+
+        return evaluate
     raise AttributeError(f"module 'xsweep' has no attribute {name!r}")
