@@ -36,7 +36,7 @@ from .types import ProgramArrays, Schedule, Status
 from .waterfill import MAX_ROUNDS, waterfill
 
 #: Events closer than this many machine epsilons of the current time coincide.
-EVENT_RTOL_ULPS = 16
+EVENT_RTOL_ULPS = 4
 
 # Flow phases.
 _IDLE, _LATENCY, _MOVING, _DONE = 0, 1, 2, 3
@@ -136,7 +136,11 @@ def exact(p: ProgramArrays, slots: int, max_rounds: int = MAX_ROUNDS) -> Schedul
             steps=s.steps + 1, status=status,
             max_active_flows=jnp.maximum(s.max_active_flows, num_moving),
             max_rounds=jnp.maximum(s.max_rounds, rounds))
-        return settle(s)
+        return s
+
+    def settle_then_step(s: _State) -> _State:
+        s = settle(s)
+        return lax.cond(jnp.all(s.done), lambda x: x, step, s)
 
     zeros_t = jnp.zeros((num_tasks,), dtype)
     no_t = jnp.zeros((num_tasks,), bool)
@@ -145,7 +149,7 @@ def exact(p: ProgramArrays, slots: int, max_rounds: int = MAX_ROUNDS) -> Schedul
                   jnp.full((num_flows,), _IDLE, jnp.int32), jnp.zeros((num_flows,), dtype),
                   p.flow_bytes, zero, jnp.int32(Status.OK), zero, zero)
     cap = max_steps(num_tasks, num_flows)
-    s = lax.while_loop(lambda s: running(s) & (s.steps < cap), step, settle(init))
+    s = lax.while_loop(lambda s: running(s) & (s.steps < cap), settle_then_step, init)
     status = jnp.where(running(s), Status.INFEASIBLE, s.status)
     return Schedule(jnp.where(s.started, s.start_s, s.now), jnp.where(s.done, s.end_s, s.now),
                     jnp.max(jnp.where(s.done, s.end_s, s.now), initial=0), status, s.steps,

@@ -22,8 +22,14 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from xsweep import metrics
-from xsweep.encode import (batch_shape, encode, encode_metric_index, ladder, padding_overhead,
-                           program_sizes)
+from xsweep.encode import (
+    batch_shape,
+    encode,
+    encode_metric_index,
+    ladder,
+    padding_overhead,
+    program_sizes,
+)
 from xsweep.errors import InputError
 from xsweep.kernels import MAX_ROUNDS, ProgramArrays, Status, bound, exact
 from xsweep.plan.program import Program
@@ -45,15 +51,14 @@ def _evaluate_one(level: str, slots: int, max_rounds: int, with_metrics: bool,
                   task_times: bool, arrays: ProgramArrays, index: metrics.MetricIndex,
                   scalars: tuple) -> dict:
     """Schedule one program and read its metrics (the function that gets vmapped)."""
-    if level == "bound":
-        schedule = bound(arrays)
-    else:
-        schedule = exact(arrays, slots, max_rounds)
+    schedule = bound(arrays) if level == "bound" else exact(arrays, slots, max_rounds)
     out = dict(zip(DIAGNOSTICS, (schedule.status, schedule.steps, schedule.max_active_flows,
                                  schedule.max_rounds), strict=True))
     out["iteration_time_s"] = schedule.iteration_time_s
     if with_metrics:
         per_stream = metrics.stream_metrics(jnp, index, schedule.start_s, schedule.end_s)
+        per_stream = {name: jnp.where(index.stream_weight > 0, value, 0)
+                      for name, value in per_stream.items()}
         out |= per_stream | metrics.summarize(jnp, index, per_stream, schedule.start_s,
                                               schedule.end_s, *scalars)
     if task_times:
@@ -61,7 +66,7 @@ def _evaluate_one(level: str, slots: int, max_rounds: int, with_metrics: bool,
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled(level: str, slots: int, max_rounds: int, with_metrics: bool, task_times: bool,
               devices: tuple) -> tuple[Callable, NamedSharding]:
     """The jitted, vmapped, device-sharded evaluation (one per configuration)."""

@@ -61,9 +61,9 @@ def padding_overhead(sizes: np.ndarray, shape: Shape, num_variants: int | None =
 
     Cells: one per task, predecessor slot, flow, path slot and link.
     """
-    t, d, f, h, l = (sizes[:, i].astype(float) for i in range(5))
+    tasks, preds, flows, hops, links = sizes.astype(float).T
     # real cells: predecessor and path slots counted by their widest row, a fair floor
-    real = np.sum(t + t * d + f + f * h + l)
+    real = np.sum(tasks * (1 + preds) + flows * (1 + hops) + links)
     rows = len(sizes) if num_variants is None else num_variants
     allocated = rows * (shape.tasks * (1 + shape.preds) + shape.flows * (1 + shape.hops)
                         + shape.links)

@@ -5,17 +5,16 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
-from programs import (GB, bottleneck_program, gpipe_program, parking_lot_program,
-                      ring_allreduce_program)
+from programs import GB, bottleneck_program, parking_lot_program
+from xsweep.kernels import Status, exact
 
 from xsweep.batch import evaluate_programs
-from xsweep.encode import Shape, batch_shape, encode, program_sizes
-from xsweep.kernels import Status, exact
+from xsweep.encode import batch_shape, encode, program_sizes
 from xsweep.plan.program import Category, ProgramBuilder
 
-SLOTS = 8
+SLOTS = 32
 _exact = jax.jit(exact, static_argnames=("slots", "max_rounds"))
-_exact_batch = jax.jit(jax.vmap(exact, in_axes=(0, None)), static_argnums=1)
+_exact_batch = jax.jit(jax.vmap(exact, in_axes=(0, None, None)), static_argnums=(1, 2))
 
 
 def _errors(programs, sims, result):
@@ -31,6 +30,7 @@ def _errors(programs, sims, result):
 
 def test_random_programs_agree_with_simulator_float32(random_programs, random_sims,
                                                       exact_float32):
+    assert len(random_programs) >= 50
     assert np.all(exact_float32["status"] == Status.OK)
     iteration, task = _errors(random_programs, random_sims, exact_float32)
     assert np.median(iteration) <= 1e-5 and iteration.max() <= 1e-4
@@ -51,77 +51,81 @@ def test_random_programs_exercise_contention(exact_float64):
     assert exact_float64["waterfill_rounds"].max() >= 2
 
 
-@pytest.mark.parametrize(("program", "expected_s"), [
-    (bottleneck_program(4, 2 * GB, 1 * GB, latency_s=3e-6), 3e-6 + 4 * 1 * GB / (2 * GB)),
-    (ring_allreduce_program(4, 8 * GB, 25 * GB, 5e-6), 2 * 3 * (5e-6 + 8 * GB / (4 * 25 * GB))),
-    (gpipe_program(4, 8, 0.010, 0.020), (8 + 4 - 1) * (0.010 + 0.020)),
-    (gpipe_program(3, 6, 0.010, 0.020, schedule="1f1b"), (6 + 3 - 1) * (0.010 + 0.020)),
-], ids=["incast", "ring", "gpipe", "1f1b"])
-def test_closed_forms(program, expected_s):
-    out = evaluate_programs([program], "exact", dtype="float64")
-    assert out["status"][0] == Status.OK
-    assert out["iteration_time_s"][0] == pytest.approx(expected_s, rel=1e-12)
+@pytest.mark.parametrize(("dtype", "rel"), [("float32", 2e-6), ("float64", 1e-12)])
+def test_closed_forms(dtype, rel, closed_forms, random_programs, exact_float32, exact_float64):
+    out = exact_float32 if dtype == "float32" else exact_float64
+    first = len(random_programs) - len(closed_forms)
+    for row, (name, _, expected_s) in enumerate(closed_forms, start=first):
+        assert out["status"][row] == Status.OK, name
+        assert out["iteration_time_s"][row] == pytest.approx(expected_s, rel=rel), name
 
 
-def test_batched_equals_single_calls(random_programs):
-    programs = random_programs[:6]
-    arrays = encode(programs)
-    batched = _exact_batch(arrays, SLOTS * 4)
-    for i in range(len(programs)):
-        single = _exact(jax.tree.map(lambda x, i=i: x[i], arrays), slots=SLOTS * 4)
+@pytest.fixture(scope="module")
+def six(random_programs):
+    """Six programs encoded at one shape, and their batched exact schedules."""
+    arrays = encode(random_programs[:6])
+    return arrays, _exact_batch(arrays, SLOTS, 64)
+
+
+def test_batched_equals_single_calls(six):
+    arrays, batched = six
+    for i in range(len(arrays.task_valid)):
+        single = _exact(jax.tree.map(lambda x, i=i: x[i], arrays), slots=SLOTS)
         for b, s in zip(batched, single, strict=True):
             np.testing.assert_array_equal(np.asarray(b)[i], np.asarray(s))
 
 
-def test_padding_does_not_change_results(random_programs):
-    """A program alone at its own shape = the same program in a wider, padded batch."""
-    program = random_programs[3]
-    alone = _exact(jax.tree.map(lambda x: x[0], encode([program])), slots=SLOTS * 4)
-    own = batch_shape(program_sizes([program]))
-    wide = Shape(*(2 * n for n in own))
-    padded = _exact_batch(encode([program], wide, num_variants=3), SLOTS * 4)
+def test_wider_padding_does_not_change_results(random_programs, six):
+    """The smallest of the six, at its own shape and padded to the batch's: same times."""
+    arrays, batched = six
+    i = int(np.argmin(program_sizes(random_programs[:6]).sum(axis=1)))
+    program = random_programs[i]
+    assert batch_shape(program_sizes([program])) != batch_shape(program_sizes(random_programs[:6]))
+    alone = _exact(jax.tree.map(lambda x: x[0], encode([program])), slots=SLOTS)
     n = program.num_tasks
     for key in ("start_s", "end_s"):
-        np.testing.assert_array_equal(np.asarray(getattr(padded, key))[0, :n],
+        np.testing.assert_array_equal(np.asarray(getattr(batched, key))[i, :n],
                                       np.asarray(getattr(alone, key))[:n])
-    assert float(padded.iteration_time_s[0]) == float(alone.iteration_time_s)
-    # the empty padded variants finish at once, with nothing to report
-    assert np.all(np.asarray(padded.iteration_time_s)[1:] == 0)
-    assert np.all(np.asarray(padded.status) == Status.OK)
+    assert float(batched.iteration_time_s[i]) == float(alone.iteration_time_s)
+
+
+def test_padded_variants_finish_at_once(random_programs):
+    arrays = encode(random_programs[:6], num_variants=8)
+    schedules = _exact_batch(arrays, SLOTS, 64)
+    assert np.all(np.asarray(schedules.iteration_time_s)[6:] == 0)
+    assert np.all(np.asarray(schedules.steps)[6:] == 0)
 
 
 def test_overflow_reruns_with_more_slots(random_programs, exact_float64):
-    out = evaluate_programs(random_programs[:20], "exact", dtype="float64", slots=1)
+    crowded = np.flatnonzero((exact_float64["max_active_flows"] > 2)
+                             & (exact_float64["max_active_flows"] <= 4))[:4]
+    out = evaluate_programs([random_programs[i] for i in crowded], "exact", dtype="float64",
+                            slots=2, with_metrics=False)
     assert np.all(out["status"] == Status.OK)
-    assert out["max_active_flows"].max() > 1  # so the first pass did overflow
-    np.testing.assert_array_equal(out["iteration_time_s"], exact_float64["iteration_time_s"][:20])
+    np.testing.assert_array_equal(out["iteration_time_s"],
+                                  exact_float64["iteration_time_s"][crowded])
 
 
-def test_overflow_status_from_the_kernel(random_programs, exact_float32):
-    crowded = int(np.argmax(exact_float32["max_active_flows"]))
-    arrays = jax.tree.map(lambda x: x[crowded], encode([random_programs[crowded]]))
-    out = _exact(arrays, slots=1)
-    assert int(out.status) == Status.OVERFLOW
-    assert np.all(np.isfinite(np.asarray(out.end_s)))
-
-
-def test_round_cap_gives_not_converged_with_finite_times():
-    # the parking lot with two bottleneck levels needs two water-filling rounds
-    program = parking_lot_program((1 * GB, 3 * GB), (1, 2))
-    out = evaluate_programs([program], "exact", max_rounds=1)
-    assert out["status"][0] == Status.NOT_CONVERGED
-    assert np.isfinite(out["iteration_time_s"][0]) and out["iteration_time_s"][0] > 0
-    assert evaluate_programs([program], "exact")["status"][0] == Status.OK
-
-
-def test_deadlock_is_infeasible_not_nan():
-    """Arrays with a dependency cycle (no valid program has one) end as infeasible."""
+def _cycle_program():
     b = ProgramBuilder([1 * GB], [0.0], ["l"], rank_node=[0])
     b.add_stream(0, [0])
     first = b.add_compute(Category.FORWARD, 0, 1.0)
     b.add_compute(Category.FORWARD, 0, 1.0, [first])
-    arrays = encode([b.build()])
-    arrays.task_preds[0, 0, 0] = 1  # task 0 now also waits for task 1
-    out = _exact(jax.tree.map(lambda x: x[0], arrays), slots=SLOTS)
-    assert int(out.status) == Status.INFEASIBLE
-    assert np.all(np.isfinite(np.asarray(out.start_s))) and np.all(np.isfinite(np.asarray(out.end_s)))
+    return b.build()
+
+
+def test_status_codes_with_finite_outputs():
+    """Round cap -> not converged; too few slots -> overflow; a cycle -> infeasible."""
+    programs = [
+        parking_lot_program((1 * GB, 3 * GB), (1, 1)),  # two bottleneck levels: two rounds
+        bottleneck_program(6, 1 * GB),  # six flows move at once
+        _cycle_program(),
+    ]
+    arrays = encode(programs)
+    arrays.task_preds[2, 0, 0] = 1  # task 0 now also waits for task 1: no valid program does
+    out = _exact_batch(arrays, 4, 1)
+    assert np.asarray(out.status).tolist() == [Status.NOT_CONVERGED, Status.OVERFLOW,
+                                               Status.INFEASIBLE]
+    for x in out:
+        assert np.all(np.isfinite(np.asarray(x)))
+    assert float(out.iteration_time_s[0]) > 0

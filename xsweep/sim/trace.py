@@ -22,27 +22,39 @@ from xsweep.plan.program import Category, Program
 from xsweep.sim.result import SimResult
 
 
-def _label(program: Program, t: int) -> tuple[str, dict]:
-    category = Category(int(program.task_category[t])).name.lower()
-    stage, mb = int(program.task_stage[t]), int(program.task_micro_batch[t])
-    name = program.task_names[t] if program.task_names and program.task_names[t] else (
-        f"{category} s{stage} mb{mb}")
-    args = {"task": t, "stage": stage, "micro_batch": mb,
-            "device_group": int(program.task_device_group[t]),
-            "phase": int(program.task_phase[t])}
-    return name, {"cat": category, "args": args}
+def _labels(program: Program) -> list[tuple[str, dict]]:
+    """Per task: its slice name, and its category and arguments."""
+    categories = [c.name.lower() for c in Category]
+    columns = zip(program.task_category.tolist(), program.task_stage.tolist(),
+                  program.task_micro_batch.tolist(), program.task_device_group.tolist(),
+                  program.task_phase.tolist(), strict=True)
+    names = program.task_names or ("",) * program.num_tasks
+    out = []
+    for t, ((category, stage, mb, group, phase), name) in enumerate(zip(columns, names,
+                                                                        strict=True)):
+        cat = categories[category]
+        out.append((name or f"{cat} s{stage} mb{mb}",
+                    {"cat": cat, "args": {"task": t, "stage": stage, "micro_batch": mb,
+                                          "device_group": group, "phase": phase}}))
+    return out
 
 
 def _comm_slices(program: Program, result: SimResult) -> dict[int, list[tuple[float, float, int]]]:
-    """Off-stream COMM tasks per source rank, as (start, end, task)."""
+    """Off-stream COMM tasks per source rank, as (task start, end of the rank's last flow, task)."""
+    flow_task = np.repeat(np.arange(program.num_tasks), np.diff(program.flow_ptr))
+    off_stream = program.task_stream[flow_task] < 0
+    task, src = flow_task[off_stream], program.flow_src[off_stream]
+    if not task.size:
+        return {}
+    order = np.lexsort((src, task))
+    task, src, end = task[order], src[order], result.flow_end_s[off_stream][order]
+    first = np.flatnonzero(np.r_[True, (task[1:] != task[:-1]) | (src[1:] != src[:-1])])
+    last_end = np.maximum.reduceat(end, first)
     per_rank: dict[int, list[tuple[float, float, int]]] = {}
-    off_stream = np.flatnonzero((program.task_stream < 0) & (np.diff(program.flow_ptr) > 0))
-    for t in off_stream.tolist():
-        flows = np.arange(program.flow_ptr[t], program.flow_ptr[t + 1])
-        src = program.flow_src[flows]
-        for r in np.unique(src).tolist():
-            end = float(result.flow_end_s[flows[src == r]].max())
-            per_rank.setdefault(r, []).append((float(result.task_start_s[t]), end, t))
+    start = result.task_start_s
+    for t, r, e in zip(task[first].tolist(), src[first].tolist(), last_end.tolist(),
+                       strict=True):
+        per_rank.setdefault(r, []).append((float(start[t]), e, t))
     return per_rank
 
 
@@ -62,6 +74,7 @@ def _lanes(slices: list[tuple[float, float, int]]) -> list[int]:
 
 def trace_events(program: Program, result: SimResult) -> dict:
     """The trace as a Chrome trace event document (a dict ready for ``json.dump``)."""
+    labels = _labels(program)
     comm = {r: sorted(s) for r, s in _comm_slices(program, result).items()}
     comm_lanes = {r: _lanes(s) for r, s in comm.items()}
     stride = 1 + max((max(lanes) + 1 for lanes in comm_lanes.values()), default=0)
@@ -81,7 +94,7 @@ def trace_events(program: Program, result: SimResult) -> dict:
                            "args": {"sort_index": tid}})
 
     def slice_event(t: int, rank: int, lane: int, start: float, end: float) -> dict:
-        name, extra = _label(program, t)
+        name, extra = labels[t]
         return {"ph": "X", "name": name, "pid": int(node[rank]), "tid": rank * stride + lane,
                 "ts": start * 1e6, "dur": (end - start) * 1e6, **extra}
 
@@ -93,7 +106,7 @@ def trace_events(program: Program, result: SimResult) -> dict:
         for (s, e, t), lane in zip(slices, comm_lanes[r], strict=True):
             events.append(slice_event(t, r, 1 + lane, s, e))
     for t in np.flatnonzero(program.task_category == Category.BARRIER).tolist():
-        name, extra = _label(program, t)
+        name, extra = labels[t]
         events.append({"ph": "i", "s": "g", "name": name, "pid": 0, "tid": 0,
                        "ts": float(end[t]) * 1e6, **extra})
     return {"traceEvents": events, "displayTimeUnit": "ms"}

@@ -1,0 +1,110 @@
+"""Encoding programs into padded arrays: round trip, padding convention, shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from programs import random_program, ring_allreduce_program
+
+from xsweep import metrics
+from xsweep.encode import (
+    Shape,
+    batch_shape,
+    encode,
+    encode_metric_index,
+    ladder,
+    padding_overhead,
+    program_sizes,
+)
+from xsweep.plan.program import TaskKind
+from xsweep.sim import simulate
+
+
+def test_ladder():
+    assert [ladder(n) for n in range(0, 14)] == [1, 1, 2, 3, 4, 6, 6, 8, 8, 12, 12, 12, 12, 16]
+    assert ladder(25) == 32 and ladder(33) == 48 and ladder(48) == 48
+
+
+def _decode(arrays, row: int, program):
+    """The program's fields read back from one row of the encoded arrays."""
+    n_t, n_f = program.num_tasks, program.num_flows
+    preds = arrays.task_preds[row, :n_t]
+    paths = arrays.flow_path[row, :n_f]
+    return {
+        "task_kind": np.where(arrays.task_is_comm[row, :n_t], TaskKind.COMM, TaskKind.COMPUTE),
+        "task_duration_s": arrays.task_duration_s[row, :n_t],
+        "dep_idx": np.concatenate([p[p >= 0] for p in preds] + [np.zeros(0, np.int32)]),
+        "dep_ptr": np.concatenate([[0], np.cumsum((preds >= 0).sum(axis=1))]),
+        "flow_ptr": np.searchsorted(arrays.flow_task[row, :n_f], np.arange(n_t + 1)),
+        "flow_bytes": arrays.flow_bytes[row, :n_f],
+        "flow_latency_s": arrays.flow_latency_s[row, :n_f],
+        "path_links": np.concatenate([p[p >= 0] for p in paths] + [np.zeros(0, np.int32)]),
+        "path_ptr": np.concatenate([[0], np.cumsum((paths >= 0).sum(axis=1))]),
+        "link_capacity": arrays.link_capacity[row, : program.num_links],
+    }
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(0, 10_000), min_size=1, max_size=4))
+def test_round_trip_and_padding(seeds):
+    programs = [random_program(s) for s in seeds]
+    arrays = encode(programs, dtype=np.float64, num_variants=len(programs) + 1)
+    shape = Shape(arrays.task_preds.shape[1], arrays.task_preds.shape[2],
+                  arrays.flow_path.shape[1], arrays.flow_path.shape[2],
+                  arrays.link_capacity.shape[1])
+    assert shape == batch_shape(program_sizes(programs))
+    for row, p in enumerate(programs):
+        for name, value in _decode(arrays, row, p).items():
+            np.testing.assert_array_equal(value, getattr(p, name), err_msg=name)
+        # padding: zero-duration compute tasks without predecessors; flows of no task
+        assert arrays.task_valid[row].sum() == p.num_tasks
+        pad = ~arrays.task_valid[row]
+        assert not arrays.task_is_comm[row, pad].any()
+        assert np.all(arrays.task_duration_s[row, pad] == 0)
+        assert np.all(arrays.task_preds[row, pad] == -1)
+        assert np.all(arrays.flow_task[row, p.num_flows:] == -1)
+        assert np.all(arrays.flow_path[row, p.num_flows:] == -1)
+        assert np.all(arrays.link_capacity[row, p.num_links:] == 1)
+    assert not arrays.task_valid[-1].any() and np.all(arrays.flow_task[-1] == -1)
+
+
+def test_too_small_shape_is_refused():
+    program = ring_allreduce_program(4, 1e9, 1e9, 0.0)
+    with pytest.raises(ValueError, match="do not fit"):
+        encode([program], Shape(2, 1, 4, 1, 4))
+    with pytest.raises(ValueError, match="do not fit"):
+        encode([program, program], num_variants=1)
+
+
+def test_padding_overhead():
+    # 6 tasks, 1 predecessor each but the first, 24 flows of one hop, 4 links: all on the ladder
+    ring = ring_allreduce_program(4, 1e9, 1e9, 0.0)
+    sizes = program_sizes([ring])
+    assert sizes.tolist() == [[6, 1, 24, 1, 4]]
+    assert padding_overhead(sizes, batch_shape(sizes)) == 0.0
+    assert padding_overhead(sizes, batch_shape(sizes), num_variants=2) == pytest.approx(1.0)
+    small = ring_allreduce_program(2, 1e9, 1e9, 0.0)
+    both = program_sizes([ring, small])
+    assert padding_overhead(both, batch_shape(both)) > 0
+
+
+def test_metric_index_padding_keeps_metrics(random_programs):
+    programs = random_programs[:5]
+    shape = batch_shape(program_sizes(programs))
+    index = encode_metric_index(programs, shape.tasks, dtype=np.float64, num_variants=8)
+    assert index.task_valid.shape == (8, shape.tasks)
+    for field in index:
+        assert all(n == ladder(n) for n in field.shape[1:])
+    for row, p in enumerate(programs):
+        result = simulate(p)
+        start = np.zeros(shape.tasks)
+        end = np.zeros(shape.tasks)
+        start[: p.num_tasks], end[: p.num_tasks] = result.task_start_s, result.task_end_s
+        padded = metrics.stream_metrics(np, metrics.MetricIndex(*(x[row] for x in index)),
+                                        start, end)
+        plain = metrics.stream_metrics(np, metrics.metric_index(p), result.task_start_s,
+                                       result.task_end_s)
+        for name in metrics.RANK_METRICS:
+            np.testing.assert_array_equal(padded[name][: p.num_streams], plain[name], name)
