@@ -10,8 +10,12 @@ Each step of the ``lax.while_loop``:
 3. *settle* the new instant: every event within a relative tolerance of it
    happens now (flows whose latency ended start transferring, drained flows and
    finished compute tasks complete, COMM tasks whose flows are all done complete),
-   ready tasks start (their flows begin their latency), and this repeats until no
-   task completes, so chains of zero-length tasks resolve at the same instant.
+   tasks whose last predecessor finished start (their flows begin their latency),
+   and this repeats while a task that started finishes at once (zero-duration
+   compute, COMM without timed flows), so such chains resolve at one instant.
+
+Dependencies are counted down along the edge list (``pending`` per task), so a
+settle pass costs ``T + E + F`` however many predecessors the widest task has.
 
 Every step completes at least one event (the earliest one is within tolerance of
 itself), so a program with ``T`` tasks and ``F`` flows needs at most ``T + 2F``
@@ -48,6 +52,7 @@ class _State(NamedTuple):
     end_s: Array
     started: Array
     done: Array
+    pending: Array  # unfinished predecessors of each task
     phase: Array
     latency_end_s: Array
     left_bytes: Array
@@ -74,33 +79,42 @@ def exact(p: ProgramArrays, slots: int, max_rounds: int = MAX_ROUNDS) -> Schedul
     dtype = p.link_capacity.dtype
     rtol = EVENT_RTOL_ULPS * jnp.finfo(dtype).eps
     inf = jnp.asarray(jnp.inf, dtype)
-    preds = jnp.where(p.task_preds >= 0, p.task_preds, num_tasks)  # T: a task always done
     flow_real = p.flow_task >= 0
     flow_owner = jnp.maximum(p.flow_task, 0)
+    edge_real = p.dep_task >= 0
+    edge_pred = jnp.maximum(p.dep_pred, 0)
+
+    def per_task(values: Array, segments: Array) -> Array:
+        return jax.ops.segment_sum(values.astype(jnp.int32), segments, num_segments=num_tasks)
+
+    # Tasks that finish the instant they start: their successors start at that instant too.
+    timed_flows = per_task(flow_real & ((p.flow_latency_s > 0) | (p.flow_bytes > 0)),
+                           p.flow_task)
+    instant = jnp.where(p.task_is_comm, timed_flows == 0, p.task_duration_s <= 0)
 
     def settle_body(carry):
         s, _ = carry
-        tol = s.now * rtol
-        done_or_pad = jnp.concatenate([s.done, jnp.ones((1,), bool)])
-        ready = ~s.started & jnp.all(done_or_pad[preds], axis=1)
-        started = s.started | ready
-        start_s = jnp.where(ready, s.now, s.start_s)
-        phase = s.phase
-        begin = (phase == _IDLE) & flow_real & started[flow_owner]
-        latency_end_s = jnp.where(begin, s.now + p.flow_latency_s, s.latency_end_s)
-        phase = jnp.where(begin, _LATENCY, phase)
-        phase = jnp.where((phase == _LATENCY) & (latency_end_s <= s.now + tol), _MOVING, phase)
+        due = s.now + s.now * rtol
+        # events of this instant: latencies end, drained flows and finished tasks complete
+        phase = jnp.where((s.phase == _LATENCY) & (s.latency_end_s <= due), _MOVING, s.phase)
         phase = jnp.where((phase == _MOVING) & (s.left_bytes <= 0), _DONE, phase)
-        open_flows = jax.ops.segment_sum((phase != _DONE).astype(jnp.int32), p.flow_task,
-                                         num_segments=num_tasks)
-        finished = started & ~s.done & jnp.where(
-            p.task_is_comm, open_flows == 0, start_s + p.task_duration_s <= s.now + tol)
-        s = s._replace(start_s=start_s, started=started, done=s.done | finished,
-                       end_s=jnp.where(finished, s.now, s.end_s), phase=phase,
-                       latency_end_s=latency_end_s)
-        return s, jnp.any(finished)
+        open_flows = per_task(flow_real & (phase != _DONE), p.flow_task)
+        finished = s.started & ~s.done & jnp.where(
+            p.task_is_comm, open_flows == 0, s.start_s + p.task_duration_s <= due)
+        pending = s.pending - per_task(edge_real & finished[edge_pred], p.dep_task)
+        # successors whose last predecessor finished start now, their flows begin
+        ready = ~s.started & (pending == 0)
+        begin = flow_real & ready[flow_owner]
+        latency_end_s = jnp.where(begin, s.now + p.flow_latency_s, s.latency_end_s)
+        phase = jnp.where(begin, jnp.where(latency_end_s > due, _LATENCY,
+                                           jnp.where(p.flow_bytes > 0, _MOVING, _DONE)), phase)
+        s = s._replace(start_s=jnp.where(ready, s.now, s.start_s), started=s.started | ready,
+                       done=s.done | finished, end_s=jnp.where(finished, s.now, s.end_s),
+                       pending=pending, phase=phase, latency_end_s=latency_end_s)
+        return s, jnp.any(ready & instant)
 
     def settle(s: _State) -> _State:
+        """Apply every event due now; repeat while tasks that start also finish now."""
         return lax.while_loop(lambda c: c[1], settle_body, (s, jnp.bool_(True)))[0]
 
     def running(s: _State) -> Array:
@@ -146,6 +160,7 @@ def exact(p: ProgramArrays, slots: int, max_rounds: int = MAX_ROUNDS) -> Schedul
     no_t = jnp.zeros((num_tasks,), bool)
     zero = jnp.int32(0)
     init = _State(jnp.asarray(0, dtype), zeros_t, zeros_t, no_t, no_t,
+                  per_task(edge_real, p.dep_task),
                   jnp.full((num_flows,), _IDLE, jnp.int32), jnp.zeros((num_flows,), dtype),
                   p.flow_bytes, zero, jnp.int32(Status.OK), zero, zero)
     cap = max_steps(num_tasks, num_flows)

@@ -1,15 +1,18 @@
 """Array types of the kernels: one program as padded arrays, results, status codes.
 
-Shape names: ``T`` tasks, ``D`` predecessors per task, ``F`` flows, ``P`` links per
-path, ``L`` links, ``K`` flow slots. The kernels are written for one program; the
+Shape names: ``T`` tasks, ``D`` predecessors per task, ``E`` dependencies, ``F``
+flows, ``P`` links per path, ``L`` links, ``K`` flow slots. Dependencies come both
+as a predecessor matrix (the bound's scan reads a task's row) and as an edge list
+(the exact level updates per-task counters along it, which costs ``E``, not ``T x D``,
+when a few tasks have many predecessors). The kernels are written for one program; the
 batched arrays carry a leading ``variant`` axis added by ``jax.vmap``.
 
 Padding convention (what lets programs of different sizes share one shape):
 
 * padded tasks are zero-duration COMPUTE tasks without predecessors: they finish
   at time 0 and change nothing; ``task_valid`` marks the real ones;
-* padded predecessor entries, flow tasks and path entries are ``-1``; a padded
-  flow (``flow_task == -1``) never starts;
+* padded predecessor entries, edges, flow tasks and path entries are ``-1``; a
+  padded flow (``flow_task == -1``) never starts;
 * padded links have capacity 1 and no flow crosses them.
 """
 
@@ -42,6 +45,8 @@ class ProgramArrays(NamedTuple):
     task_is_comm: Array  # bool[T]
     task_duration_s: Array  # float[T], 0 for COMM tasks
     task_preds: Array  # int32[T, D], predecessor task ids, -1 pad
+    dep_task: Array  # int32[E], the same dependencies as a list of edges: the task, -1 pad
+    dep_pred: Array  # int32[E], and its predecessor, -1 pad
     flow_task: Array  # int32[F], owning COMM task, -1 pad
     flow_bytes: Array  # float[F]
     flow_latency_s: Array  # float[F]

@@ -45,16 +45,17 @@ def waterfill(capacity: Array, paths: Array, active: Array,
     hop = jnp.where(on, paths, num_links).reshape(-1)  # off hops go to a spare segment
 
     def link_sum(values: Array) -> Array:
-        return jax.ops.segment_sum(values.reshape(-1), hop, num_segments=num_links + 1)
+        """Per-link sums of per-hop values ([S, P] or [S, P, C])."""
+        flat = values.reshape(hop.shape[0], *values.shape[2:])
+        return jax.ops.segment_sum(flat, hop, num_segments=num_links + 1)
 
     def cond(state):
-        _, frozen, _, _, rounds = state
+        frozen, rounds = state[1], state[-1]
         return jnp.any(~frozen) & (rounds < max_rounds)
 
     def body(state):
-        rates, frozen, residual, _, rounds = state
+        rates, frozen, residual, count, _, rounds = state
         crossing = on & ~frozen[:, None]
-        count = link_sum(crossing.astype(capacity.dtype))
         share = jnp.where(count > 0, residual / jnp.maximum(count, 1), inf)
         path_share = jnp.min(jnp.where(crossing, share[hop].reshape(on.shape), inf), axis=1)
         link_min = jax.ops.segment_min(
@@ -63,13 +64,18 @@ def waterfill(capacity: Array, paths: Array, active: Array,
         bottleneck = (count > 0) & (share <= link_min)
         newly = ~frozen & jnp.any(on & bottleneck[hop].reshape(on.shape), axis=1)
         rate_new = jnp.where(newly, path_share, 0)
-        residual = jnp.maximum(residual - link_sum(jnp.where(on, rate_new[:, None], 0)), 0)
-        return rates + rate_new, frozen | newly, residual, path_share, rounds + 1
+        # one scatter takes the newly frozen flows off their links: count and capacity
+        leaving = on & newly[:, None]
+        taken = link_sum(jnp.stack([leaving.astype(capacity.dtype),
+                                    jnp.where(leaving, rate_new[:, None], 0)], axis=-1))
+        return (rates + rate_new, frozen | newly, jnp.maximum(residual - taken[:, 1], 0),
+                count - taken[:, 0], path_share, rounds + 1)
 
     zeros = jnp.zeros(active.shape, capacity.dtype)
     residual = jnp.concatenate([capacity, jnp.zeros((1,), capacity.dtype)])
-    rates, frozen, _, path_share, rounds = lax.while_loop(
-        cond, body, (zeros, ~active, residual, zeros, jnp.int32(0)))
+    count = link_sum(on.astype(capacity.dtype))
+    rates, frozen, _, _, path_share, rounds = lax.while_loop(
+        cond, body, (zeros, ~active, residual, count, zeros, jnp.int32(0)))
     # Giving every flow still unfrozen its share from the last round is feasible:
     # on each link those flows together get at most count * (residual / count).
     rates = jnp.where(frozen, rates, jnp.where(active, path_share, 0))

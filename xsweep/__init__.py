@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 __all__ = ["__version__", "evaluate", "load_catalog", "load_plan"]
 
 if TYPE_CHECKING:
-    from xsweep.evaluate import evaluate
+    from xsweep.evaluator import evaluate
     from xsweep.spec.catalog import load_catalog
     from xsweep.spec.plan_io import load_plan
 
@@ -28,7 +28,7 @@ def __getattr__(name: str):
 
         return load_catalog
     if name == "evaluate":
-        from xsweep.evaluate import evaluate
+        from xsweep.evaluator import evaluate
 
         return evaluate
     raise AttributeError(f"module 'xsweep' has no attribute {name!r}")

@@ -28,6 +28,7 @@ from xsweep.encode import (
     encode_metric_index,
     ladder,
     padding_overhead,
+    predicted_size,
     program_sizes,
 )
 from xsweep.errors import InputError
@@ -153,7 +154,7 @@ def evaluate_programs(programs: Sequence[Program], level: str = "exact", *,
     float_dtype = DTYPES[dtype]
     sizes = program_sizes(programs)
     n = len(programs)
-    order = np.argsort(sizes[:, 0] + sizes[:, 2], kind="stable")
+    order = np.argsort(predicted_size(sizes), kind="stable")
     widths = {"start_s": int(sizes[:, 0].max(initial=1)), "end_s": int(sizes[:, 0].max(initial=1))}
     widths |= dict.fromkeys(metrics.RANK_METRICS, max([p.num_streams for p in programs] + [1]))
     result: dict[str, np.ndarray] = {"padding_overhead": np.zeros(n)}

@@ -1,7 +1,7 @@
 """Program IR -> padded arrays for the kernels, a batch of programs at a time.
 
-Programs of one batch share one shape ``(T, D, F, P, L)``: tasks, predecessors
-per task, flows, links per path, links. Sizes are rounded up to a short ladder
+Programs of one batch share one shape ``(T, D, E, F, P, L)``: tasks, predecessors
+per task, dependencies, flows, links per path, links. Sizes are rounded up to a short ladder
 (1, 2, 3, 4, 6, 8, 12, 16, 24, ...) so that batches of similar programs repeat
 the same shapes and reuse compiled kernels. Encoding is vectorised over the whole
 batch (one concatenation per field, then scatters), so it costs microseconds per
@@ -28,18 +28,25 @@ class Shape(NamedTuple):
 
     tasks: int
     preds: int
+    edges: int
     flows: int
     hops: int
     links: int
 
 
 def program_sizes(programs: Sequence[Program]) -> np.ndarray:
-    """int64[N, 5]: each program's (tasks, most predecessors, flows, longest path, links)."""
+    """int64[N, 6]: each program's sizes in the order of :class:`Shape`."""
     def widest(ptr: np.ndarray) -> int:
         return int(np.max(np.diff(ptr), initial=0))
 
-    return np.array([(p.num_tasks, widest(p.dep_ptr), p.num_flows, widest(p.path_ptr),
-                      p.num_links) for p in programs], np.int64).reshape(-1, 5)
+    return np.array([(p.num_tasks, widest(p.dep_ptr), len(p.dep_idx), p.num_flows,
+                      widest(p.path_ptr), p.num_links) for p in programs],
+                    np.int64).reshape(-1, len(Shape._fields))
+
+
+def predicted_size(sizes: np.ndarray) -> np.ndarray:
+    """Tasks + flows of each row of ``sizes``: predicts the number of events well."""
+    return sizes[:, Shape._fields.index("tasks")] + sizes[:, Shape._fields.index("flows")]
 
 
 def ladder(n: int) -> int:
@@ -52,21 +59,21 @@ def ladder(n: int) -> int:
 
 def batch_shape(sizes: np.ndarray) -> Shape:
     """Laddered shape that fits every row of ``sizes`` (from :func:`program_sizes`)."""
-    largest = sizes.max(axis=0) if len(sizes) else np.zeros(5, np.int64)
+    largest = sizes.max(axis=0) if len(sizes) else np.zeros(len(Shape._fields), np.int64)
     return Shape(*(ladder(int(n)) for n in largest))
 
 
 def padding_overhead(sizes: np.ndarray, shape: Shape, num_variants: int | None = None) -> float:
     """Padded cells per real cell of the encoded arrays (0 means no padding).
 
-    Cells: one per task, predecessor slot, flow, path slot and link.
+    Cells: one per task, predecessor slot, edge, flow, path slot and link.
     """
-    tasks, preds, flows, hops, links = sizes.astype(float).T
+    tasks, preds, edges, flows, hops, links = sizes.astype(float).T
     # real cells: predecessor and path slots counted by their widest row, a fair floor
-    real = np.sum(tasks * (1 + preds) + flows * (1 + hops) + links)
+    real = np.sum(tasks * (1 + preds) + edges + flows * (1 + hops) + links)
     rows = len(sizes) if num_variants is None else num_variants
-    allocated = rows * (shape.tasks * (1 + shape.preds) + shape.flows * (1 + shape.hops)
-                        + shape.links)
+    allocated = rows * (shape.tasks * (1 + shape.preds) + shape.edges
+                        + shape.flows * (1 + shape.hops) + shape.links)
     return float(allocated / max(real, 1.0) - 1.0)
 
 
@@ -107,10 +114,11 @@ def encode(programs: Sequence[Program], shape: Shape | None = None, *,
     if rows < len(programs) or np.any(sizes > np.array(shape)):
         raise ValueError(f"programs of sizes up to {sizes.max(axis=0).tolist()} do not fit "
                          f"{rows} variants of shape {tuple(shape)}")
-    T, D, F, P, L = shape
+    T, D, E, F, P, L = shape
     out = ProgramArrays(
         task_valid=np.zeros((rows, T), bool), task_is_comm=np.zeros((rows, T), bool),
         task_duration_s=np.zeros((rows, T), dtype), task_preds=np.full((rows, T, D), -1, np.int32),
+        dep_task=np.full((rows, E), -1, np.int32), dep_pred=np.full((rows, E), -1, np.int32),
         flow_task=np.full((rows, F), -1, np.int32), flow_bytes=np.zeros((rows, F), dtype),
         flow_latency_s=np.zeros((rows, F), dtype), flow_path=np.full((rows, F, P), -1, np.int32),
         link_capacity=np.ones((rows, L), dtype))
@@ -125,9 +133,13 @@ def encode(programs: Sequence[Program], shape: Shape | None = None, *,
     out.task_is_comm[task_row, task_col] = cat("task_kind") == TaskKind.COMM
     out.task_duration_s[task_row, task_col] = cat("task_duration_s")
     dep_owner, dep_slot = _rows_and_cols(_ptr_counts([p.dep_ptr for p in programs]))
-    out.task_preds[task_row[dep_owner], task_col[dep_owner], dep_slot] = cat("dep_idx")
+    dep_idx = cat("dep_idx")
+    out.task_preds[task_row[dep_owner], task_col[dep_owner], dep_slot] = dep_idx
+    edge_row, edge_col = _rows_and_cols(sizes[:, 2])
+    out.dep_task[edge_row, edge_col] = task_col[dep_owner]
+    out.dep_pred[edge_row, edge_col] = dep_idx
 
-    flow_row, flow_col = _rows_and_cols(sizes[:, 2])
+    flow_row, flow_col = _rows_and_cols(sizes[:, 3])
     flow_owner, _ = _rows_and_cols(_ptr_counts([p.flow_ptr for p in programs]))
     out.flow_task[flow_row, flow_col] = task_col[flow_owner]
     out.flow_bytes[flow_row, flow_col] = cat("flow_bytes")
@@ -135,7 +147,7 @@ def encode(programs: Sequence[Program], shape: Shape | None = None, *,
     hop_owner, hop_slot = _rows_and_cols(_ptr_counts([p.path_ptr for p in programs]))
     out.flow_path[flow_row[hop_owner], flow_col[hop_owner], hop_slot] = cat("path_links")
 
-    link_row, link_col = _rows_and_cols(sizes[:, 4])
+    link_row, link_col = _rows_and_cols(sizes[:, 5])
     out.link_capacity[link_row, link_col] = cat("link_capacity")
     return out
 

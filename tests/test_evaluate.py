@@ -1,0 +1,70 @@
+"""``xsweep.evaluate``: plans in, one xarray Dataset out."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import xsweep
+from xsweep.outcome import memory_and_cost
+from xsweep.plan.analysis import analyze
+from xsweep.plan.lower import lower
+from xsweep.sim import simulate, summary
+
+EXAMPLES = ("appendix-b", "figure1-llama2-7b", "h100x8-baseline")
+
+
+@pytest.fixture(scope="module")
+def plans(spaces_dir):
+    return [xsweep.load_plan(spaces_dir / f"{name}.pbtxt") for name in EXAMPLES]
+
+
+@pytest.fixture(scope="module")
+def exact(plans):
+    return xsweep.evaluate(plans, level="exact")
+
+
+def test_dataset_has_the_design_metrics(exact):
+    assert exact.sizes["variant"] == len(EXAMPLES)
+    assert list(exact["name"].values) == list(EXAMPLES)
+    for name in ("iteration_time_s", "tokens_per_s", "mfu", "busy_s_mean", "bubble_s_max",
+                 "straggler_wait_s_mean", "exposed_dp_s_max", "memory_per_gpu_gb",
+                 "memory_fits", "capex_usd", "cost_rate_usd_per_hour", "cost_per_run_usd",
+                 "status", "feasible", "reason"):
+        assert name in exact, name
+    assert exact["busy_s"].dims == ("variant", "stream")
+    assert exact.attrs["level"] == "exact"
+    assert list(exact["status"].values) == ["ok"] * len(EXAMPLES)
+
+
+def test_exact_level_matches_the_simulator(plans, exact, catalog):
+    for i, plan in enumerate(plans):
+        a = analyze(plan, catalog)
+        program = lower(a)
+        ref = summary(program, simulate(program))
+        for key in ("iteration_time_s", "mfu", "bubble_s_mean", "straggler_wait_s_max"):
+            assert float(exact[key][i]) == pytest.approx(ref[key], rel=1e-4, abs=1e-6), key
+        costs = memory_and_cost(a, ref["iteration_time_s"])
+        assert float(exact["capex_usd"][i]) == costs["capex_usd"]
+        assert float(exact["memory_per_gpu_gb"][i]) == pytest.approx(costs["memory_per_gpu_gb"])
+
+
+def test_bound_is_below_exact(plans, exact):
+    bound = xsweep.evaluate(plans, level="bound")
+    assert bound.attrs["level"] == "bound"
+    assert np.all(bound["iteration_time_s"].values <= exact["iteration_time_s"].values * (1 + 1e-6))
+
+
+def test_plans_that_do_not_fit_are_kept_and_flagged(spaces_dir):
+    text = (spaces_dir / "h100x8-baseline.pbtxt").read_text()
+    big = xsweep.spec.plan_from_text(text.replace("micro_batch_size: 1", "micro_batch_size: 64")
+                                     .replace("global_batch_size: 32", "global_batch_size: 2048"))
+    ds = xsweep.evaluate([big], level="bound")
+    assert not bool(ds["memory_fits"][0]) and not bool(ds["feasible"][0])
+    assert "memory" in str(ds["reason"][0])
+    assert np.isfinite(ds["iteration_time_s"][0])  # still evaluated: the time is informative
+
+
+def test_paths_are_accepted(spaces_dir):
+    ds = xsweep.evaluate([spaces_dir / "appendix-b.pbtxt"], level="bound")
+    assert ds.sizes["variant"] == 1
