@@ -1,21 +1,23 @@
 """The exact level: lockstep event stepping, the simulator's semantics in one loop.
 
-Each step of the ``lax.while_loop``:
+Flows live in ``slots`` slots from the moment their task starts (latency) until
+they drain; everything per event works on the slots, the tasks and the edges, never
+on all ``F`` flows. Each step of the ``lax.while_loop``:
 
-1. water-fill the transferring flows, packed into ``slots`` slots
-   (``jnp.nonzero(size=slots)``): more transferring flows than slots stops the
-   variant with status ``OVERFLOW`` (the driver reruns it with more slots);
-2. advance to the next event: the earliest compute end, latency end, or flow
-   drain (remaining bytes / rate), and move every transferring flow's bytes;
-3. *settle* the new instant: every event within a relative tolerance of it
-   happens now (flows whose latency ended start transferring, drained flows and
-   finished compute tasks complete, COMM tasks whose flows are all done complete),
-   tasks whose last predecessor finished start (their flows begin their latency),
-   and this repeats while a task that started finishes at once (zero-duration
-   compute, COMM without timed flows), so such chains resolve at one instant.
+1. *settle* the current instant: every event within a relative tolerance of it
+   happens now (latencies end, drained flows and finished compute tasks complete,
+   COMM tasks whose flows are all done complete), tasks whose last predecessor
+   finished start, and the flows of a starting COMM task are packed into free
+   slots. One COMM task is placed per pass (so placing needs a prefix sum over the
+   slots only); passes repeat at the same instant while COMM tasks wait or while
+   a task that started also finishes at once (zero-duration compute, COMM without
+   timed flows);
+2. water-fill the transferring slots;
+3. advance to the next event: the earliest compute end, latency end, or flow
+   drain (remaining bytes / rate), and move every transferring flow's bytes.
 
-Dependencies are counted down along the edge list (``pending`` per task), so a
-settle pass costs ``T + E + F`` however many predecessors the widest task has.
+A COMM task whose flows do not fit in the free slots stops the variant with
+status ``OVERFLOW``; the driver reruns it with more slots.
 
 Every step completes at least one event (the earliest one is within tolerance of
 itself), so a program with ``T`` tasks and ``F`` flows needs at most ``T + 2F``
@@ -42,20 +44,21 @@ from .waterfill import MAX_ROUNDS, waterfill
 #: Events closer than this many machine epsilons of the current time coincide.
 EVENT_RTOL_ULPS = 4
 
-# Flow phases.
-_IDLE, _LATENCY, _MOVING, _DONE = 0, 1, 2, 3
-
 
 class _State(NamedTuple):
     now: Array
-    start_s: Array
-    end_s: Array
-    started: Array
-    done: Array
-    pending: Array  # unfinished predecessors of each task
-    phase: Array
-    latency_end_s: Array
-    left_bytes: Array
+    start_s: Array  # [T]
+    end_s: Array  # [T]
+    started: Array  # [T]
+    done: Array  # [T]
+    pending: Array  # [T], unfinished predecessors
+    open_flows: Array  # [T], unfinished flows
+    slot_flow: Array  # [K], flow id, F when free
+    slot_task: Array  # [K], its task, -1 when free
+    slot_moving: Array  # [K], latency over: transferring
+    slot_latency_end_s: Array  # [K]
+    slot_left_bytes: Array  # [K]
+    slot_path: Array  # [K, P]
     steps: Array
     status: Array
     max_active_flows: Array
@@ -72,7 +75,7 @@ def exact(p: ProgramArrays, slots: int, max_rounds: int = MAX_ROUNDS) -> Schedul
 
     Args:
       p: the program's padded arrays.
-      slots: how many flows may transfer at once (static); more gives ``OVERFLOW``.
+      slots: how many flows may be under way at once (static); more gives ``OVERFLOW``.
       max_rounds: water-filling round cap per step (static).
     """
     num_tasks, num_flows = p.task_duration_s.shape[0], p.flow_bytes.shape[0]
@@ -80,91 +83,106 @@ def exact(p: ProgramArrays, slots: int, max_rounds: int = MAX_ROUNDS) -> Schedul
     rtol = EVENT_RTOL_ULPS * jnp.finfo(dtype).eps
     inf = jnp.asarray(jnp.inf, dtype)
     flow_real = p.flow_task >= 0
-    flow_owner = jnp.maximum(p.flow_task, 0)
-    edge_real = p.dep_task >= 0
     edge_pred = jnp.maximum(p.dep_pred, 0)
+    task_ids = jnp.arange(num_tasks, dtype=jnp.int32)
 
     def per_task(values: Array, segments: Array) -> Array:
+        """Per-task counts of ``values``; segments of -1 count nowhere."""
         return jax.ops.segment_sum(values.astype(jnp.int32), segments, num_segments=num_tasks)
 
-    # Tasks that finish the instant they start: their successors start at that instant too.
-    timed_flows = per_task(flow_real & ((p.flow_latency_s > 0) | (p.flow_bytes > 0)),
-                           p.flow_task)
-    instant = jnp.where(p.task_is_comm, timed_flows == 0, p.task_duration_s <= 0)
+    flow_count = per_task(flow_real, p.flow_task)
+    # a task's flows are contiguous: the first one is its count's exclusive prefix sum
+    flow_first = jnp.cumsum(flow_count, dtype=jnp.int32) - flow_count
+    # tasks that finish the instant they start: their successors start then too
+    timed = per_task(flow_real & ((p.flow_latency_s > 0) | (p.flow_bytes > 0)), p.flow_task)
+    instant = jnp.where(p.task_is_comm, timed == 0, p.task_duration_s <= 0)
 
     def settle_body(carry):
         s, _ = carry
         due = s.now + s.now * rtol
-        # events of this instant: latencies end, drained flows and finished tasks complete
-        phase = jnp.where((s.phase == _LATENCY) & (s.latency_end_s <= due), _MOVING, s.phase)
-        phase = jnp.where((phase == _MOVING) & (s.left_bytes <= 0), _DONE, phase)
-        open_flows = per_task(flow_real & (phase != _DONE), p.flow_task)
+        # flow events: latencies end, drained flows finish and free their slots
+        live = s.slot_flow < num_flows
+        moving = live & (s.slot_moving | (s.slot_latency_end_s <= due))
+        drained = live & moving & (s.slot_left_bytes <= 0)
+        open_flows = s.open_flows - per_task(drained, s.slot_task)
+        slot_flow = jnp.where(drained, num_flows, s.slot_flow)
+        # task events
         finished = s.started & ~s.done & jnp.where(
             p.task_is_comm, open_flows == 0, s.start_s + p.task_duration_s <= due)
-        pending = s.pending - per_task(edge_real & finished[edge_pred], p.dep_task)
-        # successors whose last predecessor finished start now, their flows begin
+        pending = s.pending - per_task(finished[edge_pred], p.dep_task)
         ready = ~s.started & (pending == 0)
-        begin = flow_real & ready[flow_owner]
-        latency_end_s = jnp.where(begin, s.now + p.flow_latency_s, s.latency_end_s)
-        phase = jnp.where(begin, jnp.where(latency_end_s > due, _LATENCY,
-                                           jnp.where(p.flow_bytes > 0, _MOVING, _DONE)), phase)
-        s = s._replace(start_s=jnp.where(ready, s.now, s.start_s), started=s.started | ready,
-                       done=s.done | finished, end_s=jnp.where(finished, s.now, s.end_s),
-                       pending=pending, phase=phase, latency_end_s=latency_end_s)
-        return s, jnp.any(ready & instant)
-
-    def settle(s: _State) -> _State:
-        """Apply every event due now; repeat while tasks that start also finish now."""
-        return lax.while_loop(lambda c: c[1], settle_body, (s, jnp.bool_(True)))[0]
+        # start every ready compute task and the first ready COMM task, placing its flows
+        waiting = ready & p.task_is_comm
+        first = jnp.argmax(waiting).astype(jnp.int32)
+        placed = waiting[first]
+        count = jnp.where(placed, flow_count[first], 0)
+        free = slot_flow == num_flows
+        rank = jnp.cumsum(free, dtype=jnp.int32) - 1
+        overflow = count > rank[-1] + 1
+        take = free & (rank < count) & ~overflow
+        flow = jnp.where(take, flow_first[first] + rank, 0)
+        latency_end_s = s.now + p.flow_latency_s[flow]
+        starts = (ready & ~p.task_is_comm) | ((task_ids == first) & placed & ~overflow)
+        s = s._replace(
+            start_s=jnp.where(starts, s.now, s.start_s), started=s.started | starts,
+            done=s.done | finished, end_s=jnp.where(finished, s.now, s.end_s),
+            pending=pending, open_flows=open_flows,
+            slot_flow=jnp.where(take, flow, slot_flow),
+            slot_task=jnp.where(take, first, jnp.where(drained, -1, s.slot_task)),
+            slot_moving=jnp.where(take, latency_end_s <= due, moving & ~drained),
+            slot_latency_end_s=jnp.where(take, latency_end_s, s.slot_latency_end_s),
+            slot_left_bytes=jnp.where(take, p.flow_bytes[flow], s.slot_left_bytes),
+            slot_path=jnp.where(take[:, None], p.flow_path[flow], s.slot_path),
+            status=jnp.where(overflow, Status.OVERFLOW, s.status))
+        # pass again at this instant while COMM tasks wait, a started task is already
+        # over, or a placed flow needs no time at all
+        again = (jnp.any(starts & instant) | jnp.any(waiting & ~starts)
+                 | jnp.any(take & (latency_end_s <= due) & (p.flow_bytes[flow] <= 0)))
+        return s, again & ~overflow
 
     def running(s: _State) -> Array:
         return ~jnp.all(s.done) & (s.status <= Status.NOT_CONVERGED)
 
     def step(s: _State) -> _State:
-        moving = s.phase == _MOVING
-        num_moving = jnp.sum(moving, dtype=jnp.int32)
-        slot = jnp.nonzero(moving, size=slots, fill_value=num_flows)[0]
-        slot_on = slot < num_flows
-        rates, converged, rounds = waterfill(
-            p.link_capacity, p.flow_path.at[slot].get(mode="fill", fill_value=-1), slot_on,
-            max_rounds)
-        left = s.left_bytes.at[slot].get(mode="fill", fill_value=0)
-        drain_s = jnp.where(slot_on & (rates > 0), left / jnp.where(rates > 0, rates, 1), inf)
+        live = s.slot_flow < num_flows
+        moving = live & s.slot_moving
+        rates, converged, rounds = waterfill(p.link_capacity, s.slot_path, moving, max_rounds)
+        drain_s = jnp.where(moving & (rates > 0),
+                            s.slot_left_bytes / jnp.where(rates > 0, rates, 1), inf)
         busy = s.started & ~s.done & ~p.task_is_comm
         next_s = jnp.minimum(
             jnp.min(jnp.where(busy, s.start_s + p.task_duration_s, inf)),
-            jnp.min(jnp.where(s.phase == _LATENCY, s.latency_end_s, inf)))
+            jnp.min(jnp.where(live & ~s.slot_moving, s.slot_latency_end_s, inf)))
         next_s = jnp.minimum(next_s, s.now + jnp.min(drain_s))
         dt = next_s - s.now
-        drained = drain_s <= dt + next_s * rtol
-        left = jnp.where(drained, 0, jnp.maximum(left - rates * dt, 0))
-        overflow = num_moving > slots
+        left = jnp.where(drain_s <= dt + next_s * rtol, 0,
+                         jnp.maximum(s.slot_left_bytes - rates * dt, 0))
         stuck = jnp.isinf(next_s)
         status = jnp.where(~converged & (s.status == Status.OK), Status.NOT_CONVERGED, s.status)
-        status = jnp.where(stuck, Status.INFEASIBLE, status)
-        status = jnp.where(overflow, Status.OVERFLOW, status)
-        advance = ~(overflow | stuck)
-        moved = s._replace(now=next_s, left_bytes=s.left_bytes.at[slot].set(left, mode="drop"))
-        s = jax.tree.map(lambda new, old: jnp.where(advance, new, old), moved, s)
-        s = s._replace(
-            steps=s.steps + 1, status=status,
-            max_active_flows=jnp.maximum(s.max_active_flows, num_moving),
+        return s._replace(
+            now=jnp.where(stuck, s.now, next_s),
+            slot_left_bytes=jnp.where(moving & ~stuck, left, s.slot_left_bytes),
+            steps=s.steps + 1, status=jnp.where(stuck, Status.INFEASIBLE, status),
+            max_active_flows=jnp.maximum(s.max_active_flows, jnp.sum(moving, dtype=jnp.int32)),
             max_rounds=jnp.maximum(s.max_rounds, rounds))
-        return s
 
-    def settle_then_step(s: _State) -> _State:
-        s = settle(s)
-        return lax.cond(jnp.all(s.done), lambda x: x, step, s)
+    def settle_then_step(carry):
+        """One settling pass; when the instant is settled, also step to the next event."""
+        s, again = settle_body(carry)
+        return lax.cond(again | ~running(s), lambda x: x, step, s), again
 
     zeros_t = jnp.zeros((num_tasks,), dtype)
     no_t = jnp.zeros((num_tasks,), bool)
     zero = jnp.int32(0)
-    init = _State(jnp.asarray(0, dtype), zeros_t, zeros_t, no_t, no_t,
-                  per_task(edge_real, p.dep_task),
-                  jnp.full((num_flows,), _IDLE, jnp.int32), jnp.zeros((num_flows,), dtype),
-                  p.flow_bytes, zero, jnp.int32(Status.OK), zero, zero)
+    init = _State(
+        jnp.asarray(0, dtype), zeros_t, zeros_t, no_t, no_t, per_task(p.dep_task >= 0, p.dep_task),
+        flow_count, jnp.full((slots,), num_flows, jnp.int32), jnp.full((slots,), -1, jnp.int32),
+        jnp.zeros((slots,), bool), jnp.zeros((slots,), dtype), jnp.zeros((slots,), dtype),
+        jnp.full((slots, p.flow_path.shape[1]), -1, jnp.int32), zero, jnp.int32(Status.OK),
+        zero, zero)
     cap = max_steps(num_tasks, num_flows)
-    s = lax.while_loop(lambda s: running(s) & (s.steps < cap), settle_then_step, init)
+    s, _ = lax.while_loop(lambda c: (running(c[0]) | c[1]) & (c[0].steps < cap),
+                          settle_then_step, (init, jnp.bool_(True)))
     status = jnp.where(running(s), Status.INFEASIBLE, s.status)
     return Schedule(jnp.where(s.started, s.start_s, s.now), jnp.where(s.done, s.end_s, s.now),
                     jnp.max(jnp.where(s.done, s.end_s, s.now), initial=0), status, s.steps,

@@ -36,12 +36,20 @@ class Shape(NamedTuple):
 
 def program_sizes(programs: Sequence[Program]) -> np.ndarray:
     """int64[N, 6]: each program's sizes in the order of :class:`Shape`."""
-    def widest(ptr: np.ndarray) -> int:
-        return int(np.max(np.diff(ptr), initial=0))
-
-    return np.array([(p.num_tasks, widest(p.dep_ptr), len(p.dep_idx), p.num_flows,
-                      widest(p.path_ptr), p.num_links) for p in programs],
-                    np.int64).reshape(-1, len(Shape._fields))
+    out = np.zeros((len(programs), len(Shape._fields)), np.int64)
+    if not programs:
+        return out
+    out[:, 0] = [p.num_tasks for p in programs]
+    out[:, 3] = [p.num_flows for p in programs]
+    out[:, 5] = [p.num_links for p in programs]
+    # widest row of each CSR: one max-reduction over all programs' row lengths
+    for column, rows, name in ((1, 0, "dep_ptr"), (4, 3, "path_ptr")):
+        counts = _ptr_counts([getattr(p, name) for p in programs])
+        starts = np.cumsum(out[:, rows]) - out[:, rows]
+        has = out[:, rows] > 0  # reduceat needs non-empty groups
+        out[has, column] = np.maximum.reduceat(counts, starts[has]) if has.any() else 0
+    out[:, 2] = [int(p.dep_ptr[-1]) for p in programs]
+    return out
 
 
 def predicted_size(sizes: np.ndarray) -> np.ndarray:

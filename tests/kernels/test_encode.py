@@ -52,12 +52,17 @@ def test_round_trip_and_padding(seeds):
     programs = [random_program(s) for s in seeds]
     arrays = encode(programs, dtype=np.float64, num_variants=len(programs) + 1)
     shape = Shape(arrays.task_preds.shape[1], arrays.task_preds.shape[2],
-                  arrays.flow_path.shape[1], arrays.flow_path.shape[2],
-                  arrays.link_capacity.shape[1])
+                  arrays.dep_task.shape[1], arrays.flow_path.shape[1],
+                  arrays.flow_path.shape[2], arrays.link_capacity.shape[1])
     assert shape == batch_shape(program_sizes(programs))
     for row, p in enumerate(programs):
         for name, value in _decode(arrays, row, p).items():
             np.testing.assert_array_equal(value, getattr(p, name), err_msg=name)
+        edges = len(p.dep_idx)
+        np.testing.assert_array_equal(arrays.dep_task[row, :edges],
+                                      np.repeat(np.arange(p.num_tasks), np.diff(p.dep_ptr)))
+        np.testing.assert_array_equal(arrays.dep_pred[row, :edges], p.dep_idx)
+        assert np.all(arrays.dep_task[row, edges:] == -1)
         # padding: zero-duration compute tasks without predecessors; flows of no task
         assert arrays.task_valid[row].sum() == p.num_tasks
         pad = ~arrays.task_valid[row]
@@ -73,16 +78,16 @@ def test_round_trip_and_padding(seeds):
 def test_too_small_shape_is_refused():
     program = ring_allreduce_program(4, 1e9, 1e9, 0.0)
     with pytest.raises(ValueError, match="do not fit"):
-        encode([program], Shape(2, 1, 4, 1, 4))
+        encode([program], Shape(tasks=2, preds=1, edges=5, flows=24, hops=1, links=4))
     with pytest.raises(ValueError, match="do not fit"):
         encode([program, program], num_variants=1)
 
 
 def test_padding_overhead():
-    # 6 tasks, 1 predecessor each but the first, 24 flows of one hop, 4 links: all on the ladder
-    ring = ring_allreduce_program(4, 1e9, 1e9, 0.0)
+    # 4 chained tasks (3 edges), 12 flows of one hop, 3 links: all sizes on the ladder
+    ring = ring_allreduce_program(3, 1e9, 1e9, 0.0)
     sizes = program_sizes([ring])
-    assert sizes.tolist() == [[6, 1, 24, 1, 4]]
+    assert sizes.tolist() == [[4, 1, 3, 12, 1, 3]]
     assert padding_overhead(sizes, batch_shape(sizes)) == 0.0
     assert padding_overhead(sizes, batch_shape(sizes), num_variants=2) == pytest.approx(1.0)
     small = ring_allreduce_program(2, 1e9, 1e9, 0.0)
