@@ -14,7 +14,9 @@ Why this is a lower bound on the exact iteration time (and on every task time):
 3. By induction over the topological order, every exact start and end is at
    least the bound's, and so is the exact iteration time (the largest end).
 
-The schedule is one ``lax.scan`` over the tasks in their (topological) order.
+The schedule is one ``lax.scan`` over the tasks in their (topological) order, each
+task preceded by its incoming dependency edges, so its length is ``T + E`` however
+many predecessors the widest task has.
 """
 
 from __future__ import annotations
@@ -36,23 +38,45 @@ def contention_free_durations(p: ProgramArrays) -> Array:
     return jnp.where(p.task_is_comm, jnp.maximum(comm_s, 0), p.task_duration_s)
 
 
-def max_plus_schedule(preds: Array, duration_s: Array) -> tuple[Array, Array]:
-    """Start and end of every task when each starts as its last predecessor ends."""
-    num_tasks = duration_s.shape[0]
+def max_plus_schedule(dep_task: Array, dep_pred: Array,
+                      duration_s: Array) -> tuple[Array, Array]:
+    """Start and end of every task when each starts as its last predecessor ends.
 
-    def body(end_s, task):
-        t, pred, d = task
-        start = jnp.max(jnp.where(pred >= 0, end_s[pred], 0), initial=0)
-        return end_s.at[t].set(start + d), start
+    One ``lax.scan`` over the tasks in topological order, each task preceded by its
+    incoming edges: an edge raises its task's start to its predecessor's end, the
+    task's own item sets its end. ``dep_task`` must list the real edges first, in
+    ascending task order (as the encoder writes them), then the padding.
+    """
+    dep_task, dep_pred, duration_s = (jnp.asarray(x) for x in (dep_task, dep_pred, duration_s))
+    num_tasks, num_edges = duration_s.shape[0], dep_task.shape[0]
+    real = dep_task >= 0
+    edges_upto = jnp.cumsum(jax.ops.segment_sum(real.astype(jnp.int32), dep_task,
+                                                num_segments=num_tasks), dtype=jnp.int32)
+    # positions in the scan: edge e of task t after the items of tasks < t and edges < e
+    edge_at = jnp.arange(num_edges, dtype=jnp.int32) + jnp.where(real, dep_task, num_tasks)
+    task_at = edges_upto + jnp.arange(num_tasks, dtype=jnp.int32)
+    size = num_edges + num_tasks
+    item_task = jnp.full(size, -1, jnp.int32).at[edge_at].set(dep_task).at[task_at].set(
+        jnp.arange(num_tasks, dtype=jnp.int32))
+    item_pred = jnp.full(size, -1, jnp.int32).at[edge_at].set(dep_pred)
 
-    end_s, start_s = lax.scan(
-        body, jnp.zeros_like(duration_s), (jnp.arange(num_tasks), preds, duration_s))
+    def body(times, item):
+        start_s, end_s = times
+        task, pred = item
+        t = jnp.maximum(task, 0)  # padding items rewrite task 0 with its own values
+        start = jnp.where(pred >= 0, jnp.maximum(start_s[t], end_s[jnp.maximum(pred, 0)]),
+                          start_s[t])
+        end = jnp.where((task >= 0) & (pred < 0), start + duration_s[t], end_s[t])
+        return (start_s.at[t].set(start), end_s.at[t].set(end)), None
+
+    zeros = jnp.zeros_like(duration_s)
+    (start_s, end_s), _ = lax.scan(body, (zeros, zeros), (item_task, item_pred))
     return start_s, end_s
 
 
 def bound(p: ProgramArrays) -> Schedule:
     """Lower-bound schedule of one program (see the module docstring for the proof)."""
-    start_s, end_s = max_plus_schedule(p.task_preds, contention_free_durations(p))
+    start_s, end_s = max_plus_schedule(p.dep_task, p.dep_pred, contention_free_durations(p))
     zero = jnp.int32(0)
     return Schedule(start_s, end_s, jnp.max(end_s, initial=0), jnp.int32(Status.OK), zero,
                     zero, zero)

@@ -1,17 +1,18 @@
 """Array types of the kernels: one program as padded arrays, results, status codes.
 
-Shape names: ``T`` tasks, ``D`` predecessors per task, ``E`` dependencies, ``F``
-flows, ``P`` links per path, ``L`` links, ``K`` flow slots. Dependencies come both
-as a predecessor matrix (the bound's scan reads a task's row) and as an edge list
-(the exact level updates per-task counters along it, which costs ``E``, not ``T x D``,
-when a few tasks have many predecessors). The kernels are written for one program; the
-batched arrays carry a leading ``variant`` axis added by ``jax.vmap``.
+Shape names: ``T`` tasks, ``E`` dependencies, ``F`` flows, ``P`` links per path,
+``L`` links, ``K`` flow slots. Dependencies are an edge list sorted by task (the
+program's CSR, flattened) rather than a padded predecessor matrix: measured plans
+have a few tasks with dozens of predecessors (DP barriers, optimizer steps), and a
+``T x D`` matrix would make every task pay for the widest. The kernels are
+written for one program; the batched arrays carry a leading ``variant`` axis
+added by ``jax.vmap``.
 
 Padding convention (what lets programs of different sizes share one shape):
 
 * padded tasks are zero-duration COMPUTE tasks without predecessors: they finish
   at time 0 and change nothing; ``task_valid`` marks the real ones;
-* padded predecessor entries, edges, flow tasks and path entries are ``-1``; a
+* padded edges, flow tasks and path entries are ``-1``, after the real ones; a
   padded flow (``flow_task == -1``) never starts;
 * padded links have capacity 1 and no flow crosses them.
 """
@@ -30,7 +31,8 @@ class Status:
     #: water-filling hit its round cap at least once; the rates used were the feasible
     #: fair shares of the last round, so the times are an approximation
     NOT_CONVERGED = 1
-    #: more flows were transferring at once than the kernel had slots; rerun with more
+    #: more flows were under way at once (in latency or transferring) than the kernel
+    #: had slots; rerun with more
     OVERFLOW = 2
     #: the program could not be completed (step cap or no event left to advance to)
     INFEASIBLE = 3
@@ -44,8 +46,7 @@ class ProgramArrays(NamedTuple):
     task_valid: Array  # bool[T]
     task_is_comm: Array  # bool[T]
     task_duration_s: Array  # float[T], 0 for COMM tasks
-    task_preds: Array  # int32[T, D], predecessor task ids, -1 pad
-    dep_task: Array  # int32[E], the same dependencies as a list of edges: the task, -1 pad
+    dep_task: Array  # int32[E], dependency edges in ascending task order: the task, -1 pad
     dep_pred: Array  # int32[E], and its predecessor, -1 pad
     flow_task: Array  # int32[F], owning COMM task, -1 pad
     flow_bytes: Array  # float[F]

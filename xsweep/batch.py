@@ -1,13 +1,20 @@
 """Evaluate many programs with the JAX kernels: encode, bucket, chunk, shard, collect.
 
-Programs are sorted by predicted size (tasks + flows) and cut into chunks of at
-most ``chunk_size``; each chunk is encoded at its laddered shape, so neighbours in
-size share a chunk (little padding, and the vmapped event loop waits little for
-its slowest member) and similar chunks share compiled code. The chunk's variant
-axis is padded to a multiple of the device count and split over all devices with
-``shard_map``: each device runs its own loop, so one CPU, one GPU or eight run the
-same code. Variants that overflow their flow slots are rerun with twice the slots.
-The metrics of ``xsweep.metrics`` are computed on the device, inside the same call.
+Programs are sorted by predicted size (tasks + flows) and cut into chunks, so
+neighbours in size share a chunk: little padding, and the vmapped event loop
+waits little for its slowest member. Runs of neighbours share one rounded shape
+(a bucket) while it costs at most ``REUSE_FACTOR`` times the work of the run's
+smallest member's own, and a bucket holds at least 1/``MAX_BUCKETS`` of the
+call's variants; a later call reuses an already compiled shape that covers it
+within the same factor. Both keep the number of compilations small. The variant axis is padded to
+a multiple of the device count and split over all devices with ``shard_map``:
+each device runs its own loop, so one CPU, one GPU or eight run the same code.
+Variants that overflow their flow slots are rerun together, in a second pass with
+twice the slots. The
+metrics of ``xsweep.metrics`` are computed on the device by a second, loop-free
+call on the task times, which never leave the device unless asked for; its
+index arrays share one size per bucket too. While the
+device works on one chunk, the host encodes the next.
 """
 
 from __future__ import annotations
@@ -24,10 +31,12 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from xsweep import metrics
 from xsweep.encode import (
+    Shape,
     batch_shape,
     encode,
-    encode_metric_index,
     ladder,
+    metric_index_dims,
+    pad_metric_index,
     padding_overhead,
     predicted_size,
     program_sizes,
@@ -38,49 +47,62 @@ from xsweep.plan.program import Program
 
 LEVELS = ("bound", "exact")
 DTYPES = {"float32": np.float32, "float64": np.float64}
-#: Variants per chunk and device, by platform. The exact loop runs every variant of
-#: a chunk to its slowest member, and a CPU pays per element, so CPU chunks stay
-#: small (measured on CPU; the accelerator sizes are first guesses, not measurements).
-DEFAULT_CHUNK = {"cpu": {"bound": 256, "exact": 32}, "gpu": {"bound": 16384, "exact": 2048}}
+#: Variants per chunk and device, by platform. A CPU pays per element, and the
+#: exact loop runs every variant of a chunk to its slowest member, so CPU chunks
+#: stay small (measured); the accelerator sizes are first guesses, not measurements.
+DEFAULT_CHUNK = {"cpu": {"bound": 256, "exact": 16}, "gpu": {"bound": 16384, "exact": 2048}}
 #: Initial flow slots of the exact level; variants that need more are rerun with twice
 #: as many (measured plans: median 12 flows under way at once, 99th percentile 96).
 DEFAULT_SLOTS = 32
+#: A chunk may run at an already compiled shape that costs up to this many times its own.
+REUSE_FACTOR = 2.0
+#: Shapes (compilations) one call uses at most, besides reruns after an overflow.
+MAX_BUCKETS = 8
+#: Compiled shapes kept at most; past that the kernels compiled here are dropped and
+#: compiled again as needed (each holds code and memory mappings; chunks come in
+#: increasing size, so old shapes are rarely needed again).
+MAX_COMPILED = 32
 #: Diagnostics of the kernels, int32 per variant.
 DIAGNOSTICS = ("status", "steps", "max_active_flows", "waterfill_rounds")
 
 _AXIS = "variant"
+_SCALARS = ("tokens_per_iteration", "model_flops_per_iteration", "peak_flops_per_s")
 
 
-def _evaluate_one(level: str, slots: int, max_rounds: int, with_metrics: bool,
-                  task_times: bool, arrays: ProgramArrays, index: metrics.MetricIndex,
-                  scalars: tuple) -> dict:
-    """Schedule one program and read its metrics (the function that gets vmapped)."""
+def _sharded(fn: Callable, devices: tuple) -> tuple[Callable, NamedSharding]:
+    """``fn`` (of one variant) vmapped, split over ``devices`` along the variant axis, jitted."""
+    mesh = Mesh(np.array(devices), (_AXIS,))
+    spec = PartitionSpec(_AXIS)
+    batched = jax.shard_map(jax.vmap(fn), mesh=mesh, in_specs=spec, out_specs=spec,
+                            check_vma=False)  # the kernels know nothing of the mesh
+    return jax.jit(batched), NamedSharding(mesh, spec)
+
+
+def _schedule_one(level: str, slots: int, max_rounds: int, arrays: ProgramArrays) -> dict:
     schedule = bound(arrays) if level == "bound" else exact(arrays, slots, max_rounds)
     out = dict(zip(DIAGNOSTICS, (schedule.status, schedule.steps, schedule.max_active_flows,
                                  schedule.max_rounds), strict=True))
-    out["iteration_time_s"] = schedule.iteration_time_s
-    if with_metrics:
-        per_stream = metrics.stream_metrics(jnp, index, schedule.start_s, schedule.end_s)
-        per_stream = {name: jnp.where(index.stream_weight > 0, value, 0)
-                      for name, value in per_stream.items()}
-        out |= per_stream | metrics.summarize(jnp, index, per_stream, schedule.start_s,
-                                              schedule.end_s, *scalars)
-    if task_times:
-        out |= {"start_s": schedule.start_s, "end_s": schedule.end_s}
-    return out
+    return out | {"iteration_time_s": schedule.iteration_time_s, "start_s": schedule.start_s,
+                  "end_s": schedule.end_s}
+
+
+def _metrics_one(start_s, end_s, index: metrics.MetricIndex, scalars: tuple) -> dict:
+    per_stream = metrics.stream_metrics(jnp, index, start_s, end_s)
+    per_stream = {name: jnp.where(index.stream_weight > 0, value, 0)  # 0 past the streams
+                  for name, value in per_stream.items()}
+    summary = metrics.summarize(jnp, index, per_stream, start_s, end_s, *scalars)
+    del summary["iteration_time_s"]  # the kernel's own, which also covers the bound
+    return per_stream | summary
 
 
 @functools.cache
-def _compiled(level: str, slots: int, max_rounds: int, with_metrics: bool, task_times: bool,
-              devices: tuple) -> tuple[Callable, NamedSharding]:
-    """The jitted, vmapped, device-sharded evaluation (one per configuration)."""
-    single = functools.partial(_evaluate_one, level, slots, max_rounds, with_metrics,
-                               task_times)
-    mesh = Mesh(np.array(devices), (_AXIS,))
-    spec = PartitionSpec(_AXIS)
-    batched = jax.shard_map(jax.vmap(single), mesh=mesh, in_specs=spec, out_specs=spec,
-                            check_vma=False)  # the kernels know nothing of the mesh
-    return jax.jit(batched), NamedSharding(mesh, spec)
+def _scheduler(level: str, slots: int, max_rounds: int, devices: tuple):
+    return _sharded(functools.partial(_schedule_one, level, slots, max_rounds), devices)
+
+
+@functools.cache
+def _metrics(devices: tuple):
+    return _sharded(_metrics_one, devices)
 
 
 class _Config(NamedTuple):
@@ -92,33 +114,92 @@ class _Config(NamedTuple):
     devices: tuple
 
 
-def _dispatch(programs: Sequence[Program], cfg: _Config, slots: int) -> dict:
-    """Encode one chunk and start the kernel on it (asynchronously)."""
-    shape = batch_shape(program_sizes(programs))
-    rows = -(-ladder(len(programs)) // len(cfg.devices)) * len(cfg.devices)
+def _cost(key: tuple[int, ...]) -> int:
+    """Work of a (rows, *Shape) key: per-event work grows with tasks, edges and flows."""
+    rows, shape = key[0], Shape(*key[1:])
+    return rows * (shape.tasks + shape.edges + shape.flows)
+
+
+def _buckets(sizes: np.ndarray, order: np.ndarray, min_members: int) -> list[np.ndarray]:
+    """Cut the size-sorted variants into runs that each share one shape.
+
+    A run grows while its shape costs at most ``REUSE_FACTOR`` times its first
+    member's own, and always to ``min_members``, which bounds the number of shapes
+    (compilations) of one call.
+    """
+    runs, begin = [], 0
+    while begin < len(order):
+        first = _cost((1, *batch_shape(sizes[order[begin: begin + 1]])))
+        largest = sizes[order[begin]].copy()
+        end = begin + 1
+        while end < len(order):
+            grown = np.maximum(largest, sizes[order[end]])
+            if (end - begin >= min_members
+                    and _cost((1, *batch_shape(grown[None]))) > REUSE_FACTOR * first):
+                break
+            largest, end = grown, end + 1
+        runs.append(order[begin:end])
+        begin = end
+    return runs
+
+
+#: Shapes already compiled, per configuration (a process-wide cache, like jit's own).
+_known_shapes: dict[tuple, list[tuple[int, ...]]] = {}
+
+
+def _fit(config: tuple, required: tuple[int, ...]) -> tuple[int, ...]:
+    """A compiled (rows, *Shape) that covers ``required`` at little cost, else ``required``.
+
+    This lets later calls (say, successive batches of an optimizer) reuse the shapes
+    compiled by earlier ones.
+    """
+    known = _known_shapes.setdefault(config, [])
+    fits = [k for k in known if all(a >= b for a, b in zip(k, required, strict=True))
+            and _cost(k) <= REUSE_FACTOR * _cost(required)]
+    if fits:
+        return min(fits, key=_cost)
+    if sum(len(shapes) for shapes in _known_shapes.values()) >= MAX_COMPILED:
+        _scheduler.cache_clear()  # the jitted functions, and with them their executables
+        _metrics.cache_clear()
+        _known_shapes.clear()
+        known = _known_shapes.setdefault(config, [])
+    known.append(required)
+    return required
+
+
+def _dispatch(programs: Sequence[Program], indices: Sequence[metrics.MetricIndex] | None,
+              cfg: _Config, slots: int, key: tuple, metric_dims: tuple) -> dict:
+    """Encode one chunk at the (rows, *Shape) ``key`` and start the kernels on it."""
+    rows, shape = key[0], Shape(*key[1:])
+    schedule, sharding = _scheduler(cfg.level, min(slots, shape.flows), cfg.max_rounds,
+                                    cfg.devices)
     arrays = encode(programs, shape, dtype=cfg.dtype, num_variants=rows)
-    index = encode_metric_index(programs, shape.tasks, dtype=cfg.dtype, num_variants=rows) \
-        if cfg.with_metrics else None
-    padding = [0.0] * (rows - len(programs))
-    scalars = tuple(np.array([getattr(p, name) for p in programs] + padding, cfg.dtype)
-                    for name in ("tokens_per_iteration", "model_flops_per_iteration",
-                                 "peak_flops_per_s"))
-    fn, sharding = _compiled(cfg.level, min(slots, shape.flows) if cfg.level == "exact" else 0,
-                             cfg.max_rounds, cfg.with_metrics, cfg.task_times, cfg.devices)
-    return fn(*jax.device_put((arrays, index, scalars), sharding))
+    out = schedule(jax.device_put(arrays, sharding))
+    if indices is not None:
+        index = pad_metric_index(indices, shape.tasks, metric_dims, dtype=cfg.dtype,
+                                 num_variants=rows)
+        scalars = tuple(np.array([getattr(p, name) for p in programs]
+                                 + [0.0] * (rows - len(programs)), cfg.dtype)
+                        for name in _SCALARS)
+        read, sharding = _metrics(cfg.devices)
+        out |= read(out["start_s"], out["end_s"], *jax.device_put((index, scalars), sharding))
+    if not cfg.task_times:
+        del out["start_s"], out["end_s"]
+    overhead = padding_overhead(program_sizes(programs), shape, rows)
+    return out | {"padding_overhead": np.full(len(programs), overhead)}
 
 
-def _collect(programs: Sequence[Program], cfg: _Config, slots: int,
-             started: dict) -> dict[str, np.ndarray]:
-    """Wait for a dispatched chunk; rerun its overflowed variants with twice the slots."""
-    out = {name: np.array(value[: len(programs)]) for name, value in started.items()}
-    overflow = np.flatnonzero(out["status"] == Status.OVERFLOW)
-    if overflow.size:  # slots >= flows cannot overflow, so the reruns end
-        again = [programs[i] for i in overflow]
-        rerun = _collect(again, cfg, 2 * slots, _dispatch(again, cfg, 2 * slots))
-        for name, value in out.items():
-            _put(value, overflow, rerun[name])
-    return out
+def _chunks(sizes: np.ndarray, order: np.ndarray, indices: list | None, cfg: _Config,
+            slots: int, chunk_size: int):
+    """(variant indices, key, metric dims) of every call: buckets of one shape, in chunks."""
+    devices = len(cfg.devices)
+    min_members = max(chunk_size, -(-len(order) // MAX_BUCKETS))
+    for run in _buckets(sizes, order, min_members):
+        rows = -(-min(chunk_size, ladder(len(run))) // devices) * devices
+        key = _fit((*cfg, slots), (rows, *batch_shape(sizes[run])))
+        metric_dims = metric_index_dims([indices[i] for i in run]) if indices else ()
+        for begin in range(0, len(run), key[0]):
+            yield run[begin: begin + key[0]], key, metric_dims
 
 
 def _put(target: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
@@ -144,7 +225,7 @@ def evaluate_programs(programs: Sequence[Program], level: str = "exact", *,
       programs: the programs (any order; results come back in the same order).
       level: ``"bound"`` (contention-free lower bound) or ``"exact"``.
       dtype: ``"float32"`` or ``"float64"`` (runs under ``jax.enable_x64``).
-      chunk_size: variants per kernel call (bounds memory); default per level.
+      chunk_size: variants per kernel call (bounds memory); default per level and platform.
       devices: devices to shard over (default: all of ``jax.devices()``).
       progress: called as ``progress(done, total)`` after each chunk.
       slots: initial flow slots of the exact level (doubled for variants that overflow).
@@ -158,8 +239,8 @@ def evaluate_programs(programs: Sequence[Program], level: str = "exact", *,
       infeasible); ``status`` (``xsweep.kernels.Status`` codes), ``steps``,
       ``max_active_flows``, ``waterfill_rounds`` (int32); ``padding_overhead`` of each
       variant's chunk; with metrics, every name of ``xsweep.metrics.RANK_METRICS`` as
-      float[N, most streams] (0 past a program's streams) and the summaries of
-      ``xsweep.metrics.summarize`` as float[N].
+      float[N, most streams] (0 past a program's streams) and the other summaries of
+      ``xsweep.metrics.summarize`` as float[N]. No programs: empty arrays, no metrics.
     """
     if level not in LEVELS:
         raise InputError(None, "level", level, f"must be one of {', '.join(LEVELS)}")
@@ -172,36 +253,42 @@ def evaluate_programs(programs: Sequence[Program], level: str = "exact", *,
     sizes = program_sizes(programs)
     n = len(programs)
     order = np.argsort(predicted_size(sizes), kind="stable")
-    chunks = [order[i: i + chunk_size] for i in range(0, n, chunk_size)]
+    indices = [metrics.metric_index(p) for p in programs] if with_metrics and n else None
     widths = dict.fromkeys(("start_s", "end_s"), int(sizes[:, 0].max(initial=1)))
     widths |= dict.fromkeys(metrics.RANK_METRICS, max([p.num_streams for p in programs] + [1]))
-    result: dict[str, np.ndarray] = {"padding_overhead": np.zeros(n)}
+    result: dict[str, np.ndarray] = {name: np.zeros(0, np.int32) for name in DIAGNOSTICS} | {
+        "iteration_time_s": np.zeros(0, DTYPES[dtype]), "padding_overhead": np.zeros(0)
+    } if n == 0 else {}
     finished = 0
 
     def store(idx: np.ndarray, started: dict) -> None:
         nonlocal finished
-        out = _collect([programs[i] for i in idx], cfg, slots, started)
-        for name, value in out.items():
+        for name, value in started.items():
+            value = np.asarray(value)[: len(idx)]
             if name not in result:
                 result[name] = np.zeros((n,) if value.ndim == 1 else (n, widths[name]),
                                         value.dtype)
             _put(result[name], idx, value)
-        result["padding_overhead"][idx] = padding_overhead(sizes[idx], batch_shape(sizes[idx]))
-        finished += len(idx)
+        finished += int(np.sum(result["status"][idx] != Status.OVERFLOW))
         if progress is not None:
             progress(finished, n)
 
     x64 = jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
     with x64:
-        # keep one chunk in flight: the next one is encoded while the device computes
-        in_flight = None
-        for idx in chunks:
-            started = (idx, _dispatch([programs[i] for i in idx], cfg, slots))
+        pending = order
+        while pending.size:  # each pass reruns the overflowed variants with twice the slots
+            in_flight = None  # one chunk computes on the device while the next is encoded
+            for idx, key, dims in _chunks(sizes, pending, indices, cfg, slots, chunk_size):
+                started = (idx, _dispatch([programs[i] for i in idx],
+                                          [indices[i] for i in idx] if indices else None,
+                                          cfg, slots, key, dims))
+                if in_flight is not None:
+                    store(*in_flight)
+                in_flight = started
             if in_flight is not None:
                 store(*in_flight)
-            in_flight = started
-        if in_flight is not None:
-            store(*in_flight)
+            pending = pending[result["status"][pending] == Status.OVERFLOW]
+            slots *= 2  # slots >= flows cannot overflow, so the passes end
     if "iteration_time_s" in result:
         result["iteration_time_s"][result["status"] == Status.INFEASIBLE] = np.inf
     return result

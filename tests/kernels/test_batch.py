@@ -41,7 +41,8 @@ def test_order_and_chunking_do_not_change_results(random_programs, bound_float32
     out = evaluate_programs([random_programs[i] for i in order], "bound", chunk_size=8,
                             with_metrics=False, progress=lambda *a: calls.append(a))
     np.testing.assert_array_equal(out["iteration_time_s"], bound_float32["iteration_time_s"][order])
-    assert calls == [(8, 20), (16, 20), (20, 20)]
+    done = [d for d, _ in calls]
+    assert len(calls) >= 3 and done == sorted(set(done)) and calls[-1] == (20, 20)
     assert np.all(out["padding_overhead"] >= 0)
 
 
@@ -62,7 +63,9 @@ _SHARDED = textwrap.dedent("""
     for level in ("bound", "exact"):
         many = evaluate_programs(programs, level)
         one = evaluate_programs(programs, level, devices=jax.devices()[:1])
-        worst[level] = max(float(np.max(np.abs(many[k] - one[k]))) for k in one)
+        # everything but the padding overhead, which counts the extra rows
+        worst[level] = max(float(np.max(np.abs(many[k] - one[k]))) for k in one
+                           if k != "padding_overhead")
     print(json.dumps({"devices": jax.device_count(), "worst": worst}))
 """)
 
@@ -75,3 +78,8 @@ def test_sharded_equals_single_device():
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout.strip().splitlines()[-1])
     assert report == {"devices": 4, "worst": {"bound": 0.0, "exact": 0.0}}
+
+
+def test_no_programs():
+    out = evaluate_programs([], "exact")
+    assert out["iteration_time_s"].shape == (0,) and out["status"].shape == (0,)

@@ -63,8 +63,10 @@ def test_batched_equals_single_calls(random_programs):
 
 
 def test_max_plus_schedule_by_hand():
-    # 0 -> 2, 1 -> 2, 2 -> 3; durations 1, 3, 2, 0.5
-    preds = np.array([[-1, -1], [-1, -1], [0, 1], [2, -1]], np.int32)
-    start, end = max_plus_schedule(preds, np.array([1.0, 3.0, 2.0, 0.5], np.float32))
+    # 0 -> 2, 1 -> 2, 2 -> 3; durations 1, 3, 2, 0.5; two padding edges
+    dep_task = np.array([2, 2, 3, -1, -1], np.int32)
+    dep_pred = np.array([0, 1, 2, -1, -1], np.int32)
+    start, end = max_plus_schedule(dep_task, dep_pred,
+                                   np.array([1.0, 3.0, 2.0, 0.5], np.float32))
     np.testing.assert_array_equal(np.asarray(start), [0, 0, 3, 5])
     np.testing.assert_array_equal(np.asarray(end), [1, 3, 5, 5.5])

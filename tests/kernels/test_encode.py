@@ -13,9 +13,11 @@ from xsweep.encode import (
     Shape,
     batch_shape,
     encode,
-    encode_metric_index,
     ladder,
+    metric_index_dims,
+    pad_metric_index,
     padding_overhead,
+    power_of_two,
     program_sizes,
 )
 from xsweep.plan.program import TaskKind
@@ -25,18 +27,19 @@ from xsweep.sim import simulate
 def test_ladder():
     assert [ladder(n) for n in range(0, 14)] == [1, 1, 2, 3, 4, 6, 6, 8, 8, 12, 12, 12, 12, 16]
     assert ladder(25) == 32 and ladder(33) == 48 and ladder(48) == 48
+    assert [power_of_two(n) for n in (0, 1, 2, 3, 5, 64, 65)] == [1, 1, 2, 4, 8, 64, 128]
 
 
 def _decode(arrays, row: int, program):
     """The program's fields read back from one row of the encoded arrays."""
     n_t, n_f = program.num_tasks, program.num_flows
-    preds = arrays.task_preds[row, :n_t]
+    edges = int(np.sum(arrays.dep_task[row] >= 0))
     paths = arrays.flow_path[row, :n_f]
     return {
         "task_kind": np.where(arrays.task_is_comm[row, :n_t], TaskKind.COMM, TaskKind.COMPUTE),
         "task_duration_s": arrays.task_duration_s[row, :n_t],
-        "dep_idx": np.concatenate([p[p >= 0] for p in preds] + [np.zeros(0, np.int32)]),
-        "dep_ptr": np.concatenate([[0], np.cumsum((preds >= 0).sum(axis=1))]),
+        "dep_idx": arrays.dep_pred[row, :edges],
+        "dep_ptr": np.searchsorted(arrays.dep_task[row, :edges], np.arange(n_t + 1)),
         "flow_ptr": np.searchsorted(arrays.flow_task[row, :n_f], np.arange(n_t + 1)),
         "flow_bytes": arrays.flow_bytes[row, :n_f],
         "flow_latency_s": arrays.flow_latency_s[row, :n_f],
@@ -51,24 +54,20 @@ def _decode(arrays, row: int, program):
 def test_round_trip_and_padding(seeds):
     programs = [random_program(s) for s in seeds]
     arrays = encode(programs, dtype=np.float64, num_variants=len(programs) + 1)
-    shape = Shape(arrays.task_preds.shape[1], arrays.task_preds.shape[2],
-                  arrays.dep_task.shape[1], arrays.flow_path.shape[1],
-                  arrays.flow_path.shape[2], arrays.link_capacity.shape[1])
+    shape = Shape(arrays.task_valid.shape[1], arrays.dep_task.shape[1],
+                  arrays.flow_path.shape[1], arrays.flow_path.shape[2],
+                  arrays.link_capacity.shape[1])
     assert shape == batch_shape(program_sizes(programs))
     for row, p in enumerate(programs):
         for name, value in _decode(arrays, row, p).items():
             np.testing.assert_array_equal(value, getattr(p, name), err_msg=name)
-        edges = len(p.dep_idx)
-        np.testing.assert_array_equal(arrays.dep_task[row, :edges],
-                                      np.repeat(np.arange(p.num_tasks), np.diff(p.dep_ptr)))
-        np.testing.assert_array_equal(arrays.dep_pred[row, :edges], p.dep_idx)
-        assert np.all(arrays.dep_task[row, edges:] == -1)
+        assert np.all(arrays.dep_task[row, len(p.dep_idx):] == -1)
         # padding: zero-duration compute tasks without predecessors; flows of no task
         assert arrays.task_valid[row].sum() == p.num_tasks
         pad = ~arrays.task_valid[row]
         assert not arrays.task_is_comm[row, pad].any()
         assert np.all(arrays.task_duration_s[row, pad] == 0)
-        assert np.all(arrays.task_preds[row, pad] == -1)
+        assert not np.isin(np.flatnonzero(pad), arrays.dep_task[row]).any()
         assert np.all(arrays.flow_task[row, p.num_flows:] == -1)
         assert np.all(arrays.flow_path[row, p.num_flows:] == -1)
         assert np.all(arrays.link_capacity[row, p.num_links:] == 1)
@@ -78,27 +77,28 @@ def test_round_trip_and_padding(seeds):
 def test_too_small_shape_is_refused():
     program = ring_allreduce_program(4, 1e9, 1e9, 0.0)
     with pytest.raises(ValueError, match="do not fit"):
-        encode([program], Shape(tasks=2, preds=1, edges=5, flows=24, hops=1, links=4))
+        encode([program], Shape(tasks=2, edges=5, flows=24, hops=1, links=4))
     with pytest.raises(ValueError, match="do not fit"):
         encode([program, program], num_variants=1)
 
 
 def test_padding_overhead():
-    # 4 chained tasks (3 edges), 12 flows of one hop, 3 links: all sizes on the ladder
-    ring = ring_allreduce_program(3, 1e9, 1e9, 0.0)
+    # 2 chained tasks (1 edge), 4 flows of one hop, 2 links: all sizes on the ladders
+    ring = ring_allreduce_program(2, 1e9, 1e9, 0.0)
     sizes = program_sizes([ring])
-    assert sizes.tolist() == [[4, 1, 3, 12, 1, 3]]
+    assert sizes.tolist() == [[2, 1, 4, 1, 2]]
     assert padding_overhead(sizes, batch_shape(sizes)) == 0.0
     assert padding_overhead(sizes, batch_shape(sizes), num_variants=2) == pytest.approx(1.0)
-    small = ring_allreduce_program(2, 1e9, 1e9, 0.0)
-    both = program_sizes([ring, small])
+    both = program_sizes([ring, ring_allreduce_program(3, 1e9, 1e9, 0.0)])
     assert padding_overhead(both, batch_shape(both)) > 0
 
 
 def test_metric_index_padding_keeps_metrics(random_programs):
     programs = random_programs[:5]
     shape = batch_shape(program_sizes(programs))
-    index = encode_metric_index(programs, shape.tasks, dtype=np.float64, num_variants=8)
+    indices = [metrics.metric_index(p) for p in programs]
+    index = pad_metric_index(indices, shape.tasks, metric_index_dims(indices), dtype=np.float64,
+                             num_variants=8)
     assert index.task_valid.shape == (8, shape.tasks)
     for field in index:
         assert all(n == ladder(n) for n in field.shape[1:])

@@ -123,8 +123,7 @@ def test_status_codes_with_finite_outputs():
     ]
     arrays = encode(programs, batch_shape(program_sizes(programs))._replace(edges=2))
     # task 0 now also waits for task 1: no valid program does
-    arrays.task_preds[2, 0, 0] = 1
-    arrays.dep_task[2, 1], arrays.dep_pred[2, 1] = 0, 1
+    arrays.dep_task[2, :2], arrays.dep_pred[2, :2] = (0, 1), (1, 0)
     out = _exact_batch(arrays, 4, 1)
     assert np.asarray(out.status).tolist() == [Status.NOT_CONVERGED, Status.OVERFLOW,
                                                Status.INFEASIBLE]
