@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from xsweep.kernels import Status
 
 from xsweep import metrics
 from xsweep.batch import evaluate_programs
-from xsweep.kernels import Status
 from xsweep.plan.analysis import analyze
 from xsweep.plan.builder import random_plan
 from xsweep.plan.lower import lower

@@ -27,7 +27,10 @@ class CostModel:
     pue: float = 1.3
 
 
-def cluster_rates(gpus: Iterable[GpuSpec], model: CostModel = CostModel(),
+DEFAULT_COST = CostModel()
+
+
+def cluster_rates(gpus: Iterable[GpuSpec], model: CostModel = DEFAULT_COST,
                   network_capex_usd: float = 0.0) -> dict[str, float]:
     """Capex and hourly cost rate of a cluster's GPUs (one entry per GPU) and network ports."""
     gpus = list(gpus)
@@ -43,7 +46,7 @@ def cluster_rates(gpus: Iterable[GpuSpec], model: CostModel = CostModel(),
     return {"capex_usd": capex, "cost_rate_usd_per_hour": rate}
 
 
-def node_rates(nodes, model: CostModel = CostModel()) -> dict[str, float]:
+def node_rates(nodes, model: CostModel = DEFAULT_COST) -> dict[str, float]:
     """:func:`cluster_rates` of topology nodes (``NodeHw``): every GPU and NIC port counts,
     whether or not the plan keeps it busy, since the whole node is bought or rented."""
     gpus = [n.gpu for n in nodes for _ in range(n.num_gpus)]

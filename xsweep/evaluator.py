@@ -10,7 +10,7 @@ import xarray as xr
 
 from xsweep import metrics
 from xsweep.batch import evaluate_programs
-from xsweep.cost import CostModel, node_rates, run_costs
+from xsweep.cost import DEFAULT_COST, CostModel, node_rates, run_costs
 from xsweep.kernels import Status
 from xsweep.plan.analysis import PlanAnalysis, analyze
 from xsweep.plan.lower import lower
@@ -30,7 +30,7 @@ def _analyses(plans, catalog, profile) -> list[PlanAnalysis]:
 
 
 def evaluate(plans: Sequence, level: str = "exact", *, catalog=None, profile=None,
-             cost: CostModel = CostModel(), dtype: str = "float32",
+             cost: CostModel = DEFAULT_COST, dtype: str = "float32",
              chunk_size: int | None = None,
              progress: Callable[[int, int], None] | None = None) -> xr.Dataset:
     """Evaluate every plan with the batched kernels; one ``variant`` per plan.

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from xsweep.cost import CostModel, node_rates, run_costs
+from xsweep.cost import DEFAULT_COST, CostModel, node_rates, run_costs
 from xsweep.plan.analysis import PlanAnalysis
 from xsweep.plan.program import COMM_KINDS, Program
 from xsweep.sim import SimResult, rank_metrics, summary
 
 
-def memory_and_cost(a: PlanAnalysis, iteration_time_s, cost: CostModel = CostModel()) -> dict:
+def memory_and_cost(a: PlanAnalysis, iteration_time_s, cost: CostModel = DEFAULT_COST) -> dict:
     """Memory verdict and TCO figures of a plan at a given iteration time."""
     rates = node_rates(a.topology.nodes, cost)
     runs = run_costs(iteration_time_s, a.tokens_per_iteration, a.total_tokens,
@@ -24,7 +24,7 @@ def memory_and_cost(a: PlanAnalysis, iteration_time_s, cost: CostModel = CostMod
 
 
 def outcome(a: PlanAnalysis, program: Program, result: SimResult,
-            cost: CostModel = CostModel()) -> dict:
+            cost: CostModel = DEFAULT_COST) -> dict:
     """The document ``xsweep simulate --json`` prints: DESIGN's metric names at top level,
     then ``per_rank``."""
     doc = {"name": a.name, **summary(program, result), **memory_and_cost(
