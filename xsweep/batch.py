@@ -47,10 +47,12 @@ from xsweep.plan.program import Program
 
 LEVELS = ("bound", "exact")
 DTYPES = {"float32": np.float32, "float64": np.float64}
-#: Variants per chunk and device, by platform. A CPU pays per element, and the
-#: exact loop runs every variant of a chunk to its slowest member, so CPU chunks
-#: stay small (measured); the accelerator sizes are first guesses, not measurements.
-DEFAULT_CHUNK = {"cpu": {"bound": 256, "exact": 16}, "gpu": {"bound": 16384, "exact": 2048}}
+#: Variants per chunk and device, by platform. A CPU pays per element and the
+#: vmapped event loop runs every variant of a chunk for as many steps as its slowest
+#: member: measured on CPU, single-variant calls (at a bucket's shared shape) beat
+#: any vmapped chunk for the exact level, while the bound's fixed-length scan likes
+#: a few hundred. The accelerator sizes are first guesses, not measurements.
+DEFAULT_CHUNK = {"cpu": {"bound": 256, "exact": 1}, "gpu": {"bound": 16384, "exact": 2048}}
 #: Initial flow slots of the exact level; variants that need more are rerun with twice
 #: as many (measured plans: median 12 flows under way at once, 99th percentile 96).
 DEFAULT_SLOTS = 32

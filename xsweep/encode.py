@@ -57,17 +57,22 @@ def predicted_size(sizes: np.ndarray) -> np.ndarray:
     return sizes[:, 0] + sizes[:, 2]
 
 
-def ladder(n: int) -> int:
-    """Smallest of 1, 2, 3, 4, 6, 8, 12, 16, 24, ... (2^k and 1.5 * 2^k) that is >= n."""
-    if n <= 2:
-        return max(int(n), 1)
-    power = 1 << (int(n) - 1).bit_length()  # smallest power of two >= n
-    return power * 3 // 4 if power * 3 // 4 >= n else power
+def power_of_two(n):
+    """Smallest power of two >= n (and >= 1); works on ints and integer arrays."""
+    n = np.maximum(np.asarray(n, np.int64), 1)
+    out = np.left_shift(1, np.ceil(np.log2(n)).astype(np.int64))
+    return int(out) if out.ndim == 0 else out
 
 
-def power_of_two(n: int) -> int:
-    """Smallest power of two >= n (and >= 1)."""
-    return 1 << max(int(n) - 1, 0).bit_length()
+def ladder(n):
+    """Smallest of 1, 2, 3, 4, 6, 8, 12, 16, 24, ... (2^k and 1.5 * 2^k) that is >= n.
+
+    Works on ints and integer arrays.
+    """
+    power = np.asarray(power_of_two(n))
+    three_quarters = power * 3 // 4
+    out = np.where(three_quarters >= np.asarray(n), three_quarters, power)
+    return int(out) if out.ndim == 0 else out
 
 
 def batch_shape(sizes: np.ndarray) -> Shape:

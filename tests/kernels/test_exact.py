@@ -100,7 +100,7 @@ def test_overflow_reruns_with_more_slots(random_programs, exact_float64):
     crowded = np.flatnonzero((exact_float64["max_active_flows"] > 2)
                              & (exact_float64["max_active_flows"] <= 4))[:4]
     out = evaluate_programs([random_programs[i] for i in crowded], "exact", dtype="float64",
-                            slots=2, with_metrics=False)
+                            slots=2, with_metrics=False, chunk_size=8)
     assert np.all(out["status"] == Status.OK)
     np.testing.assert_array_equal(out["iteration_time_s"],
                                   exact_float64["iteration_time_s"][crowded])
