@@ -38,6 +38,7 @@ from xsweep.encode import (
     metric_index_dims,
     pad_metric_index,
     padding_overhead,
+    power_of_two,
     predicted_size,
     program_sizes,
 )
@@ -117,7 +118,10 @@ class _Config(NamedTuple):
 
 
 def _cost(key: tuple[int, ...]) -> int:
-    """Work of a (rows, *Shape) key: per-event work grows with tasks, edges and flows."""
+    """Work of a (rows, *Shape) key: per-event work grows with tasks, edges and flows.
+
+    ``_buckets`` weighs a run's shape the same way.
+    """
     rows, shape = key[0], Shape(*key[1:])
     return rows * (shape.tasks + shape.edges + shape.flows)
 
@@ -131,15 +135,11 @@ def _buckets(sizes: np.ndarray, order: np.ndarray, min_members: int) -> list[np.
     """
     runs, begin = [], 0
     while begin < len(order):
-        first = _cost((1, *batch_shape(sizes[order[begin: begin + 1]])))
-        largest = sizes[order[begin]].copy()
-        end = begin + 1
-        while end < len(order):
-            grown = np.maximum(largest, sizes[order[end]])
-            if (end - begin >= min_members
-                    and _cost((1, *batch_shape(grown[None]))) > REUSE_FACTOR * first):
-                break
-            largest, end = grown, end + 1
+        grown = np.maximum.accumulate(sizes[order[begin:]], axis=0)  # shape if the run ends here
+        cost = ladder(grown[:, 0]) + ladder(grown[:, 1]) + power_of_two(grown[:, 2])
+        too_big = cost > REUSE_FACTOR * cost[0]
+        too_big[:min_members] = False
+        end = begin + (int(np.argmax(too_big)) if too_big.any() else len(grown))
         runs.append(order[begin:end])
         begin = end
     return runs

@@ -71,7 +71,8 @@ def ladder(n):
     """
     power = np.asarray(power_of_two(n))
     three_quarters = power * 3 // 4
-    out = np.where(three_quarters >= np.asarray(n), three_quarters, power)
+    out = np.where((three_quarters >= np.asarray(n)) & (three_quarters >= 1), three_quarters,
+                   power)
     return int(out) if out.ndim == 0 else out
 
 

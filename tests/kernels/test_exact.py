@@ -130,3 +130,26 @@ def test_status_codes_with_finite_outputs():
     for x in out:
         assert np.all(np.isfinite(np.asarray(x)))
     assert float(out.iteration_time_s[0]) > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("dtype", "median", "worst"), [("float32", 1e-5, 1e-4),
+                                                         ("float64", 1e-9, 1e-9)])
+def test_lowered_plans_agree_with_simulator(dtype, median, worst):
+    """Programs lowered from seeded random plans, not only hand-built ones."""
+    from xsweep.plan.analysis import analyze
+    from xsweep.plan.builder import random_plan
+    from xsweep.plan.lower import lower
+    from xsweep.sim import simulate
+    from xsweep.spec.catalog import load_catalog
+
+    catalog = load_catalog()
+    programs = [lower(analyze(random_plan(seed, max_gpus=16, num_layers=4), catalog))
+                for seed in range(64)]
+    sims = [simulate(p) for p in programs]
+    out = evaluate_programs(programs, "exact", dtype=dtype, task_times=True, with_metrics=False,
+                            chunk_size=16)
+    assert np.all(out["status"] == Status.OK)
+    iteration, task = _errors(programs, sims, out)
+    assert np.median(iteration) <= median and iteration.max() <= worst
+    assert np.median(task) <= median and task.max() <= worst
