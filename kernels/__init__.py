@@ -9,7 +9,7 @@ default; float64 when the caller enables ``jax_enable_x64``).
 from .bound import bound, contention_free_durations, max_plus_schedule
 from .exact import exact, max_steps
 from .types import ProgramArrays, Schedule, Status
-from .waterfill import MAX_ROUNDS, waterfill
+from .waterfill import MAX_ROUNDS, packed_waterfill, waterfill
 
 __all__ = [
     "MAX_ROUNDS",
@@ -21,5 +21,6 @@ __all__ = [
     "exact",
     "max_plus_schedule",
     "max_steps",
+    "packed_waterfill",
     "waterfill",
 ]

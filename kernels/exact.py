@@ -39,7 +39,7 @@ import jax.numpy as jnp
 from jax import Array, lax
 
 from .types import ProgramArrays, Schedule, Status
-from .waterfill import MAX_ROUNDS, waterfill
+from .waterfill import MAX_ROUNDS, packed_waterfill, waterfill
 
 #: Events closer than this many machine epsilons of the current time coincide.
 EVENT_RTOL_ULPS = 4
@@ -70,14 +70,20 @@ def max_steps(num_tasks: int, num_flows: int) -> int:
     return num_tasks + 2 * num_flows + 1
 
 
-def exact(p: ProgramArrays, slots: int, max_rounds: int = MAX_ROUNDS) -> Schedule:
+def exact(p: ProgramArrays, slots: int, max_rounds: int = MAX_ROUNDS,
+          batched: bool = True) -> Schedule:
     """Exact schedule of one program under the program IR's fluid-flow semantics.
 
     Args:
       p: the program's padded arrays.
       slots: how many flows may be under way at once (static); more gives ``OVERFLOW``.
       max_rounds: water-filling round cap per step (static).
+      batched: whether the caller vmaps this (static). Unbatched, each step
+        water-fills only a prefix of packed slots that holds the moving flows
+        (:func:`~xsweep.kernels.waterfill.packed_waterfill`), a real branch outside
+        ``vmap``; batched, all slots every time. Results are the same.
     """
+    fill = waterfill if batched else packed_waterfill
     num_tasks, num_flows = p.task_duration_s.shape[0], p.flow_bytes.shape[0]
     dtype = p.link_capacity.dtype
     rtol = EVENT_RTOL_ULPS * jnp.finfo(dtype).eps
@@ -146,7 +152,7 @@ def exact(p: ProgramArrays, slots: int, max_rounds: int = MAX_ROUNDS) -> Schedul
     def step(s: _State) -> _State:
         live = s.slot_flow < num_flows
         moving = live & s.slot_moving
-        rates, converged, rounds = waterfill(p.link_capacity, s.slot_path, moving, max_rounds)
+        rates, converged, rounds = fill(p.link_capacity, s.slot_path, moving, max_rounds)
         drain_s = jnp.where(moving & (rates > 0),
                             s.slot_left_bytes / jnp.where(rates > 0, rates, 1), inf)
         busy = s.started & ~s.done & ~p.task_is_comm

@@ -80,3 +80,32 @@ def waterfill(capacity: Array, paths: Array, active: Array,
     # on each link those flows together get at most count * (residual / count).
     rates = jnp.where(frozen, rates, jnp.where(active, path_share, 0))
     return rates, jnp.all(frozen), rounds
+
+
+def packed_waterfill(capacity: Array, paths: Array, active: Array,
+                     max_rounds: int = MAX_ROUNDS) -> tuple[Array, Array, Array]:
+    """:func:`waterfill` over only as many slots as there are active flows.
+
+    The active flows are packed to the front and filled at the smallest of a few
+    prefix sizes (8, 16, 32, ... slots) that holds them, chosen by ``lax.switch``.
+    Outside ``vmap`` only that branch runs, so a kernel sized for its busiest moment
+    pays for the flows actually moving; under ``vmap`` every branch would run, so
+    batched callers use :func:`waterfill`. Same arguments and results.
+    """
+    num_slots = active.shape[0]
+    sizes = sorted({min(num_slots, 8 << i) for i in range(max(num_slots.bit_length() - 2, 1))}
+                   | {num_slots})
+    count = jnp.sum(active, dtype=jnp.int32)
+    at = jnp.where(active, jnp.cumsum(active, dtype=jnp.int32) - 1, num_slots)
+    packed = jnp.full_like(paths, -1).at[at].set(paths, mode="drop")
+
+    def fill(size: int):
+        def branch(packed: Array):
+            rates, converged, rounds = waterfill(capacity, packed[:size],
+                                                 jnp.arange(size) < count, max_rounds)
+            return jnp.zeros(num_slots, rates.dtype).at[:size].set(rates), converged, rounds
+        return branch
+
+    which = jnp.searchsorted(jnp.asarray(sizes), count)
+    rates, converged, rounds = lax.switch(which, [fill(size) for size in sizes], packed)
+    return jnp.where(active, rates[jnp.minimum(at, num_slots - 1)], 0), converged, rounds

@@ -55,8 +55,9 @@ DTYPES = {"float32": np.float32, "float64": np.float64}
 #: a few hundred. The accelerator sizes are first guesses, not measurements.
 DEFAULT_CHUNK = {"cpu": {"bound": 256, "exact": 1}, "gpu": {"bound": 16384, "exact": 2048}}
 #: Initial flow slots of the exact level; variants that need more are rerun with twice
-#: as many (measured plans: median 12 flows under way at once, 99th percentile 96).
-DEFAULT_SLOTS = 32
+#: as many (measured plans: median 12-32 flows under way at once, at most 264). One
+#: variant per device water-fills only the slots in use, so spare slots cost little.
+DEFAULT_SLOTS = 128
 #: A chunk may run at an already compiled shape that costs up to this many times its own.
 REUSE_FACTOR = 2.0
 #: Shapes (compilations) one call uses at most, besides reruns after an overflow.
@@ -72,17 +73,28 @@ _AXIS = "variant"
 _SCALARS = ("tokens_per_iteration", "model_flops_per_iteration", "peak_flops_per_s")
 
 
-def _sharded(fn: Callable, devices: tuple) -> tuple[Callable, NamedSharding]:
-    """``fn`` (of one variant) vmapped, split over ``devices`` along the variant axis, jitted."""
+def _sharded(fn: Callable, devices: tuple, batched: bool = True) -> tuple[Callable, NamedSharding]:
+    """``fn`` (of one variant) over a variant axis split across ``devices``, jitted.
+
+    Batched, ``fn`` is vmapped; otherwise each device holds one variant and runs
+    ``fn`` on it directly, so the kernels' branches really branch.
+    """
     mesh = Mesh(np.array(devices), (_AXIS,))
     spec = PartitionSpec(_AXIS)
-    batched = jax.shard_map(jax.vmap(fn), mesh=mesh, in_specs=spec, out_specs=spec,
+    if batched:
+        local = jax.vmap(fn)
+    else:
+        def local(*args):
+            one = fn(*jax.tree.map(lambda x: x[0], args))
+            return jax.tree.map(lambda x: x[None], one)
+    sharded = jax.shard_map(local, mesh=mesh, in_specs=spec, out_specs=spec,
                             check_vma=False)  # the kernels know nothing of the mesh
-    return jax.jit(batched), NamedSharding(mesh, spec)
+    return jax.jit(sharded), NamedSharding(mesh, spec)
 
 
-def _schedule_one(level: str, slots: int, max_rounds: int, arrays: ProgramArrays) -> dict:
-    schedule = bound(arrays) if level == "bound" else exact(arrays, slots, max_rounds)
+def _schedule_one(level: str, slots: int, max_rounds: int, batched: bool,
+                  arrays: ProgramArrays) -> dict:
+    schedule = bound(arrays) if level == "bound" else exact(arrays, slots, max_rounds, batched)
     out = dict(zip(DIAGNOSTICS, (schedule.status, schedule.steps, schedule.max_active_flows,
                                  schedule.max_rounds), strict=True))
     return out | {"iteration_time_s": schedule.iteration_time_s, "start_s": schedule.start_s,
@@ -99,8 +111,9 @@ def _metrics_one(start_s, end_s, index: metrics.MetricIndex, scalars: tuple) -> 
 
 
 @functools.cache
-def _scheduler(level: str, slots: int, max_rounds: int, devices: tuple):
-    return _sharded(functools.partial(_schedule_one, level, slots, max_rounds), devices)
+def _scheduler(level: str, slots: int, max_rounds: int, devices: tuple, batched: bool):
+    return _sharded(functools.partial(_schedule_one, level, slots, max_rounds, batched),
+                    devices, batched)
 
 
 @functools.cache
@@ -174,7 +187,7 @@ def _dispatch(programs: Sequence[Program], indices: Sequence[metrics.MetricIndex
     """Encode one chunk at the (rows, *Shape) ``key`` and start the kernels on it."""
     rows, shape = key[0], Shape(*key[1:])
     schedule, sharding = _scheduler(cfg.level, min(slots, shape.flows), cfg.max_rounds,
-                                    cfg.devices)
+                                    cfg.devices, rows > len(cfg.devices))
     arrays = encode(programs, shape, dtype=cfg.dtype, num_variants=rows)
     out = schedule(jax.device_put(arrays, sharding))
     if indices is not None:

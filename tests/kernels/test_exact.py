@@ -9,11 +9,11 @@ from programs import GB, bottleneck_program, parking_lot_program
 from xsweep.kernels import Status, exact
 
 from xsweep.batch import evaluate_programs
-from xsweep.encode import batch_shape, encode, program_sizes
+from xsweep.encode import batch_shape, encode, predicted_size, program_sizes
 from xsweep.plan.program import Category, ProgramBuilder
 
 SLOTS = 32
-_exact = jax.jit(exact, static_argnames=("slots", "max_rounds"))
+_exact = jax.jit(exact, static_argnames=("slots", "max_rounds", "batched"))
 _exact_batch = jax.jit(jax.vmap(exact, in_axes=(0, None, None)), static_argnums=(1, 2))
 
 
@@ -73,6 +73,27 @@ def test_batched_equals_single_calls(six):
         single = _exact(jax.tree.map(lambda x, i=i: x[i], arrays), slots=SLOTS)
         for b, s in zip(batched, single, strict=True):
             np.testing.assert_array_equal(np.asarray(b)[i], np.asarray(s))
+
+
+def test_unbatched_single_calls_match_the_batch(six):
+    """One variant per call, water-filling only the slots in use: the same schedules."""
+    arrays, batched = six
+    for i in range(len(arrays.task_valid)):
+        single = _exact(jax.tree.map(lambda x, i=i: x[i], arrays), slots=SLOTS, batched=False)
+        for key in ("start_s", "end_s", "iteration_time_s"):
+            np.testing.assert_allclose(np.asarray(getattr(single, key)),
+                                       np.asarray(getattr(batched, key))[i], rtol=1e-6)
+        assert int(single.steps) == int(batched.steps[i])
+
+
+def test_one_variant_per_device_agrees_with_simulator(random_programs, random_sims):
+    """The driver's unbatched path (chunks of one), on neighbours in size (one shape)."""
+    middle = np.argsort(predicted_size(program_sizes(random_programs)))[30:34]
+    out = evaluate_programs([random_programs[i] for i in middle], "exact", dtype="float64",
+                            chunk_size=1, with_metrics=False)
+    assert np.all(out["status"] == Status.OK)
+    expected = [random_sims[i].iteration_time_s for i in middle]
+    np.testing.assert_allclose(out["iteration_time_s"], expected, rtol=1e-9)
 
 
 def test_wider_padding_does_not_change_results(random_programs, six):

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from programs import GB, parking_lot_program, parking_lot_rates
-from xsweep.kernels import waterfill
+from xsweep.kernels import packed_waterfill, waterfill
 
 from xsweep.encode import encode
 
@@ -61,6 +61,16 @@ def test_random_instances_match_progressive_filling_float64(instances):
             assert bool(converged)
             np.testing.assert_allclose(np.asarray(rates), _reference(capacity, paths, active),
                                        rtol=1e-12, atol=0)
+
+
+def test_packed_equals_full(instances):
+    """Filling only a packed prefix of the slots gives the same rates."""
+    packed = jax.jit(packed_waterfill)
+    for capacity, paths, active in instances[:10]:
+        full = _waterfill(capacity.astype(np.float32), paths, active)
+        fast = packed(capacity.astype(np.float32), paths, active)
+        np.testing.assert_allclose(np.asarray(fast[0]), np.asarray(full[0]), rtol=1e-6)
+        assert bool(fast[1]) and int(fast[2]) == int(full[2])
 
 
 def test_batched_equals_single_calls(instances):
