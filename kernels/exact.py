@@ -32,6 +32,7 @@ a float64 simulation by about 1e-6 of the iteration time.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import jax
@@ -43,6 +44,8 @@ from .waterfill import MAX_ROUNDS, packed_waterfill, waterfill
 
 #: Events closer than this many machine epsilons of the current time coincide.
 EVENT_RTOL_ULPS = 4
+#: Blocks of tasks whose COMM tasks one settling pass places (see ``_pick_blocks``).
+PLACE_BLOCKS = 16
 
 
 class _State(NamedTuple):
@@ -63,6 +66,39 @@ class _State(NamedTuple):
     status: Array
     max_active_flows: Array
     max_rounds: Array
+
+
+def _pick_blocks(need: Array) -> tuple[Array, Array, Array]:
+    """The tasks whose flows one pass places: those of the first few blocks that need any.
+
+    Finding each flow's slot takes a prefix sum over the tasks placed. Over all ``T``
+    tasks that would cost more than the rest of a pass (a prefix sum is slow on a
+    CPU), so the tasks go in blocks of ``B`` and a pass takes the first
+    ``PLACE_BLOCKS`` blocks holding a ready COMM task: two prefix sums of about
+    ``sqrt(T)`` each. Tasks of later blocks wait for another pass at the same instant.
+
+    Args:
+      need: int32[T], flows each task would place now (0 for most).
+
+    Returns:
+      ``(task, task_need, picked)``: ids and needs of the picked blocks' tasks
+      (int32[M * B], in task order; ids past ``T`` are padding with need 0), and
+      bool[T], which tasks lie in a picked block.
+    """
+    num_tasks = need.shape[0]
+    width = max(8, 1 << round(math.log2(max(num_tasks / PLACE_BLOCKS, 1)) / 2))
+    num_blocks = -(-num_tasks // width)
+    count = min(PLACE_BLOCKS, num_blocks)
+    blocks = jnp.pad(need, (0, num_blocks * width - num_tasks)).reshape(num_blocks, width)
+    has = jnp.any(blocks > 0, axis=1)
+    order = jnp.cumsum(has, dtype=jnp.int32) - 1
+    block_ids = jnp.arange(num_blocks, dtype=jnp.int32)
+    chosen = jnp.full((count,), num_blocks, jnp.int32).at[
+        jnp.where(has, order, count)].set(block_ids, mode="drop")
+    task_need = jnp.take(blocks, chosen, axis=0, mode="fill", fill_value=0).reshape(-1)
+    task = (chosen[:, None] * width + jnp.arange(width, dtype=jnp.int32)).reshape(-1)
+    picked = jnp.repeat(has & (order < count), width, total_repeat_length=num_blocks * width)
+    return task, task_need, picked[:num_tasks]
 
 
 def max_steps(num_tasks: int, num_flows: int) -> int:
@@ -90,7 +126,6 @@ def exact(p: ProgramArrays, slots: int, max_rounds: int = MAX_ROUNDS,
     inf = jnp.asarray(jnp.inf, dtype)
     flow_real = p.flow_task >= 0
     edge_pred = jnp.maximum(p.dep_pred, 0)
-    task_ids = jnp.arange(num_tasks, dtype=jnp.int32)
 
     def per_task(values: Array, segments: Array) -> Array:
         """Per-task counts of ``values``; segments of -1 count nowhere."""
@@ -117,32 +152,38 @@ def exact(p: ProgramArrays, slots: int, max_rounds: int = MAX_ROUNDS,
             p.task_is_comm, open_flows == 0, s.start_s + p.task_duration_s <= due)
         pending = s.pending - per_task(finished[edge_pred], p.dep_task)
         ready = ~s.started & (pending == 0)
-        # start every ready compute task and the first ready COMM task, placing its flows
-        waiting = ready & p.task_is_comm
-        first = jnp.argmax(waiting).astype(jnp.int32)
-        placed = waiting[first]
-        count = jnp.where(placed, flow_count[first], 0)
+        # start every ready task; the flows of the ready COMM tasks, in task order, go
+        # to the free slots in slot order: free slot r takes the r-th of those flows
+        need = jnp.where(ready & p.task_is_comm, flow_count, 0)
+        task, task_need, picked = _pick_blocks(need)
+        before = jnp.cumsum(task_need, dtype=jnp.int32)  # flows of the picked tasks up to each
         free = slot_flow == num_flows
         rank = jnp.cumsum(free, dtype=jnp.int32) - 1
-        overflow = count > rank[-1] + 1
-        take = free & (rank < count) & ~overflow
-        flow = jnp.where(take, flow_first[first] + rank, 0)
+        overflow = before[-1] > rank[-1] + 1
+        take = free & (rank < before[-1]) & ~overflow
+        # the picked task owning the r-th placed flow: the last whose first flow is at r
+        # or before
+        first_rank = jnp.where(task_need > 0, before - task_need, slots)
+        owner = lax.cummax(jnp.zeros((slots,), jnp.int32).at[first_rank].max(
+            jnp.arange(task.shape[0], dtype=jnp.int32), mode="drop"))[jnp.clip(rank, 0, slots - 1)]
+        flow = jnp.where(take, flow_first[task[owner]] + rank - (before[owner] - task_need[owner]),
+                         0)
         latency_end_s = s.now + p.flow_latency_s[flow]
-        starts = (ready & ~p.task_is_comm) | ((task_ids == first) & placed & ~overflow)
+        starts = ready & ~overflow & (picked | (need == 0))
         s = s._replace(
             start_s=jnp.where(starts, s.now, s.start_s), started=s.started | starts,
             done=s.done | finished, end_s=jnp.where(finished, s.now, s.end_s),
             pending=pending, open_flows=open_flows,
             slot_flow=jnp.where(take, flow, slot_flow),
-            slot_task=jnp.where(take, first, jnp.where(drained, -1, s.slot_task)),
+            slot_task=jnp.where(take, task[owner], jnp.where(drained, -1, s.slot_task)),
             slot_moving=jnp.where(take, latency_end_s <= due, moving & ~drained),
             slot_latency_end_s=jnp.where(take, latency_end_s, s.slot_latency_end_s),
             slot_left_bytes=jnp.where(take, p.flow_bytes[flow], s.slot_left_bytes),
             slot_path=jnp.where(take[:, None], p.flow_path[flow], s.slot_path),
             status=jnp.where(overflow, Status.OVERFLOW, s.status))
-        # pass again at this instant while COMM tasks wait, a started task is already
-        # over, or a placed flow needs no time at all
-        again = (jnp.any(starts & instant) | jnp.any(waiting & ~starts)
+        # pass again at this instant while ready COMM tasks wait for the next blocks, a
+        # started task is already over, or a placed flow needs no time at all
+        again = (jnp.any(ready & ~starts) | jnp.any(starts & instant)
                  | jnp.any(take & (latency_end_s <= due) & (p.flow_bytes[flow] <= 0)))
         return s, again & ~overflow
 

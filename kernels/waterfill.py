@@ -11,7 +11,10 @@ gives the same allocation in fewer rounds (the global minimum-share link always
 qualifies, so every round freezes at least one link).
 
 Link sums use segment sums over the (flow, hop) pairs, never a dense flow x link
-matrix, so the cost per round is linear in the number of path entries.
+matrix. The links are first renamed to local ids, one per distinct link the active
+flows cross (the position of its first hop), so every round costs time linear in
+the number of path entries, whatever the number of links in the program: a large
+fabric has thousands of links, of which one step's flows cross a few dozen.
 """
 
 from __future__ import annotations
@@ -39,10 +42,10 @@ def waterfill(capacity: Array, paths: Array, active: Array,
       hit, the flows still unfrozen get their last-round path share, which keeps the
       allocation feasible (no link over capacity) though not max-min fair.
     """
-    num_links = capacity.shape[0]
     inf = jnp.asarray(jnp.inf, capacity.dtype)
     on = (paths >= 0) & active[:, None]  # [S, P] real hops of active flows
-    hop = jnp.where(on, paths, num_links).reshape(-1)  # off hops go to a spare segment
+    hop, local_capacity = _local_links(capacity, paths, on)
+    num_links = local_capacity.shape[0]  # local ids; off hops go to a spare segment past them
 
     def link_sum(values: Array) -> Array:
         """Per-link sums of per-hop values ([S, P] or [S, P, C])."""
@@ -72,7 +75,7 @@ def waterfill(capacity: Array, paths: Array, active: Array,
                 count - taken[:, 0], path_share, rounds + 1)
 
     zeros = jnp.zeros(active.shape, capacity.dtype)
-    residual = jnp.concatenate([capacity, jnp.zeros((1,), capacity.dtype)])
+    residual = jnp.concatenate([local_capacity, jnp.zeros((1,), capacity.dtype)])
     count = link_sum(on.astype(capacity.dtype))
     rates, frozen, _, _, path_share, rounds = lax.while_loop(
         cond, body, (zeros, ~active, residual, count, zeros, jnp.int32(0)))
@@ -80,6 +83,22 @@ def waterfill(capacity: Array, paths: Array, active: Array,
     # on each link those flows together get at most count * (residual / count).
     rates = jnp.where(frozen, rates, jnp.where(active, path_share, 0))
     return rates, jnp.all(frozen), rounds
+
+
+def _local_links(capacity: Array, paths: Array, on: Array) -> tuple[Array, Array]:
+    """Local link ids of the hops ``on`` (int32[S * P]) and their capacities (float[S * P]).
+
+    A link's local id is the flat index of its first hop; off hops get ``S * P``. The
+    renaming touches the program's links once (a fill and a scatter), not per round.
+    """
+    num_hops = on.size
+    flat = jnp.where(on, paths, capacity.shape[0]).reshape(-1)
+    first = jnp.full((capacity.shape[0] + 1,), num_hops, jnp.int32).at[flat].min(
+        jnp.arange(num_hops, dtype=jnp.int32))
+    hop = jnp.where(on.reshape(-1), first[flat], num_hops)
+    local_capacity = jnp.ones((num_hops,), capacity.dtype).at[hop].set(
+        capacity[jnp.minimum(flat, capacity.shape[0] - 1)], mode="drop")
+    return hop, local_capacity
 
 
 def packed_waterfill(capacity: Array, paths: Array, active: Array,
