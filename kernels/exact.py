@@ -1,23 +1,34 @@
 """The exact level: lockstep event stepping, the simulator's semantics in one loop.
 
-Flows live in ``slots`` slots from the moment their task starts (latency) until
-they drain; everything per event works on the slots, the tasks and the edges, never
-on all ``F`` flows. Each step of the ``lax.while_loop``:
+The loop never sweeps all ``T`` tasks or ``E`` dependencies: every step works on
+three small sets of slots, and writes task times by scatters. A large program
+(thousands of tasks) costs per event about what a small one does.
 
-1. *settle* the current instant: every event within a relative tolerance of it
-   happens now (latencies end, drained flows and finished compute tasks complete,
-   COMM tasks whose flows are all done complete), tasks whose last predecessor
-   finished start, and the flows of a starting COMM task are packed into free
-   slots. One COMM task is placed per pass (so placing needs a prefix sum over the
-   slots only); passes repeat at the same instant while COMM tasks wait or while
-   a task that started also finishes at once (zero-duration compute, COMM without
-   timed flows);
-2. water-fill the transferring slots;
-3. advance to the next event: the earliest compute end, latency end, or flow
-   drain (remaining bytes / rate), and move every transferring flow's bytes.
+* ``R`` *task slots* hold the tasks under way: started, or finished but with
+  successors not yet told (each slot keeps a cursor into its task's successor list);
+* ``K`` *flow slots* hold the flows under way, from the moment their task starts
+  (latency) until they drain;
+* a *release budget* of ``R`` successor edges per pass: finishing tasks tell their
+  successors, and a task whose last predecessor is told starts at once.
 
-A COMM task whose flows do not fit in the free slots stops the variant with
-status ``OVERFLOW``; the driver reruns it with more slots.
+Each iteration of the ``lax.while_loop`` is one *settling pass* at the current
+instant, then, once the instant is settled, one *step* to the next event:
+
+1. settle: every event within a relative tolerance of now happens (latencies end,
+   drained flows free their slots, compute tasks reach their end, COMM tasks with
+   no open flow finish); finished tasks release successor edges; tasks whose
+   pending-predecessor count reaches zero take a task slot and start, COMM tasks
+   placing their flows in free flow slots. Another pass follows at the same instant
+   while edges wait for the release budget, a started task is already over
+   (zero-duration compute, COMM without timed flows) or a placed flow takes no time;
+2. water-fill the transferring flows;
+3. advance to the next event: the earliest compute end, latency end, or flow drain
+   (remaining bytes / rate), and move every transferring flow's bytes.
+
+A task or flow that finds no free slot stops the variant with status ``OVERFLOW``;
+the driver reruns it with more slots (``slots`` above both the number of tasks
+and of flows never overflows). Tasks that can start at time 0 are the successors of a
+virtual source task that occupies slot 0 at the start.
 
 Every step completes at least one event (the earliest one is within tolerance of
 itself), so a program with ``T`` tasks and ``F`` flows needs at most ``T + 2F``
@@ -32,7 +43,6 @@ a float64 simulation by about 1e-6 of the iteration time.
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import jax
@@ -44,20 +54,22 @@ from .waterfill import MAX_ROUNDS, packed_waterfill, waterfill
 
 #: Events closer than this many machine epsilons of the current time coincide.
 EVENT_RTOL_ULPS = 4
-#: Blocks of tasks whose COMM tasks one settling pass places (see ``_pick_blocks``).
-PLACE_BLOCKS = 16
 
 
 class _State(NamedTuple):
     now: Array
-    start_s: Array  # [T]
-    end_s: Array  # [T]
-    started: Array  # [T]
-    done: Array  # [T]
-    pending: Array  # [T], unfinished predecessors
-    open_flows: Array  # [T], unfinished flows
+    start_s: Array  # [T], -1 until started
+    end_s: Array  # [T], -1 until finished
+    pending: Array  # [T], predecessors not yet told
+    claim: Array  # [T], scratch for telling duplicates apart, -1 between passes
+    num_done: Array  # real tasks finished
+    run_task: Array  # [R], task id, T for the source, -1 when free
+    run_done: Array  # [R], finished, successors being told
+    run_cursor: Array  # [R], successors told so far
+    run_end_s: Array  # [R], end of a compute task, inf for COMM
+    run_open: Array  # [R], a COMM task's flows not yet drained
     slot_flow: Array  # [K], flow id, F when free
-    slot_task: Array  # [K], its task, -1 when free
+    slot_run: Array  # [K], its task's slot, -1 when free
     slot_moving: Array  # [K], latency over: transferring
     slot_latency_end_s: Array  # [K]
     slot_left_bytes: Array  # [K]
@@ -68,42 +80,41 @@ class _State(NamedTuple):
     max_rounds: Array
 
 
-def _pick_blocks(need: Array) -> tuple[Array, Array, Array]:
-    """The tasks whose flows one pass places: those of the first few blocks that need any.
-
-    Finding each flow's slot takes a prefix sum over the tasks placed. Over all ``T``
-    tasks that would cost more than the rest of a pass (a prefix sum is slow on a
-    CPU), so the tasks go in blocks of ``B`` and a pass takes the first
-    ``PLACE_BLOCKS`` blocks holding a ready COMM task: two prefix sums of about
-    ``sqrt(T)`` each. Tasks of later blocks wait for another pass at the same instant.
-
-    Args:
-      need: int32[T], flows each task would place now (0 for most).
-
-    Returns:
-      ``(task, task_need, picked)``: ids and needs of the picked blocks' tasks
-      (int32[M * B], in task order; ids past ``T`` are padding with need 0), and
-      bool[T], which tasks lie in a picked block.
-    """
-    num_tasks = need.shape[0]
-    width = max(8, 1 << round(math.log2(max(num_tasks / PLACE_BLOCKS, 1)) / 2))
-    num_blocks = -(-num_tasks // width)
-    count = min(PLACE_BLOCKS, num_blocks)
-    blocks = jnp.pad(need, (0, num_blocks * width - num_tasks)).reshape(num_blocks, width)
-    has = jnp.any(blocks > 0, axis=1)
-    order = jnp.cumsum(has, dtype=jnp.int32) - 1
-    block_ids = jnp.arange(num_blocks, dtype=jnp.int32)
-    chosen = jnp.full((count,), num_blocks, jnp.int32).at[
-        jnp.where(has, order, count)].set(block_ids, mode="drop")
-    task_need = jnp.take(blocks, chosen, axis=0, mode="fill", fill_value=0).reshape(-1)
-    task = (chosen[:, None] * width + jnp.arange(width, dtype=jnp.int32)).reshape(-1)
-    picked = jnp.repeat(has & (order < count), width, total_repeat_length=num_blocks * width)
-    return task, task_need, picked[:num_tasks]
-
-
 def max_steps(num_tasks: int, num_flows: int) -> int:
     """Steps that always suffice: each step completes at least one of T + 2F events."""
     return num_tasks + 2 * num_flows + 1
+
+
+def _owners(first: Array, length: int) -> Array:
+    """For each position ``0..length-1``, the last entry whose ``first`` is at or before it.
+
+    ``first`` holds non-decreasing start positions of consecutive ranges (entries
+    with empty ranges may hold anything past ``length``); returns int32[length].
+    """
+    marks = jnp.zeros((length,), jnp.int32).at[first].max(
+        jnp.arange(first.shape[0], dtype=jnp.int32), mode="drop")
+    return lax.cummax(marks)
+
+
+def _successors(p: ProgramArrays) -> tuple[Array, Array, Array, Array]:
+    """Successor lists of every task and of the virtual source (index ``T``).
+
+    Returns ``(succ, first, count, in_degree)``: ``succ`` int32[E + T], the
+    dependency edges' tasks grouped by predecessor, then the tasks without
+    predecessors (the source's); ``first`` and ``count`` int32[T + 1], each task's
+    range in ``succ``; ``in_degree`` int32[T].
+    """
+    num_tasks, num_edges = p.task_duration_s.shape[0], p.dep_task.shape[0]
+    real = p.dep_task >= 0
+    by_pred = jnp.argsort(jnp.where(real, p.dep_pred, num_tasks), stable=True)
+    in_degree = jax.ops.segment_sum(real.astype(jnp.int32), p.dep_task, num_segments=num_tasks)
+    out_degree = jax.ops.segment_sum(real.astype(jnp.int32), p.dep_pred, num_segments=num_tasks)
+    root = p.task_valid & (in_degree == 0)
+    roots = jnp.nonzero(root, size=num_tasks, fill_value=0)[0].astype(jnp.int32)
+    count = jnp.concatenate([out_degree, jnp.sum(root, dtype=jnp.int32)[None]])
+    first = jnp.cumsum(count, dtype=jnp.int32) - count
+    first = first.at[num_tasks].set(num_edges)  # the source's list follows the edges
+    return jnp.concatenate([p.dep_task[by_pred], roots]), first, count, in_degree
 
 
 def exact(p: ProgramArrays, slots: int, max_rounds: int = MAX_ROUNDS,
@@ -112,7 +123,8 @@ def exact(p: ProgramArrays, slots: int, max_rounds: int = MAX_ROUNDS,
 
     Args:
       p: the program's padded arrays.
-      slots: how many flows may be under way at once (static); more gives ``OVERFLOW``.
+      slots: task slots, flow slots and successor edges released per pass (static;
+        each capped at what the program has); too few gives ``OVERFLOW``.
       max_rounds: water-filling round cap per step (static).
       batched: whether the caller vmaps this (static). Unbatched, each step
         water-fills only a prefix of packed slots that holds the moving flows
@@ -121,11 +133,11 @@ def exact(p: ProgramArrays, slots: int, max_rounds: int = MAX_ROUNDS,
     """
     fill = waterfill if batched else packed_waterfill
     num_tasks, num_flows = p.task_duration_s.shape[0], p.flow_bytes.shape[0]
+    run_slots, flow_slots, budget = min(slots, num_tasks + 1), min(slots, num_flows), slots
     dtype = p.link_capacity.dtype
     rtol = EVENT_RTOL_ULPS * jnp.finfo(dtype).eps
     inf = jnp.asarray(jnp.inf, dtype)
     flow_real = p.flow_task >= 0
-    edge_pred = jnp.maximum(p.dep_pred, 0)
 
     def per_task(values: Array, segments: Array) -> Array:
         """Per-task counts of ``values``; segments of -1 count nowhere."""
@@ -137,58 +149,94 @@ def exact(p: ProgramArrays, slots: int, max_rounds: int = MAX_ROUNDS,
     # tasks that finish the instant they start: their successors start then too
     timed = per_task(flow_real & ((p.flow_latency_s > 0) | (p.flow_bytes > 0)), p.flow_task)
     instant = jnp.where(p.task_is_comm, timed == 0, p.task_duration_s <= 0)
+    succ, succ_first, succ_count, in_degree = _successors(p)
+    positions = jnp.arange(budget, dtype=jnp.int32)
 
-    def settle_body(carry):
+    def settle(carry):
         s, _ = carry
         due = s.now + s.now * rtol
         # flow events: latencies end, drained flows finish and free their slots
         live = s.slot_flow < num_flows
         moving = live & (s.slot_moving | (s.slot_latency_end_s <= due))
         drained = live & moving & (s.slot_left_bytes <= 0)
-        open_flows = s.open_flows - per_task(drained, s.slot_task)
+        run_open = s.run_open - jax.ops.segment_sum(drained.astype(jnp.int32), s.slot_run,
+                                                    num_segments=run_slots)
         slot_flow = jnp.where(drained, num_flows, s.slot_flow)
+        slot_run = jnp.where(drained, -1, s.slot_run)
         # task events
-        finished = s.started & ~s.done & jnp.where(
-            p.task_is_comm, open_flows == 0, s.start_s + p.task_duration_s <= due)
-        pending = s.pending - per_task(finished[edge_pred], p.dep_task)
-        ready = ~s.started & (pending == 0)
-        # start every ready task; the flows of the ready COMM tasks, in task order, go
-        # to the free slots in slot order: free slot r takes the r-th of those flows
-        need = jnp.where(ready & p.task_is_comm, flow_count, 0)
-        task, task_need, picked = _pick_blocks(need)
-        before = jnp.cumsum(task_need, dtype=jnp.int32)  # flows of the picked tasks up to each
+        task = jnp.maximum(s.run_task, 0)
+        is_task = (s.run_task >= 0) & (s.run_task < num_tasks)
+        finished = is_task & ~s.run_done & jnp.where(p.task_is_comm[jnp.minimum(
+            task, num_tasks - 1)], run_open == 0, s.run_end_s <= due)
+        end_s = s.end_s.at[jnp.where(finished, task, num_tasks)].set(s.now, mode="drop")
+        run_done = s.run_done | finished
+        # finished tasks tell up to `budget` successors, slot by slot
+        left = jnp.where(run_done, succ_count[task] - s.run_cursor, 0)
+        told_before = jnp.cumsum(left, dtype=jnp.int32) - left
+        owner = _owners(jnp.where(left > 0, told_before, budget), budget)
+        told = positions < jnp.sum(left)
+        edge = succ_first[task[owner]] + s.run_cursor[owner] + positions - told_before[owner]
+        succ_task = jnp.where(told, succ[jnp.where(told, edge, 0)], num_tasks)
+        run_cursor = s.run_cursor + jnp.clip(budget - told_before, 0, left)
+        freed = run_done & (run_cursor == succ_count[task])
+        pending = s.pending.at[succ_task].add(-1, mode="drop")
+        # a task told twice in one pass starts once: by its last telling position
+        claim = s.claim.at[succ_task].max(positions, mode="drop")
+        ready = told & (pending[succ_task] == 0) & (claim[succ_task] == positions)
+        claim = claim.at[succ_task].set(-1, mode="drop")
+        # ready tasks take free task slots; COMM tasks place their flows in free flow slots
+        run_task = jnp.where(freed, -1, s.run_task)
+        free_run = run_task < 0
+        run_rank = jnp.cumsum(free_run, dtype=jnp.int32) - 1
+        new_rank = jnp.cumsum(ready, dtype=jnp.int32) - 1
+        overflow = new_rank[-1] > run_rank[-1]
+        slot_of_rank = jnp.zeros((run_slots,), jnp.int32).at[
+            jnp.where(free_run, run_rank, run_slots)].set(
+                jnp.arange(run_slots, dtype=jnp.int32), mode="drop")
+        new = ready & ~overflow
+        new_task = jnp.minimum(succ_task, num_tasks - 1)
+        new_slot = jnp.where(new, slot_of_rank[jnp.clip(new_rank, 0, run_slots - 1)], run_slots)
+        need = jnp.where(new & p.task_is_comm[new_task], flow_count[new_task], 0)
+        need_before = jnp.cumsum(need, dtype=jnp.int32)
         free = slot_flow == num_flows
         rank = jnp.cumsum(free, dtype=jnp.int32) - 1
-        overflow = before[-1] > rank[-1] + 1
-        take = free & (rank < before[-1]) & ~overflow
-        # the picked task owning the r-th placed flow: the last whose first flow is at r
-        # or before
-        first_rank = jnp.where(task_need > 0, before - task_need, slots)
-        owner = lax.cummax(jnp.zeros((slots,), jnp.int32).at[first_rank].max(
-            jnp.arange(task.shape[0], dtype=jnp.int32), mode="drop"))[jnp.clip(rank, 0, slots - 1)]
-        flow = jnp.where(take, flow_first[task[owner]] + rank - (before[owner] - task_need[owner]),
-                         0)
+        overflow |= need_before[-1] > rank[-1] + 1
+        take = free & (rank < need_before[-1]) & ~overflow
+        placer = _owners(jnp.where(need > 0, need_before - need, flow_slots),
+                         flow_slots)[jnp.clip(rank, 0, flow_slots - 1)]
+        flow = jnp.where(take, flow_first[new_task[placer]] + rank
+                         - (need_before[placer] - need[placer]), 0)
         latency_end_s = s.now + p.flow_latency_s[flow]
-        starts = ready & ~overflow & (picked | (need == 0))
+        new_slot = jnp.where(overflow, run_slots, new_slot)
+        comm = p.task_is_comm[new_task]
         s = s._replace(
-            start_s=jnp.where(starts, s.now, s.start_s), started=s.started | starts,
-            done=s.done | finished, end_s=jnp.where(finished, s.now, s.end_s),
-            pending=pending, open_flows=open_flows,
+            start_s=s.start_s.at[jnp.where(new_slot < run_slots, new_task, num_tasks)].set(
+                s.now, mode="drop"),
+            end_s=end_s, pending=pending, claim=claim,
+            num_done=s.num_done + jnp.sum(finished, dtype=jnp.int32),
+            run_task=run_task.at[new_slot].set(new_task, mode="drop"),
+            run_done=jnp.where(freed, False, run_done).at[new_slot].set(False, mode="drop"),
+            run_cursor=jnp.where(freed, 0, run_cursor).at[new_slot].set(0, mode="drop"),
+            run_end_s=s.run_end_s.at[new_slot].set(
+                jnp.where(comm, inf, s.now + p.task_duration_s[new_task]), mode="drop"),
+            run_open=run_open.at[new_slot].set(flow_count[new_task], mode="drop"),
             slot_flow=jnp.where(take, flow, slot_flow),
-            slot_task=jnp.where(take, task[owner], jnp.where(drained, -1, s.slot_task)),
+            slot_run=jnp.where(take, new_slot[placer], slot_run),
             slot_moving=jnp.where(take, latency_end_s <= due, moving & ~drained),
             slot_latency_end_s=jnp.where(take, latency_end_s, s.slot_latency_end_s),
             slot_left_bytes=jnp.where(take, p.flow_bytes[flow], s.slot_left_bytes),
             slot_path=jnp.where(take[:, None], p.flow_path[flow], s.slot_path),
             status=jnp.where(overflow, Status.OVERFLOW, s.status))
-        # pass again at this instant while ready COMM tasks wait for the next blocks, a
-        # started task is already over, or a placed flow needs no time at all
-        again = (jnp.any(ready & ~starts) | jnp.any(starts & instant)
+        # pass again at this instant while edges wait to be told, a started task is
+        # already over, or a placed flow needs no time at all
+        again = (jnp.any(run_done & ~freed) | jnp.any(new & instant[new_task])
                  | jnp.any(take & (latency_end_s <= due) & (p.flow_bytes[flow] <= 0)))
         return s, again & ~overflow
 
+    num_valid = jnp.sum(p.task_valid, dtype=jnp.int32)
+
     def running(s: _State) -> Array:
-        return ~jnp.all(s.done) & (s.status <= Status.NOT_CONVERGED)
+        return (s.num_done < num_valid) & (s.status <= Status.NOT_CONVERGED)
 
     def step(s: _State) -> _State:
         live = s.slot_flow < num_flows
@@ -196,9 +244,9 @@ def exact(p: ProgramArrays, slots: int, max_rounds: int = MAX_ROUNDS,
         rates, converged, rounds = fill(p.link_capacity, s.slot_path, moving, max_rounds)
         drain_s = jnp.where(moving & (rates > 0),
                             s.slot_left_bytes / jnp.where(rates > 0, rates, 1), inf)
-        busy = s.started & ~s.done & ~p.task_is_comm
+        busy = (s.run_task >= 0) & ~s.run_done
         next_s = jnp.minimum(
-            jnp.min(jnp.where(busy, s.start_s + p.task_duration_s, inf)),
+            jnp.min(jnp.where(busy, s.run_end_s, inf)),
             jnp.min(jnp.where(live & ~s.slot_moving, s.slot_latency_end_s, inf)))
         next_s = jnp.minimum(next_s, s.now + jnp.min(drain_s))
         dt = next_s - s.now
@@ -215,22 +263,32 @@ def exact(p: ProgramArrays, slots: int, max_rounds: int = MAX_ROUNDS,
 
     def settle_then_step(carry):
         """One settling pass; when the instant is settled, also step to the next event."""
-        s, again = settle_body(carry)
+        s, again = settle(carry)
         return lax.cond(again | ~running(s), lambda x: x, step, s), again
 
-    zeros_t = jnp.zeros((num_tasks,), dtype)
-    no_t = jnp.zeros((num_tasks,), bool)
+    unset = jnp.where(p.task_valid, -1, 0).astype(dtype)  # padded tasks: times 0
     zero = jnp.int32(0)
     init = _State(
-        jnp.asarray(0, dtype), zeros_t, zeros_t, no_t, no_t, per_task(p.dep_task >= 0, p.dep_task),
-        flow_count, jnp.full((slots,), num_flows, jnp.int32), jnp.full((slots,), -1, jnp.int32),
-        jnp.zeros((slots,), bool), jnp.zeros((slots,), dtype), jnp.zeros((slots,), dtype),
-        jnp.full((slots, p.flow_path.shape[1]), -1, jnp.int32), zero, jnp.int32(Status.OK),
-        zero, zero)
+        now=jnp.asarray(0, dtype), start_s=unset, end_s=unset,
+        pending=in_degree + (p.task_valid & (in_degree == 0)),  # roots wait for the source
+        claim=jnp.full((num_tasks,), -1, jnp.int32),
+        num_done=zero,
+        run_task=jnp.full((run_slots,), -1, jnp.int32).at[0].set(num_tasks),
+        run_done=jnp.zeros((run_slots,), bool).at[0].set(True),
+        run_cursor=jnp.zeros((run_slots,), jnp.int32),
+        run_end_s=jnp.full((run_slots,), inf), run_open=jnp.zeros((run_slots,), jnp.int32),
+        slot_flow=jnp.full((flow_slots,), num_flows, jnp.int32),
+        slot_run=jnp.full((flow_slots,), -1, jnp.int32),
+        slot_moving=jnp.zeros((flow_slots,), bool),
+        slot_latency_end_s=jnp.zeros((flow_slots,), dtype),
+        slot_left_bytes=jnp.zeros((flow_slots,), dtype),
+        slot_path=jnp.full((flow_slots, p.flow_path.shape[1]), -1, jnp.int32),
+        steps=zero, status=jnp.int32(Status.OK), max_active_flows=zero, max_rounds=zero)
     cap = max_steps(num_tasks, num_flows)
     s, _ = lax.while_loop(lambda c: (running(c[0]) | c[1]) & (c[0].steps < cap),
                           settle_then_step, (init, jnp.bool_(True)))
     status = jnp.where(running(s), Status.INFEASIBLE, s.status)
-    return Schedule(jnp.where(s.started, s.start_s, s.now), jnp.where(s.done, s.end_s, s.now),
-                    jnp.max(jnp.where(s.done, s.end_s, s.now), initial=0), status, s.steps,
+    start_s = jnp.where(s.start_s < 0, s.now, s.start_s)
+    end_s = jnp.where(s.end_s < 0, s.now, s.end_s)
+    return Schedule(start_s, end_s, jnp.max(end_s, initial=0), status, s.steps,
                     s.max_active_flows, s.max_rounds)

@@ -186,8 +186,9 @@ def _dispatch(programs: Sequence[Program], indices: Sequence[metrics.MetricIndex
               cfg: _Config, slots: int, key: tuple, metric_dims: tuple) -> dict:
     """Encode one chunk at the (rows, *Shape) ``key`` and start the kernels on it."""
     rows, shape = key[0], Shape(*key[1:])
-    schedule, sharding = _scheduler(cfg.level, min(slots, shape.flows), cfg.max_rounds,
-                                    cfg.devices, rows > len(cfg.devices))
+    slots = min(slots, max(shape.flows, shape.tasks + 1))  # more could never be used
+    schedule, sharding = _scheduler(cfg.level, slots, cfg.max_rounds, cfg.devices,
+                                    rows > len(cfg.devices))
     arrays = encode(programs, shape, dtype=cfg.dtype, num_variants=rows)
     out = schedule(jax.device_put(arrays, sharding))
     if indices is not None:
@@ -303,7 +304,7 @@ def evaluate_programs(programs: Sequence[Program], level: str = "exact", *,
             if in_flight is not None:
                 store(*in_flight)
             pending = pending[result["status"][pending] == Status.OVERFLOW]
-            slots *= 2  # slots >= flows cannot overflow, so the passes end
+            slots *= 2  # slots > tasks and >= flows cannot overflow
     if "iteration_time_s" in result:
         result["iteration_time_s"][result["status"] == Status.INFEASIBLE] = np.inf
     return result
