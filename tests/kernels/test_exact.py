@@ -127,6 +127,47 @@ def test_overflow_reruns_with_more_slots(random_programs, exact_float64):
                                   exact_float64["iteration_time_s"][crowded])
 
 
+def _fan_out_program(width: int):
+    """One task with ``width`` successors, each also waiting for a link of a chain."""
+    b = ProgramBuilder([1 * GB], [0.0], ["l"], rank_node=[0])
+    b.add_stream(0, [0])
+    hub = b.add_compute(Category.FORWARD, 0, 0.5)
+    link = None
+    for i in range(width):
+        link = b.add_compute(Category.BACKWARD, 0, 1.0, [] if link is None else [link])
+        b.add_compute(Category.OPTIMIZER, 0, 0.25 + 0.01 * i, [hub, link])
+    return b.build()
+
+
+def test_successors_beyond_the_release_budget():
+    """A hub with 40 successors and 8 slots tells them over several passes: same times."""
+    from xsweep.sim import simulate
+
+    program = _fan_out_program(40)
+    schedule = _exact(jax.tree.map(lambda x: x[0], encode([program])), slots=8, batched=False)
+    assert int(schedule.status) == Status.OK
+    reference = simulate(program)
+    n = program.num_tasks
+    np.testing.assert_allclose(np.asarray(schedule.start_s)[:n], reference.task_start_s,
+                               rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(schedule.end_s)[:n], reference.task_end_s, rtol=1e-6)
+    assert float(schedule.iteration_time_s) == pytest.approx(40.0 + 0.25 + 0.39, rel=1e-6)
+
+
+def test_too_few_task_slots_overflow_then_rerun():
+    """Twelve tasks start at once: four slots overflow, the driver's rerun fits them."""
+    b = ProgramBuilder([1 * GB], [0.0], ["l"], rank_node=[0])
+    b.add_stream(0, [0])
+    for i in range(12):
+        b.add_compute(Category.FORWARD, 0, 1.0 + i)
+    program = b.build()
+    alone = _exact(jax.tree.map(lambda x: x[0], encode([program])), slots=4, batched=False)
+    assert int(alone.status) == Status.OVERFLOW
+    out = evaluate_programs([program], "exact", slots=4, with_metrics=False)
+    assert out["status"].tolist() == [Status.OK]
+    assert out["iteration_time_s"][0] == pytest.approx(12.0)
+
+
 def _cycle_program():
     b = ProgramBuilder([1 * GB], [0.0], ["l"], rank_node=[0])
     b.add_stream(0, [0])
