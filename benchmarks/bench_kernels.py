@@ -1,18 +1,25 @@
 """Throughput of the batched kernels against the exact simulator and a per-variant loop.
 
-Run: ``python benchmarks/bench_kernels.py [--small 256 --large 64 --many 100000]``
-(``--cpu-devices 2`` splits the host into two XLA devices, one per core, to show
-the sharded path; ``--quick`` shrinks everything for a smoke run).
+Run: ``python benchmarks/bench_kernels.py [--classes llama-16-64 llama-256-1024 random]
+[--many 100000]`` (``--cpu-devices 2`` splits the host into two XLA devices, one per
+core, to show the sharded path; ``--quick`` shrinks everything for a smoke run).
 
-Programs are lowered from seeded random plans (``xsweep.plan.builder.random_plan``)
-in two size classes. Per class it prints: program sizes; variants/s of the bound
-and exact levels (second call, compiled code reused) and of the simulator, with
-ratios; the exact level's float32 error against the simulator; a Python loop of
-single-variant jitted calls, as the baseline that batching must beat; event steps,
-flows under way at once and padding overhead. Finally it runs the bound level over
-``--many`` variants (the small class repeated) and reports variants/s and the
-process's peak resident memory. Ratios are measured within one run; nothing here
-asserts absolute times.
+Size classes of programs (see ``benchmarks/plans.py``):
+
+* ``llama-16-64``: the Llama-2-7B grid on 16, 32 and 64 GPUs (TP 2/4/8, PP 2/4,
+  8 or 16 micro-batches, 1F1B and GPipe, all-H100 and half-A100 clusters);
+* ``llama-256-1024``: Llama-2-7B on 256, 512 and 1024 GPUs (TP 4/8, PP 4, 1F1B);
+* ``random``: seeded random heterogeneous plans of up to 64 GPUs
+  (``xsweep.plan.builder.random_plan``).
+
+Per class it prints the program sizes; variants/s of the simulator and of both
+levels (second call, compiled code reused; iteration times only, as the simulator
+gives, and again with every metric) with the ratios to the simulator; the error of
+both levels against the simulator; the ratio to a Python loop of single-variant
+jitted calls; event steps, flows under way at once and padding overhead. Finally
+the bound level over ``--many`` variants (the first class repeated) reports
+variants/s and the process's peak resident memory. Ratios are measured within
+one run; nothing here asserts absolute times.
 """
 
 from __future__ import annotations
@@ -26,11 +33,14 @@ import time
 
 def _parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--small", type=int, default=256, help="programs of the small class")
-    parser.add_argument("--large", type=int, default=64, help="programs of the large class")
+    parser.add_argument("--classes", nargs="+", default=["llama-16-64", "llama-256-1024", "random"],
+                        help="size classes to run, in order (the first one feeds --many)")
+    parser.add_argument("--count", type=int, default=0,
+                        help="programs per class at most (0: the whole class)")
     parser.add_argument("--many", type=int, default=100_000,
                         help="variants of the large bound run (0 skips it)")
-    parser.add_argument("--loop", type=int, default=24, help="programs in the per-variant loop")
+    parser.add_argument("--loop", type=int, default=8,
+                        help="programs in the per-variant loop of each class")
     parser.add_argument("--cpu-devices", type=int, default=0,
                         help="split the host CPU into this many XLA devices")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke run")
@@ -44,7 +54,8 @@ if ARGS.cpu_devices:  # must be set before JAX initialises its backends
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
-from xsweep.kernels import exact  # noqa: E402
+from plans import llama7b_grid  # noqa: E402
+from xsweep.kernels import Status, bound, exact  # noqa: E402
 
 from xsweep.batch import evaluate_programs  # noqa: E402
 from xsweep.encode import encode, program_sizes  # noqa: E402
@@ -54,13 +65,26 @@ from xsweep.plan.lower import lower  # noqa: E402
 from xsweep.sim import simulate  # noqa: E402
 from xsweep.spec.catalog import load_catalog  # noqa: E402
 
-CLASSES = {"small": {"max_gpus": 16, "num_layers": 4}, "large": {"max_gpus": 64, "num_layers": 8}}
+LEVELS = ("bound", "exact")
 
 
-def programs_of(size_class: str, count: int) -> list:
+def plans_of(size_class: str) -> list:
+    if size_class == "llama-16-64":
+        return llama7b_grid((16, 32, 64))
+    if size_class == "llama-256-1024":
+        return llama7b_grid((256, 512, 1024), tps=(4, 8), pps=(4,), micro_batches=(16,),
+                            schedules=("1f1b",))
+    if size_class == "random":
+        return [random_plan(seed, max_gpus=64, num_layers=8) for seed in range(128)]
+    raise SystemExit(f"unknown class {size_class!r}")
+
+
+def programs_of(size_class: str) -> list:
+    plans = plans_of(size_class)
+    if ARGS.count:
+        plans = plans[:: max(1, len(plans) // ARGS.count)][: ARGS.count]
     catalog = load_catalog()
-    return [lower(analyze(random_plan(seed, **CLASSES[size_class]), catalog))
-            for seed in range(count)]
+    return [lower(analyze(plan, catalog)) for plan in plans]
 
 
 def timed(fn):
@@ -69,20 +93,32 @@ def timed(fn):
     return value, time.perf_counter() - start
 
 
-def per_variant_loop(programs) -> float:
-    """Seconds per variant of a Python loop of single-variant jitted exact calls.
+def _fitting_slots(single, arrays) -> int:
+    """The fewest power-of-two slots with which ``arrays`` runs without overflow."""
+    slots = 16
+    while int(single(arrays, slots=slots, batched=False).status) == Status.OVERFLOW:
+        slots *= 2
+    return slots
 
-    Each program runs alone at its own shape, with a slot per flow (no overflow) and
-    the unbatched water-filling: the best a per-variant loop of this kernel can do.
+
+def per_variant_loop(level: str, programs) -> float:
+    """Seconds per variant of a Python loop of single-variant jitted calls.
+
+    Each program runs alone at its own shape; the exact level gets the fewest
+    power-of-two slots that hold it and the unbatched water-filling: the best a
+    per-variant loop of these kernels can do.
     """
-    single = jax.jit(exact, static_argnames=("slots", "batched"))
     arrays = [jax.tree.map(lambda x: x[0], encode([p])) for p in programs]
-
-    def run():
-        return [single(a, slots=a.flow_bytes.shape[0], batched=False) for a in arrays]
-
-    jax.block_until_ready(run())  # compile every shape first
-    _, seconds = timed(lambda: jax.block_until_ready(run()))
+    if level == "bound":
+        single = jax.jit(bound)
+        calls = [lambda a=a: single(a) for a in arrays]
+    else:
+        single = jax.jit(exact, static_argnames=("slots", "batched"))
+        fitting = [_fitting_slots(single, a) for a in arrays]
+        calls = [lambda a=a, k=k: single(a, slots=k, batched=False)
+                 for a, k in zip(arrays, fitting, strict=True)]
+    jax.block_until_ready([call() for call in calls])  # compile every shape first
+    _, seconds = timed(lambda: jax.block_until_ready([call() for call in calls]))
     return seconds / len(programs)
 
 
@@ -90,41 +126,48 @@ def pct(values, qs=(50, 100)) -> str:
     return "/".join(f"{np.percentile(values, q):.3g}" for q in qs)
 
 
-def bench_class(size_class: str, count: int) -> None:
-    programs, gen_s = timed(lambda: programs_of(size_class, count))
+def bench_class(size_class: str) -> list:
+    programs, gen_s = timed(lambda: programs_of(size_class))
+    count = len(programs)
     sizes = program_sizes(programs)
-    print(f"\n== {size_class}: {count} programs (lowered in {gen_s:.1f} s); "
-          f"tasks median/max {pct(sizes[:, 0])}, edges {pct(sizes[:, 1])}, "
+    print(f"\n== {size_class}: {count} programs (built and lowered in {gen_s:.1f} s); "
+          f"median/max tasks {pct(sizes[:, 0])}, edges {pct(sizes[:, 1])}, "
           f"flows {pct(sizes[:, 2])}, links {pct(sizes[:, 4])}")
     sims, sim_s = timed(lambda: [simulate(p) for p in programs])
     reference = np.array([s.iteration_time_s for s in sims])
-    print(f"simulator           {count / sim_s:10.1f} variants/s")
-    rates = {}
-    for level in ("bound", "exact"):
-        _, cold_s = timed(lambda level=level: evaluate_programs(programs, level))
-        out, seconds = timed(lambda level=level: evaluate_programs(programs, level))
-        rates[level] = count / seconds
-        error = np.abs(out["iteration_time_s"] - reference) / reference
-        print(f"{level:5s} (batched)     {rates[level]:10.1f} variants/s = "
-              f"{rates[level] * sim_s / count:7.2f} x simulator (first call, compiling: "
-              f"{cold_s:.1f} s); padding overhead {np.mean(out['padding_overhead']):.2f}; "
-              f"error vs simulator median/max {pct(error)}")
+    print(f"simulator          {count / sim_s:10.1f} variants/s ({1e3 * sim_s / count:.1f} ms "
+          f"per variant)")
+    loop = programs[:: max(1, count // ARGS.loop)][: ARGS.loop]
+    for level in LEVELS:
+        evaluate_programs(programs, level, with_metrics=False)  # compile
+        out, seconds = timed(lambda level=level: evaluate_programs(programs, level,
+                                                                   with_metrics=False))
+        error = (out["iteration_time_s"] - reference) / reference
+        print(f"{level:5s} (batched)    {count / seconds:10.1f} variants/s = "
+              f"{sim_s / seconds:7.2f} x simulator; relative error vs simulator "
+              f"median/max {pct(np.abs(error))}"
+              + (f", never above: {bool(np.all(error <= 1e-6))}" if level == "bound" else ""))
+        evaluate_programs(programs, level)  # compile the metrics
+        _, metric_s = timed(lambda level=level: evaluate_programs(programs, level))
+        print(f"      with metrics {count / metric_s:10.1f} variants/s = "
+              f"{sim_s / metric_s:7.2f} x simulator; padding overhead "
+              f"{np.mean(out['padding_overhead']):.2f}")
         if level == "exact":
             print(f"      steps median/max {pct(out['steps'])}; flows moving at once "
                   f"median/p99/max {pct(out['max_active_flows'], (50, 99, 100))}; "
                   f"water-filling rounds max {out['waterfill_rounds'].max()}; "
                   f"status counts {np.bincount(out['status']).tolist()}")
-    loop = programs[: ARGS.loop]
-    loop_s = per_variant_loop(loop)
-    evaluate_programs(loop, "exact")
-    _, batched_s = timed(lambda: evaluate_programs(loop, "exact"))
-    print(f"exact, first {len(loop)} programs: Python loop of jitted single calls "
-          f"{1 / loop_s:.1f} variants/s, batched {len(loop) / batched_s:.1f} variants/s "
-          f"({loop_s * len(loop) / batched_s:.2f} x the loop)")
+        loop_s = per_variant_loop(level, loop)
+        evaluate_programs(loop, level, with_metrics=False)
+        _, batched_s = timed(lambda level=level: evaluate_programs(loop, level,
+                                                                   with_metrics=False))
+        print(f"      {len(loop)} of them: Python loop of jitted single calls "
+              f"{1 / loop_s:.1f} variants/s, batched {len(loop) / batched_s:.1f} variants/s "
+              f"({loop_s * len(loop) / batched_s:.2f} x the loop)")
+    return programs
 
 
-def bench_many(count: int) -> None:
-    distinct = programs_of("small", min(count, 512))
+def bench_many(distinct: list, count: int) -> None:
     programs = [distinct[i % len(distinct)] for i in range(count)]
     for with_metrics in (False, True):
         evaluate_programs(distinct, "bound", with_metrics=with_metrics)  # compile
@@ -139,12 +182,14 @@ def bench_many(count: int) -> None:
 
 def main() -> None:
     if ARGS.quick:
-        ARGS.small, ARGS.large, ARGS.many, ARGS.loop = 16, 4, 1000, 4
+        ARGS.count, ARGS.many, ARGS.loop = ARGS.count or 6, min(ARGS.many, 1000), 2
     print(f"devices: {jax.devices()}")
-    bench_class("small", ARGS.small)
-    bench_class("large", ARGS.large)
-    if ARGS.many:
-        bench_many(ARGS.many)
+    first = None
+    for size_class in ARGS.classes:
+        programs = bench_class(size_class)
+        first = programs if first is None else first
+    if ARGS.many and first:
+        bench_many(first, ARGS.many)
     sys.stdout.flush()
 
 

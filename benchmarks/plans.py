@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from xsweep.plan.builder import NodeReq, ReplicaReq, StageReq, build_plan
 
 GPUS_PER_NODE = 8
@@ -33,7 +35,23 @@ def llama7b_plan(num_gpus: int, mix: str = "h100", *, tp: int = 4, pp: int = 4,
         raise ValueError(f"unknown mix {mix!r}")
     stages = tuple(StageReq(k, tp, n) for k, n in zip(kinds, layers, strict=True))
     return build_plan(
-        f"llama2-7b-{num_gpus}-{mix}", "llama2-7b", nodes,
-        [ReplicaReq(stages, 1, micro_batches)] * replicas,
+        f"llama2-7b-{num_gpus}-{mix}-tp{tp}-pp{pp}-m{micro_batches}-{schedule}", "llama2-7b",
+        nodes, [ReplicaReq(stages, 1, micro_batches)] * replicas,
         schedule=schedule, resharding=resharding,
     )
+
+
+def llama7b_grid(gpu_counts, *, tps=(2, 4, 8), pps=(2, 4), micro_batches=(8, 16),
+                 schedules=("1f1b", "gpipe"), mixes=("h100", "half-a100")) -> list:
+    """Every Llama-2-7B plan of the grid that fits its cluster (see :func:`llama7b_plan`)."""
+    plans = []
+    for gpus, tp, pp, m, schedule, mix in itertools.product(gpu_counts, tps, pps, micro_batches,
+                                                            schedules, mixes):
+        if tp * pp > gpus or gpus % (tp * pp):
+            continue
+        try:
+            plans.append(llama7b_plan(gpus, mix, tp=tp, pp=pp, micro_batches=m,
+                                      schedule=schedule))
+        except ValueError:  # the mix leaves no node of a stage's GPU with room for it
+            continue
+    return plans
