@@ -1,0 +1,47 @@
+"""Slots for the exact level, sized from a schedule: tasks and flows under way at once.
+
+The exact kernel holds the tasks and the flows under way in fixed numbers of slots
+and stops with status overflow when they run out; a rerun with more costs a second
+evaluation, and spare slots cost time at every event. The contention-free bound
+schedule is cheap and close in shape to the exact one (contention only stretches
+transfers), so its peaks, with a margin, predict the slots a variant needs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from xsweep.plan.program import Program
+
+#: Fewest slots handed to the exact level.
+MIN_SLOTS = 16
+#: Headroom over the bound schedule's peaks: contention lengthens transfers, and
+#: longer transfers overlap more.
+MARGIN = 1.25
+
+
+def peak_in_flight(program: Program, start_s: np.ndarray, end_s: np.ndarray) -> tuple[int, int]:
+    """Most tasks and most flows under way at once in a schedule of ``program``.
+
+    A task is under way from its start to its end, and so are its flows; at equal
+    times ends come first (a successor starting as its predecessor ends does not
+    overlap it).
+    """
+    n = program.num_tasks
+    if n == 0:
+        return 0, 0
+    times = np.concatenate([end_s[:n], start_s[:n]])
+    is_start = np.repeat([0, 1], n)
+    order = np.lexsort((is_start, times))
+    sign = np.where(is_start[order] == 1, 1, -1)
+    flows = np.tile(np.diff(program.flow_ptr), 2)[order]
+    return int(np.cumsum(sign).max()), int(np.cumsum(sign * flows).max())
+
+
+def exact_slots(program: Program, start_s: np.ndarray, end_s: np.ndarray) -> int:
+    """Power-of-two slots for the exact level, from a (bound) schedule's peaks."""
+    tasks, flows = peak_in_flight(program, start_s, end_s)
+    need = math.ceil(MARGIN * max(tasks + 1, flows))  # one task slot starts the schedule
+    return 1 << max(need, MIN_SLOTS - 1).bit_length() if need > MIN_SLOTS else MIN_SLOTS
