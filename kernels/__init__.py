@@ -6,16 +6,25 @@ code runs on CPU and GPU. Floats follow the input arrays' dtype (float32 by
 default; float64 when the caller enables ``jax_enable_x64``).
 """
 
-from .bound import bound, contention_free_durations, max_plus_schedule
+from .bound import (
+    blocked_bound,
+    blocked_schedule,
+    bound,
+    contention_free_durations,
+    max_plus_schedule,
+)
 from .exact import exact, max_steps
-from .types import ProgramArrays, Schedule, Status
+from .types import BlockedProgram, ProgramArrays, Schedule, Status
 from .waterfill import MAX_ROUNDS, packed_waterfill, waterfill
 
 __all__ = [
     "MAX_ROUNDS",
+    "BlockedProgram",
     "ProgramArrays",
     "Schedule",
     "Status",
+    "blocked_bound",
+    "blocked_schedule",
     "bound",
     "contention_free_durations",
     "exact",

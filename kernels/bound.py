@@ -14,9 +14,22 @@ Why this is a lower bound on the exact iteration time (and on every task time):
 3. By induction over the topological order, every exact start and end is at
    least the bound's, and so is the exact iteration time (the largest end).
 
-The schedule is one ``lax.scan`` over the tasks in their (topological) order, each
-task preceded by its incoming dependency edges, so its length is ``T + E`` however
-many predecessors the widest task has.
+The schedule is computed in one of two ways, with the same result (``max`` is
+exact in floating point, so the order in which predecessors are folded in does
+not change it):
+
+* :func:`bound` reads the padded program: one ``lax.scan`` over the tasks in their
+  (topological) order, each task preceded by its incoming dependency edges, so
+  ``T + E`` sequential steps;
+* :func:`blocked_bound` reads a :class:`BlockedProgram` laid out on the host
+  (``xsweep.encode.block_layout``), the durations of point 1 already computed
+  there in float64: a task's level is one more than its predecessors' highest,
+  tasks of one level never depend on each other, so a block of up to ``W`` of
+  them takes a single step (gather its predecessors' ends, take the maxima, add
+  the durations). The steps number about the DAG's depth (more where a level
+  holds more than ``W`` tasks). A task with more than ``D`` predecessors waits
+  on zero-duration max nodes that each fold up to ``D`` of them; a max node ends
+  at the largest end it folds, so the task starts at the same time.
 """
 
 from __future__ import annotations
@@ -25,7 +38,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array, lax
 
-from .types import ProgramArrays, Schedule, Status
+from .types import BlockedProgram, ProgramArrays, Schedule, Status
 
 
 def contention_free_durations(p: ProgramArrays) -> Array:
@@ -74,9 +87,35 @@ def max_plus_schedule(dep_task: Array, dep_pred: Array,
     return start_s, end_s
 
 
-def bound(p: ProgramArrays) -> Schedule:
-    """Lower-bound schedule of one program (see the module docstring for the proof)."""
-    start_s, end_s = max_plus_schedule(p.dep_task, p.dep_pred, contention_free_durations(p))
+def blocked_schedule(b: BlockedProgram) -> tuple[Array, Array]:
+    """Start and end of every task, one ``lax.scan`` step per block of independent nodes."""
+    num_blocks, width, _ = b.slot_pred.shape
+
+    def body(end_s, block):
+        index, pred, duration_s = block
+        start_s = jnp.max(end_s[pred], axis=-1)  # slot 0, "no predecessor", holds 0
+        # the block's slots are contiguous: one in-place write per step
+        return lax.dynamic_update_slice(end_s, start_s + duration_s, (1 + index * width,)), start_s
+
+    zeros = jnp.zeros(1 + num_blocks * width, b.slot_duration_s.dtype)
+    end_s, start_s = lax.scan(body, zeros, (jnp.arange(num_blocks, dtype=jnp.int32),
+                                            b.slot_pred, b.slot_duration_s))
+    start_s = jnp.concatenate([zeros[:1], start_s.reshape(-1)])
+    return start_s[b.task_slot], end_s[b.task_slot]
+
+
+def _bound_schedule(start_s: Array, end_s: Array) -> Schedule:
     zero = jnp.int32(0)
     return Schedule(start_s, end_s, jnp.max(end_s, initial=0), jnp.int32(Status.OK), zero,
                     zero, zero)
+
+
+def bound(p: ProgramArrays) -> Schedule:
+    """Lower-bound schedule of one padded program (see the module docstring for the proof)."""
+    return _bound_schedule(*max_plus_schedule(p.dep_task, p.dep_pred,
+                                              contention_free_durations(p)))
+
+
+def blocked_bound(b: BlockedProgram) -> Schedule:
+    """The same lower-bound schedule from a program's block layout."""
+    return _bound_schedule(*blocked_schedule(b))

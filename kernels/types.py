@@ -15,6 +15,11 @@ Padding convention (what lets programs of different sizes share one shape):
 * padded edges, flow tasks and path entries are ``-1``, after the real ones; a
   padded flow (``flow_task == -1``) never starts;
 * padded links have capacity 1 and no flow crosses them.
+
+The bound's fast form reads a :class:`BlockedProgram` instead (shape names ``B``
+blocks, ``W`` slots per block, ``D`` predecessors per slot), padded with zeros:
+slot 0 stands for none, padded slots have no predecessors and duration 0, padded
+tasks have slot 0 and so start and end at 0.
 """
 
 from __future__ import annotations
@@ -53,6 +58,20 @@ class ProgramArrays(NamedTuple):
     flow_latency_s: Array  # float[F]
     flow_path: Array  # int32[F, P], link ids, -1 pad
     link_capacity: Array  # float[L], bytes/s
+
+
+class BlockedProgram(NamedTuple):
+    """One program (or a batch) for the bound's blocked schedule, padded.
+
+    The nodes are the tasks and zero-duration max nodes (which split predecessor
+    lists longer than ``D``), cut into blocks of at most ``W`` nodes that do not
+    depend on each other; a node's predecessors all sit in earlier blocks. Slot
+    ``1 + b * W + i`` is position ``i`` of block ``b``; slot 0 is none, at time 0.
+    """
+
+    slot_pred: Array  # int32[B, W, D]: slots of the node's predecessors, 0 pad
+    slot_duration_s: Array  # float[B, W]: the node's contention-free duration, 0 pad
+    task_slot: Array  # int32[T]: slot of each task, 0 for padded tasks
 
 
 class Schedule(NamedTuple):

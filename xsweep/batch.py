@@ -1,20 +1,27 @@
 """Evaluate many programs with the JAX kernels: encode, bucket, chunk, shard, collect.
 
-Programs are sorted by predicted size (tasks + flows) and cut into chunks, so
-neighbours in size share a chunk: little padding, and the vmapped event loop
-waits little for its slowest member. Runs of neighbours share one rounded shape
-(a bucket) while it costs at most ``REUSE_FACTOR`` times the work of the run's
-smallest member's own, and a bucket holds at least 1/``MAX_BUCKETS`` of the
-call's variants; a later call reuses an already compiled shape that covers it
-within the same factor. Both keep the number of compilations small. The variant axis is padded to
-a multiple of the device count and split over all devices with ``shard_map``:
-each device runs its own loop, so one CPU, one GPU or eight run the same code.
-Variants that overflow their flow slots are rerun together, in a second pass with
-twice the slots. The
-metrics of ``xsweep.metrics`` are computed on the device by a second, loop-free
-call on the task times, which never leave the device unless asked for; its
-index arrays share one size per bucket too. While the
-device works on one chunk, the host encodes the next.
+The two levels see programs differently: the exact level reads the padded program
+(``xsweep.encode.encode``), the bound a block layout (``xsweep.encode.block_layout``,
+with the contention-free durations already in it). What the host derives from a
+program (the layout, the metrics' index) is kept per program object, so a
+program seen again costs only its copy into a chunk.
+
+Programs are sorted by predicted size (exact: tasks + flows; bound: the work of
+its layout) and cut into chunks, so neighbours in size share a chunk: little
+padding, and the vmapped event loop waits little for its slowest member. Runs of
+neighbours share one rounded shape (a bucket) while it costs at most
+``REUSE_FACTOR`` times the work of the run's smallest member's own; a bucket holds
+at least 1/``MAX_BUCKETS`` of the call's variants and ``MIN_BUCKET`` of them, and a
+chunk at least ``MIN_ROWS`` rows; a later call reuses an already compiled shape that
+covers it within the same factor. All this keeps the number of compilations
+small. The variant axis is padded to a multiple of the device count and split
+over all devices with ``shard_map``: each device runs its share, vmapped or one
+variant after another (``VECTORIZED``), so one CPU, one GPU or eight run the same
+code. Variants that overflow their flow slots are rerun together, in a second
+pass with twice the slots. The metrics of ``xsweep.metrics`` are computed on the
+device by a second, loop-free call on the task times, which never leave the
+device unless asked for; its index arrays share one size per bucket too. While
+the device works on one chunk, the host encodes the next.
 """
 
 from __future__ import annotations
@@ -27,33 +34,51 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from xsweep import metrics
 from xsweep.encode import (
+    BlockShape,
     Shape,
-    batch_shape,
+    block_shapes,
+    block_sizes,
+    block_work,
     encode,
+    encode_blocks,
     ladder,
     metric_index_dims,
     pad_metric_index,
     padding_overhead,
-    power_of_two,
+    per_program,
     predicted_size,
+    program_shapes,
     program_sizes,
 )
 from xsweep.errors import InputError
-from xsweep.kernels import MAX_ROUNDS, ProgramArrays, Status, bound, exact
+from xsweep.kernels import MAX_ROUNDS, Status, blocked_bound, exact
 from xsweep.plan.program import Program
 
 LEVELS = ("bound", "exact")
 DTYPES = {"float32": np.float32, "float64": np.float64}
-#: Variants per chunk and device, by platform. A CPU pays per element and the
-#: vmapped event loop runs every variant of a chunk for as many steps as its slowest
-#: member: measured on CPU, single-variant calls (at a bucket's shared shape) beat
-#: any vmapped chunk for the exact level, while the bound's fixed-length scan likes
-#: a few hundred. The accelerator sizes are first guesses, not measurements.
-DEFAULT_CHUNK = {"cpu": {"bound": 256, "exact": 1}, "gpu": {"bound": 16384, "exact": 2048}}
+#: Variants per chunk and device, by platform. A CPU pays per element: the bound's
+#: blocked scan runs as fast at 32-64 variants per chunk as at 256 (its times stay in
+#: cache); the exact level runs its variants one after another (``VECTORIZED``), and
+#: 32 per call spread the call's overhead (several ms) at few compiled row counts
+#: (measured: 2-3x the rate of one variant per call on small programs, the same on
+#: large ones). The accelerator sizes are first guesses, not measurements.
+DEFAULT_CHUNK = {"cpu": {"bound": 64, "exact": 32}, "gpu": {"bound": 16384, "exact": 2048}}
+#: Whether the variants of a chunk run vmapped, in lockstep, or one after another
+#: (``lax.map``), each in the unbatched kernel whose branches really branch and which
+#: stops at its own last event. Measured on CPU: one after another wins for the
+#: exact level (a vmapped event loop runs as long as its slowest member and touches
+#: every slot at every step).
+VECTORIZED = {"cpu": {"bound": True, "exact": False}, "gpu": {"bound": True, "exact": True}}
+#: Cost of one step of the bound's scan in gathered predecessors per variant, by
+#: platform; it sets how wide the bound's blocks are (``xsweep.encode.block_layout``).
+#: On CPU the rate of the Llama-2-7B plans barely moves between 8 and 512; the
+#: accelerator's (whose steps are kernel launches) is a first guess.
+BLOCK_STEP_COST = {"cpu": 32, "gpu": 1024}
 #: Initial flow slots of the exact level; variants that need more are rerun with twice
 #: as many (measured plans: median 12-32 flows under way at once, at most 264). One
 #: variant per device water-fills only the slots in use, so spare slots cost little.
@@ -62,6 +87,14 @@ DEFAULT_SLOTS = 128
 REUSE_FACTOR = 2.0
 #: Shapes (compilations) one call uses at most, besides reruns after an overflow.
 MAX_BUCKETS = 8
+#: Variants of one bucket at least, by level. A bound chunk runs in milliseconds on
+#: CPU while a new shape compiles in 0.2-0.5 s (with the metrics): a shape of its
+#: own pays off only for tens of thousands of variants.
+MIN_BUCKET = {"bound": 16384, "exact": 1}
+#: Rows of a chunk at least (up to the chunk size), by level: 64 bound variants take
+#: a few ms on CPU, far less than compiling another row count, so small calls and
+#: large ones share executables.
+MIN_ROWS = {"bound": 64, "exact": 1}
 #: Compiled shapes kept at most; past that the kernels compiled here are dropped and
 #: compiled again as needed (each holds code and memory mappings; chunks come in
 #: increasing size, so old shapes are rarely needed again).
@@ -73,28 +106,28 @@ _AXIS = "variant"
 _SCALARS = ("tokens_per_iteration", "model_flops_per_iteration", "peak_flops_per_s")
 
 
-def _sharded(fn: Callable, devices: tuple, batched: bool = True) -> tuple[Callable, NamedSharding]:
+def _sharded(fn: Callable, devices: tuple,
+             vectorized: bool = True) -> tuple[Callable, NamedSharding]:
     """``fn`` (of one variant) over a variant axis split across ``devices``, jitted.
 
-    Batched, ``fn`` is vmapped; otherwise each device holds one variant and runs
-    ``fn`` on it directly, so the kernels' branches really branch.
+    Each device runs its share of the variants vmapped or, not ``vectorized``, one
+    after another with ``lax.map``.
     """
     mesh = Mesh(np.array(devices), (_AXIS,))
     spec = PartitionSpec(_AXIS)
-    if batched:
+    if vectorized:
         local = jax.vmap(fn)
     else:
         def local(*args):
-            one = fn(*jax.tree.map(lambda x: x[0], args))
-            return jax.tree.map(lambda x: x[None], one)
+            return lax.map(lambda one: fn(*one), args)
     sharded = jax.shard_map(local, mesh=mesh, in_specs=spec, out_specs=spec,
                             check_vma=False)  # the kernels know nothing of the mesh
     return jax.jit(sharded), NamedSharding(mesh, spec)
 
 
-def _schedule_one(level: str, slots: int, max_rounds: int, batched: bool,
-                  arrays: ProgramArrays) -> dict:
-    schedule = bound(arrays) if level == "bound" else exact(arrays, slots, max_rounds, batched)
+def _schedule_one(level: str, slots: int, max_rounds: int, batched: bool, arrays) -> dict:
+    schedule = (blocked_bound(arrays) if level == "bound"
+                else exact(arrays, slots, max_rounds, batched))
     out = dict(zip(DIAGNOSTICS, (schedule.status, schedule.steps, schedule.max_active_flows,
                                  schedule.max_rounds), strict=True))
     return out | {"iteration_time_s": schedule.iteration_time_s, "start_s": schedule.start_s,
@@ -111,14 +144,42 @@ def _metrics_one(start_s, end_s, index: metrics.MetricIndex, scalars: tuple) -> 
 
 
 @functools.cache
-def _scheduler(level: str, slots: int, max_rounds: int, devices: tuple, batched: bool):
-    return _sharded(functools.partial(_schedule_one, level, slots, max_rounds, batched),
-                    devices, batched)
+def _scheduler(level: str, slots: int, max_rounds: int, devices: tuple, vectorized: bool):
+    return _sharded(functools.partial(_schedule_one, level, slots, max_rounds, vectorized),
+                    devices, vectorized)
 
 
 @functools.cache
 def _metrics(devices: tuple):
     return _sharded(_metrics_one, devices)
+
+
+#: The metrics' index of a program, built once per program object.
+_metric_index = per_program(metrics.metric_index)
+
+
+class _Format(NamedTuple):
+    """How one level's kernel sees programs: sizes, rounded shapes, work, arrays."""
+
+    shape: type  # Shape or BlockShape
+    sizes: Callable  # programs -> int[N, fields of shape]
+    rounded: Callable  # rows of sizes -> the rounded shapes that fit them
+    work: Callable  # rows of rounded shapes -> work of one variant at that shape
+    order: Callable  # rows of sizes -> sort key (neighbours share chunks)
+    encode: Callable  # (programs, shape, *, dtype, num_variants) -> the kernel's arrays
+
+
+def _exact_work(shapes: np.ndarray) -> np.ndarray:
+    """Per-event work grows with tasks, edges and flows."""
+    return shapes[..., 0] + shapes[..., 1] + shapes[..., 2]
+
+
+def _format(level: str, step_cost: int) -> _Format:
+    if level == "exact":
+        return _Format(Shape, program_sizes, program_shapes, _exact_work, predicted_size, encode)
+    work = functools.partial(block_work, step_cost=step_cost)
+    return _Format(BlockShape, functools.partial(block_sizes, step_cost=step_cost), block_shapes,
+                   work, work, encode_blocks)
 
 
 class _Config(NamedTuple):
@@ -128,18 +189,12 @@ class _Config(NamedTuple):
     with_metrics: bool
     task_times: bool
     devices: tuple
+    vectorized: bool
+    step_cost: int
 
 
-def _cost(key: tuple[int, ...]) -> int:
-    """Work of a (rows, *Shape) key: per-event work grows with tasks, edges and flows.
-
-    ``_buckets`` weighs a run's shape the same way.
-    """
-    rows, shape = key[0], Shape(*key[1:])
-    return rows * (shape.tasks + shape.edges + shape.flows)
-
-
-def _buckets(sizes: np.ndarray, order: np.ndarray, min_members: int) -> list[np.ndarray]:
+def _buckets(sizes: np.ndarray, order: np.ndarray, min_members: int,
+             fmt: _Format) -> list[np.ndarray]:
     """Cut the size-sorted variants into runs that each share one shape.
 
     A run grows while its shape costs at most ``REUSE_FACTOR`` times its first
@@ -149,7 +204,7 @@ def _buckets(sizes: np.ndarray, order: np.ndarray, min_members: int) -> list[np.
     runs, begin = [], 0
     while begin < len(order):
         grown = np.maximum.accumulate(sizes[order[begin:]], axis=0)  # shape if the run ends here
-        cost = ladder(grown[:, 0]) + ladder(grown[:, 1]) + power_of_two(grown[:, 2])
+        cost = fmt.work(fmt.rounded(grown))
         too_big = cost > REUSE_FACTOR * cost[0]
         too_big[:min_members] = False
         end = begin + (int(np.argmax(too_big)) if too_big.any() else len(grown))
@@ -162,17 +217,20 @@ def _buckets(sizes: np.ndarray, order: np.ndarray, min_members: int) -> list[np.
 _known_shapes: dict[tuple, list[tuple[int, ...]]] = {}
 
 
-def _fit(config: tuple, required: tuple[int, ...]) -> tuple[int, ...]:
-    """A compiled (rows, *Shape) that covers ``required`` at little cost, else ``required``.
+def _fit(config: tuple, required: tuple[int, ...], fmt: _Format) -> tuple[int, ...]:
+    """A compiled (rows, *shape) that covers ``required`` at little cost, else ``required``.
 
     This lets later calls (say, successive batches of an optimizer) reuse the shapes
     compiled by earlier ones.
     """
+    def cost(key: tuple[int, ...]) -> int:
+        return key[0] * int(fmt.work(np.array(key[1:])))
+
     known = _known_shapes.setdefault(config, [])
     fits = [k for k in known if all(a >= b for a, b in zip(k, required, strict=True))
-            and _cost(k) <= REUSE_FACTOR * _cost(required)]
+            and cost(k) <= REUSE_FACTOR * cost(required)]
     if fits:
-        return min(fits, key=_cost)
+        return min(fits, key=cost)
     if sum(len(shapes) for shapes in _known_shapes.values()) >= MAX_COMPILED:
         _scheduler.cache_clear()  # the jitted functions, and with them their executables
         _metrics.cache_clear()
@@ -182,14 +240,16 @@ def _fit(config: tuple, required: tuple[int, ...]) -> tuple[int, ...]:
     return required
 
 
-def _dispatch(programs: Sequence[Program], indices: Sequence[metrics.MetricIndex] | None,
-              cfg: _Config, slots: int, key: tuple, metric_dims: tuple) -> dict:
-    """Encode one chunk at the (rows, *Shape) ``key`` and start the kernels on it."""
-    rows, shape = key[0], Shape(*key[1:])
-    slots = min(slots, max(shape.flows, shape.tasks + 1))  # more could never be used
+def _dispatch(programs: Sequence[Program], sizes: np.ndarray,
+              indices: Sequence[metrics.MetricIndex] | None, cfg: _Config, fmt: _Format,
+              slots: int, key: tuple, metric_dims: tuple) -> dict:
+    """Encode one chunk at the (rows, *shape) ``key`` and start the kernels on it."""
+    rows, shape = key[0], fmt.shape(*key[1:])
+    if cfg.level == "exact":
+        slots = min(slots, max(shape.flows, shape.tasks + 1))  # more could never be used
     schedule, sharding = _scheduler(cfg.level, slots, cfg.max_rounds, cfg.devices,
-                                    rows > len(cfg.devices))
-    arrays = encode(programs, shape, dtype=cfg.dtype, num_variants=rows)
+                                    cfg.vectorized and rows > len(cfg.devices))
+    arrays = fmt.encode(programs, shape, dtype=cfg.dtype, num_variants=rows)
     out = schedule(jax.device_put(arrays, sharding))
     if indices is not None:
         index = pad_metric_index(indices, shape.tasks, metric_dims, dtype=cfg.dtype,
@@ -201,18 +261,20 @@ def _dispatch(programs: Sequence[Program], indices: Sequence[metrics.MetricIndex
         out |= read(out["start_s"], out["end_s"], *jax.device_put((index, scalars), sharding))
     if not cfg.task_times:
         del out["start_s"], out["end_s"]
-    overhead = padding_overhead(program_sizes(programs), shape, rows)
+    overhead = padding_overhead(sizes, shape, rows)
     return out | {"padding_overhead": np.full(len(programs), overhead)}
 
 
 def _chunks(sizes: np.ndarray, order: np.ndarray, indices: list | None, cfg: _Config,
-            slots: int, chunk_size: int):
+            fmt: _Format, slots: int, chunk_size: int):
     """(variant indices, key, metric dims) of every call: buckets of one shape, in chunks."""
     devices = len(cfg.devices)
-    min_members = max(chunk_size, -(-len(order) // MAX_BUCKETS))
-    for run in _buckets(sizes, order, min_members):
-        rows = -(-min(chunk_size, ladder(len(run))) // devices) * devices
-        key = _fit((*cfg, slots), (rows, *batch_shape(sizes[run])))
+    min_members = max(chunk_size, -(-len(order) // MAX_BUCKETS), MIN_BUCKET[cfg.level])
+    for run in _buckets(sizes, order, min_members, fmt):
+        rows = min(chunk_size, max(ladder(len(run)), MIN_ROWS[cfg.level]))
+        rows = -(-rows // devices) * devices
+        shape = fmt.rounded(sizes[run].max(axis=0))
+        key = _fit((*cfg, slots), (rows, *(int(n) for n in shape)), fmt)
         metric_dims = metric_index_dims([indices[i] for i in run]) if indices else ()
         for begin in range(0, len(run), key[0]):
             yield run[begin: begin + key[0]], key, metric_dims
@@ -265,12 +327,14 @@ def evaluate_programs(programs: Sequence[Program], level: str = "exact", *,
     devices = tuple(devices or jax.devices())
     platform = "cpu" if devices[0].platform == "cpu" else "gpu"
     chunk_size = chunk_size or DEFAULT_CHUNK[platform][level] * len(devices)
-    cfg = _Config(level, DTYPES[dtype], max_rounds, with_metrics, task_times, devices)
-    sizes = program_sizes(programs)
+    cfg = _Config(level, DTYPES[dtype], max_rounds, with_metrics, task_times, devices,
+                  VECTORIZED[platform][level], BLOCK_STEP_COST[platform])
+    fmt = _format(level, cfg.step_cost)
     n = len(programs)
-    order = np.argsort(predicted_size(sizes), kind="stable")
-    indices = [metrics.metric_index(p) for p in programs] if with_metrics and n else None
-    widths = dict.fromkeys(("start_s", "end_s"), int(sizes[:, 0].max(initial=1)))
+    sizes = fmt.sizes(programs)
+    order = np.argsort(fmt.order(sizes), kind="stable")
+    indices = [_metric_index(p) for p in programs] if with_metrics and n else None
+    widths = dict.fromkeys(("start_s", "end_s"), max([p.num_tasks for p in programs] + [1]))
     widths |= dict.fromkeys(metrics.RANK_METRICS, max([p.num_streams for p in programs] + [1]))
     result: dict[str, np.ndarray] = {name: np.zeros(0, np.int32) for name in DIAGNOSTICS} | {
         "iteration_time_s": np.zeros(0, DTYPES[dtype]), "padding_overhead": np.zeros(0)
@@ -294,10 +358,10 @@ def evaluate_programs(programs: Sequence[Program], level: str = "exact", *,
         pending = order
         while pending.size:  # each pass reruns the overflowed variants with twice the slots
             in_flight = None  # one chunk computes on the device while the next is encoded
-            for idx, key, dims in _chunks(sizes, pending, indices, cfg, slots, chunk_size):
-                started = (idx, _dispatch([programs[i] for i in idx],
+            for idx, key, dims in _chunks(sizes, pending, indices, cfg, fmt, slots, chunk_size):
+                started = (idx, _dispatch([programs[i] for i in idx], sizes[idx],
                                           [indices[i] for i in idx] if indices else None,
-                                          cfg, slots, key, dims))
+                                          cfg, fmt, slots, key, dims))
                 if in_flight is not None:
                     store(*in_flight)
                 in_flight = started

@@ -67,29 +67,40 @@ def _padded(rows) -> np.ndarray:
     return out
 
 
+def _ragged(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For items grouped ``counts[i]`` per owner: each item's owner and place in its group."""
+    owner = np.repeat(np.arange(len(counts)), counts)
+    return owner, np.arange(len(owner)) - (np.cumsum(counts) - counts)[owner]
+
+
 def metric_index(program: Program) -> MetricIndex:
     """Gather the static structure of ``program`` that the metrics read."""
     p = program
     S = p.num_streams
     category = p.task_category.astype(np.int32)
-    stream_tasks = [np.flatnonzero(p.task_stream == s) for s in range(S)]
-    preds = [[p.deps(int(t)).tolist() for t in tasks] for tasks in stream_tasks]
-    K = max([len(t) for t in stream_tasks] + [1])
-    D = max([len(d) for ds in preds for d in ds] + [1])
-    task_preds = np.full((max(S, 1), K, D), -1, np.int32)
-    for s, ds in enumerate(preds):
-        for k, d in enumerate(ds):
-            task_preds[s, k, :len(d)] = sorted(d)
+    # stream tasks in execution order: by stream, then by index
+    on_stream = np.flatnonzero(p.task_stream >= 0)
+    ordered = on_stream[np.argsort(p.task_stream[on_stream], kind="stable")]
+    stream_of = p.task_stream[ordered]
+    _, place = _ragged(np.bincount(stream_of, minlength=S))
+    K = int(place.max(initial=0)) + 1
+    tasks = np.full((max(S, 1), K), -1, np.int32)
+    tasks[stream_of, place] = ordered
+    # their direct predecessors, ascending
+    counts = np.diff(p.dep_ptr)[ordered]
+    owner, col = _ragged(counts)
+    preds = p.dep_idx[p.dep_ptr[ordered][owner] + col]
+    preds = preds[np.lexsort((preds, owner))]
+    task_preds = np.full((max(S, 1), K, max(int(counts.max(initial=0)), 1)), -1, np.int32)
+    task_preds[stream_of[owner], place[owner], col] = preds
     barrier_rows = [[] for _ in range(S)]
     for t in np.flatnonzero(category == Category.BARRIER):
         for s in sorted({int(x) for x in p.task_stream[p.deps(int(t))] if x >= 0}):
             barrier_rows[s].append(int(t))
     optimizer = np.full(max(S, 1), -1, np.int32)
-    for s, tasks in enumerate(stream_tasks):
-        opt = tasks[category[tasks] == Category.OPTIMIZER]
-        if opt.shape[0]:
-            optimizer[s] = opt[0]
-    tasks = _padded([t.tolist() for t in stream_tasks])
+    is_opt = category[ordered] == Category.OPTIMIZER
+    with_opt, first = np.unique(stream_of[is_opt], return_index=True)
+    optimizer[with_opt] = ordered[is_opt][first]
     weight = np.zeros(max(S, 1))
     weight[:S] = np.diff(p.stream_rank_ptr)
     return MetricIndex(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 
 from xsweep import metrics
 from xsweep.batch import evaluate_programs
+from xsweep.encode import predicted_size, program_sizes
 from xsweep.errors import InputError
 from xsweep.sim import summary
 
@@ -83,3 +85,39 @@ def test_sharded_equals_single_device():
 def test_no_programs():
     out = evaluate_programs([], "exact")
     assert out["iteration_time_s"].shape == (0,) and out["status"].shape == (0,)
+
+
+def test_variants_one_after_another_equal_single_calls(random_programs, exact_float64):
+    """A chunk of 64 variants run by ``lax.map`` gives what one variant per call gives."""
+    middle = np.argsort(predicted_size(program_sizes(random_programs)))[30:34]
+    alone = evaluate_programs([random_programs[i] for i in middle], "exact", dtype="float64",
+                              chunk_size=1, with_metrics=False, task_times=True)
+    for name, value in alone.items():
+        if name in ("start_s", "end_s"):
+            for row, i in enumerate(middle):
+                n = random_programs[i].num_tasks
+                np.testing.assert_array_equal(value[row, :n], exact_float64[name][i, :n], name)
+        elif name != "padding_overhead":
+            np.testing.assert_array_equal(value, exact_float64[name][middle], err_msg=name)
+
+
+def test_bound_metrics_are_the_metrics_of_its_times(random_programs):
+    programs = random_programs[:12]
+    out = evaluate_programs(programs, "bound", dtype="float64", task_times=True)
+    for i, p in enumerate(programs):
+        n = p.num_tasks
+        per_stream = metrics.stream_metrics(np, metrics.metric_index(p), out["start_s"][i, :n],
+                                            out["end_s"][i, :n])
+        for name in metrics.RANK_METRICS:
+            np.testing.assert_allclose(out[name][i, : p.num_streams], per_stream[name],
+                                       rtol=1e-12, atol=1e-15, err_msg=name)
+
+
+def test_repeated_and_copied_programs_agree(random_programs):
+    """Host work kept per program object: a repeat and a fresh copy give the same rows."""
+    program = random_programs[5]
+    programs = [program, dataclasses.replace(program), program, random_programs[6]]
+    out = evaluate_programs(programs, "bound", task_times=True)
+    for name, value in out.items():
+        np.testing.assert_array_equal(value[1], value[0], err_msg=name)
+        np.testing.assert_array_equal(value[2], value[0], err_msg=name)

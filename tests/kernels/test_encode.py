@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -10,13 +12,20 @@ from programs import random_program, ring_allreduce_program
 
 from xsweep import metrics
 from xsweep.encode import (
+    BlockShape,
     Shape,
     batch_shape,
+    block_form,
+    block_layout,
+    block_shapes,
+    block_sizes,
     encode,
+    encode_blocks,
     ladder,
     metric_index_dims,
     pad_metric_index,
     padding_overhead,
+    per_program,
     power_of_two,
     program_sizes,
 )
@@ -113,3 +122,60 @@ def test_metric_index_padding_keeps_metrics(random_programs):
                                        result.task_end_s)
         for name in metrics.RANK_METRICS:
             np.testing.assert_array_equal(padded[name][: p.num_streams], plain[name], name)
+
+
+def test_block_encoding_round_trip_and_padding(random_programs):
+    programs = random_programs[:6]
+    sizes = block_sizes(programs, 32)
+    shape = BlockShape(*(int(n) for n in block_shapes(sizes.max(axis=0))))
+    arrays = encode_blocks(programs, shape, dtype=np.float64, num_variants=8)
+    assert arrays.slot_pred.shape == (8, shape.blocks, shape.width, shape.preds)
+    for row, p in enumerate(programs):
+        layout = block_layout(p, shape.width)
+        blocks, _, preds = layout.slot_pred.shape
+        assert blocks <= sizes[row, 1]  # as wide as its own blocks or wider: no more of them
+        np.testing.assert_array_equal(arrays.slot_pred[row, :blocks, :, :preds], layout.slot_pred)
+        np.testing.assert_array_equal(arrays.slot_duration_s[row, :blocks],
+                                      layout.slot_duration_s)
+        np.testing.assert_array_equal(arrays.task_slot[row, : p.num_tasks], layout.task_slot)
+        # padding is zeros: slot 0 (none), duration 0
+        assert not arrays.slot_pred[row, blocks:].any()
+        assert not arrays.slot_pred[row, ..., preds:].any()
+        assert not arrays.slot_duration_s[row, blocks:].any()
+        assert not arrays.task_slot[row, p.num_tasks:].any()
+    assert not arrays.slot_pred[6:].any() and not arrays.task_slot[6:].any()
+
+
+def test_too_small_block_shape_is_refused(random_programs):
+    program = max(random_programs, key=lambda p: p.num_tasks)
+    width, preds, blocks = block_form(program, 32)
+    fits = BlockShape(program.num_tasks, blocks, width, preds)
+    encode_blocks([program], fits)
+    for smaller in (fits._replace(tasks=fits.tasks - 1), fits._replace(blocks=blocks - 1)):
+        with pytest.raises(ValueError, match="do not fit"):
+            encode_blocks([program], smaller)
+    with pytest.raises(ValueError, match="do not fit"):
+        encode_blocks([program, program], fits, num_variants=1)
+
+
+def test_block_padding_overhead():
+    sizes = np.array([[4, 3, 2, 1]])
+    shape = BlockShape(4, 3, 2, 1)
+    assert padding_overhead(sizes, shape) == 0.0
+    assert padding_overhead(sizes, shape, num_variants=2) == pytest.approx(1.0)
+    assert padding_overhead(sizes, shape._replace(blocks=6)) > 0
+
+
+def test_per_program_results_are_kept_per_object(random_programs):
+    calls = []
+
+    @per_program
+    def tasks_times(program, factor):
+        calls.append(factor)
+        return program.num_tasks * factor
+
+    program = random_programs[0]
+    copy = dataclasses.replace(program)
+    assert tasks_times(program, 2) == tasks_times(program, 2) == tasks_times(copy, 2)
+    assert tasks_times(program, 3) == 3 * program.num_tasks
+    assert calls == [2, 2, 3]  # once per program object and argument
