@@ -17,8 +17,9 @@ covers it within the same factor. All this keeps the number of compilations
 small. The variant axis is padded to a multiple of the device count and split
 over all devices with ``shard_map``: each device runs its share, vmapped or one
 variant after another (``VECTORIZED``), so one CPU, one GPU or eight run the same
-code. Variants that overflow their flow slots are rerun together, in a second
-pass with twice the slots. The metrics of ``xsweep.metrics`` are computed on the
+code. The exact level's slots (tasks and flows under way at once) are sized per
+variant from its bound schedule; variants that still overflow them are rerun
+together, in a second pass with twice the slots. The metrics of ``xsweep.metrics`` are computed on the
 device by a second, loop-free call on the task times, which never leave the
 device unless asked for; its index arrays share one size per bucket too. While
 the device works on one chunk, the host encodes the next.
@@ -58,6 +59,7 @@ from xsweep.encode import (
 from xsweep.errors import InputError
 from xsweep.kernels import MAX_ROUNDS, Status, blocked_bound, exact
 from xsweep.plan.program import Program
+from xsweep.slots import exact_slots
 
 LEVELS = ("bound", "exact")
 DTYPES = {"float32": np.float32, "float64": np.float64}
@@ -79,10 +81,6 @@ VECTORIZED = {"cpu": {"bound": True, "exact": False}, "gpu": {"bound": True, "ex
 #: On CPU the rate of the Llama-2-7B plans barely moves between 8 and 512; the
 #: accelerator's (whose steps are kernel launches) is a first guess.
 BLOCK_STEP_COST = {"cpu": 32, "gpu": 1024}
-#: Initial flow slots of the exact level; variants that need more are rerun with twice
-#: as many (measured plans: median 12-32 flows under way at once, at most 264). One
-#: variant per device water-fills only the slots in use, so spare slots cost little.
-DEFAULT_SLOTS = 128
 #: A chunk may run at an already compiled shape that costs up to this many times its own.
 REUSE_FACTOR = 2.0
 #: Shapes (compilations) one call uses at most, besides reruns after an overflow.
@@ -290,11 +288,22 @@ def _put(target: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
         target[rows, :width] = values[:, :width]
 
 
+def _initial_slots(programs: Sequence[Program], slots: int | None,
+                   devices: tuple) -> np.ndarray:
+    """Starting slots of every variant: ``slots``, or sized from its bound schedule."""
+    if slots is not None:
+        return np.full(len(programs), slots, np.int64)
+    bound = evaluate_programs(programs, "bound", devices=devices, with_metrics=False,
+                              task_times=True)
+    return np.array([exact_slots(p, bound["start_s"][i], bound["end_s"][i])
+                     for i, p in enumerate(programs)], np.int64)
+
+
 def evaluate_programs(programs: Sequence[Program], level: str = "exact", *,
                       dtype: str = "float32", chunk_size: int | None = None,
                       devices: Sequence | None = None,
                       progress: Callable[[int, int], None] | None = None,
-                      slots: int = DEFAULT_SLOTS, max_rounds: int = MAX_ROUNDS,
+                      slots: int | None = None, max_rounds: int = MAX_ROUNDS,
                       with_metrics: bool = True, task_times: bool = False,
                       ) -> dict[str, np.ndarray]:
     """Iteration time, metrics, status and diagnostics of every program, on all devices.
@@ -306,7 +315,9 @@ def evaluate_programs(programs: Sequence[Program], level: str = "exact", *,
       chunk_size: variants per kernel call (bounds memory); default per level and platform.
       devices: devices to shard over (default: all of ``jax.devices()``).
       progress: called as ``progress(done, total)`` after each chunk.
-      slots: initial flow slots of the exact level (doubled for variants that overflow).
+      slots: initial task and flow slots of the exact level (doubled for variants that
+        overflow); by default each variant's own, sized from its bound schedule
+        (:func:`xsweep.slots.exact_slots`).
       max_rounds: water-filling round cap per event.
       with_metrics: compute the metrics of ``xsweep.metrics`` (the iteration time,
         status and diagnostics come back either way).
@@ -353,22 +364,26 @@ def evaluate_programs(programs: Sequence[Program], level: str = "exact", *,
         if progress is not None:
             progress(finished, n)
 
+    need = _initial_slots(programs, slots, devices) if level == "exact" else np.zeros(n, int)
     x64 = jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
     with x64:
         pending = order
         while pending.size:  # each pass reruns the overflowed variants with twice the slots
             in_flight = None  # one chunk computes on the device while the next is encoded
-            for idx, key, dims in _chunks(sizes, pending, indices, cfg, fmt, slots, chunk_size):
-                started = (idx, _dispatch([programs[i] for i in idx], sizes[idx],
-                                          [indices[i] for i in idx] if indices else None,
-                                          cfg, fmt, slots, key, dims))
-                if in_flight is not None:
-                    store(*in_flight)
-                in_flight = started
+            for value in np.unique(need[pending]):  # variants of equal slots, in size order
+                group = pending[need[pending] == value]
+                for idx, key, dims in _chunks(sizes, group, indices, cfg, fmt, int(value),
+                                              chunk_size):
+                    started = (idx, _dispatch([programs[i] for i in idx], sizes[idx],
+                                              [indices[i] for i in idx] if indices else None,
+                                              cfg, fmt, int(value), key, dims))
+                    if in_flight is not None:
+                        store(*in_flight)
+                    in_flight = started
             if in_flight is not None:
                 store(*in_flight)
             pending = pending[result["status"][pending] == Status.OVERFLOW]
-            slots *= 2  # slots > tasks and >= flows cannot overflow
+            need[pending] *= 2  # slots > tasks and >= flows cannot overflow
     if "iteration_time_s" in result:
         result["iteration_time_s"][result["status"] == Status.INFEASIBLE] = np.inf
     return result
