@@ -44,4 +44,4 @@ def exact_slots(program: Program, start_s: np.ndarray, end_s: np.ndarray) -> int
     """Power-of-two slots for the exact level, from a (bound) schedule's peaks."""
     tasks, flows = peak_in_flight(program, start_s, end_s)
     need = math.ceil(MARGIN * max(tasks + 1, flows))  # one task slot starts the schedule
-    return 1 << max(need, MIN_SLOTS - 1).bit_length() if need > MIN_SLOTS else MIN_SLOTS
+    return max(MIN_SLOTS, 1 << (need - 1).bit_length())  # smallest power of two >= need
