@@ -11,6 +11,9 @@ three small sets of slots, and writes task times by scatters. A large program
 * a *release budget* of ``R`` successor edges per pass: finishing tasks tell their
   successors, and a task whose last predecessor is told starts at once.
 
+A program's flows under way outnumber its tasks under way several times (a
+collective is one task of many flows), so the two kinds of slots are sized apart.
+
 Each iteration of the ``lax.while_loop`` is one *settling pass* at the current
 instant, then, once the instant is settled, one *step* to the next event:
 
@@ -26,8 +29,8 @@ instant, then, once the instant is settled, one *step* to the next event:
    (remaining bytes / rate), and move every transferring flow's bytes.
 
 A task or flow that finds no free slot stops the variant with status ``OVERFLOW``;
-the driver reruns it with more slots (``slots`` above both the number of tasks
-and of flows never overflows). Tasks that can start at time 0 are the successors of a
+the driver reruns it with more slots (task slots above the number of tasks and
+flow slots at the number of flows never overflow). Tasks that can start at time 0 are the successors of a
 virtual source task that occupies slot 0 at the start.
 
 Every step completes at least one event (the earliest one is within tolerance of
@@ -73,11 +76,18 @@ class _State(NamedTuple):
     slot_moving: Array  # [K], latency over: transferring
     slot_latency_end_s: Array  # [K]
     slot_left_bytes: Array  # [K]
-    slot_path: Array  # [K, P]
     steps: Array
     status: Array
     max_active_flows: Array
     max_rounds: Array
+
+
+#: The fields of the state a step changes.
+_STEPPED = ("now", "slot_left_bytes", "steps", "status", "max_active_flows", "max_rounds")
+
+
+def _stepped(s: _State) -> tuple:
+    return tuple(getattr(s, name) for name in _STEPPED)
 
 
 def max_steps(num_tasks: int, num_flows: int) -> int:
@@ -117,23 +127,27 @@ def _successors(p: ProgramArrays) -> tuple[Array, Array, Array, Array]:
     return jnp.concatenate([p.dep_task[by_pred], roots]), first, count, in_degree
 
 
-def exact(p: ProgramArrays, slots: int, max_rounds: int = MAX_ROUNDS,
+def exact(p: ProgramArrays, slots: int | tuple[int, int], max_rounds: int = MAX_ROUNDS,
           batched: bool = True) -> Schedule:
     """Exact schedule of one program under the program IR's fluid-flow semantics.
 
     Args:
       p: the program's padded arrays.
-      slots: task slots, flow slots and successor edges released per pass (static;
-        each capped at what the program has); too few gives ``OVERFLOW``.
+      slots: ``(tasks, flows)``, the task slots (also the successor edges released
+        per pass) and the flow slots, or one number for both (static; each capped at
+        what the program has); too few gives ``OVERFLOW``.
       max_rounds: water-filling round cap per step (static).
       batched: whether the caller vmaps this (static). Unbatched, each step
         water-fills only a prefix of packed slots that holds the moving flows
         (:func:`~xsweep.kernels.waterfill.packed_waterfill`), a real branch outside
         ``vmap``; batched, all slots every time. Results are the same.
     """
-    fill = waterfill if batched else packed_waterfill
+    fill = packed_waterfill if not batched else (
+        lambda capacity, paths, flows, *rest: waterfill(capacity, paths[flows], *rest))
     num_tasks, num_flows = p.task_duration_s.shape[0], p.flow_bytes.shape[0]
-    run_slots, flow_slots, budget = min(slots, num_tasks + 1), min(slots, num_flows), slots
+    task_slots, flow_slots = (slots, slots) if isinstance(slots, int) else slots
+    run_slots, flow_slots = min(task_slots, num_tasks + 1), min(flow_slots, num_flows)
+    budget = run_slots
     dtype = p.link_capacity.dtype
     rtol = EVENT_RTOL_ULPS * jnp.finfo(dtype).eps
     inf = jnp.asarray(jnp.inf, dtype)
@@ -225,7 +239,6 @@ def exact(p: ProgramArrays, slots: int, max_rounds: int = MAX_ROUNDS,
             slot_moving=jnp.where(take, latency_end_s <= due, moving & ~drained),
             slot_latency_end_s=jnp.where(take, latency_end_s, s.slot_latency_end_s),
             slot_left_bytes=jnp.where(take, p.flow_bytes[flow], s.slot_left_bytes),
-            slot_path=jnp.where(take[:, None], p.flow_path[flow], s.slot_path),
             status=jnp.where(overflow, Status.OVERFLOW, s.status))
         # pass again at this instant while edges wait to be told, a started task is
         # already over, or a placed flow needs no time at all
@@ -238,10 +251,12 @@ def exact(p: ProgramArrays, slots: int, max_rounds: int = MAX_ROUNDS,
     def running(s: _State) -> Array:
         return (s.num_done < num_valid) & (s.status <= Status.NOT_CONVERGED)
 
-    def step(s: _State) -> _State:
+    def step(s: _State) -> tuple:
+        """Water-fill, then advance to the next event: the fields it changes (``_STEPPED``)."""
         live = s.slot_flow < num_flows
         moving = live & s.slot_moving
-        rates, converged, rounds = fill(p.link_capacity, s.slot_path, moving, max_rounds)
+        rates, converged, rounds = fill(p.link_capacity, p.flow_path, s.slot_flow, moving,
+                                        max_rounds)
         drain_s = jnp.where(moving & (rates > 0),
                             s.slot_left_bytes / jnp.where(rates > 0, rates, 1), inf)
         busy = (s.run_task >= 0) & ~s.run_done
@@ -254,17 +269,18 @@ def exact(p: ProgramArrays, slots: int, max_rounds: int = MAX_ROUNDS,
                          jnp.maximum(s.slot_left_bytes - rates * dt, 0))
         stuck = jnp.isinf(next_s)
         status = jnp.where(~converged & (s.status == Status.OK), Status.NOT_CONVERGED, s.status)
-        return s._replace(
-            now=jnp.where(stuck, s.now, next_s),
-            slot_left_bytes=jnp.where(moving & ~stuck, left, s.slot_left_bytes),
-            steps=s.steps + 1, status=jnp.where(stuck, Status.INFEASIBLE, status),
-            max_active_flows=jnp.maximum(s.max_active_flows, jnp.sum(moving, dtype=jnp.int32)),
-            max_rounds=jnp.maximum(s.max_rounds, rounds))
+        return (jnp.where(stuck, s.now, next_s),
+                jnp.where(moving & ~stuck, left, s.slot_left_bytes),
+                s.steps + 1, jnp.where(stuck, Status.INFEASIBLE, status),
+                jnp.maximum(s.max_active_flows, jnp.sum(moving, dtype=jnp.int32)),
+                jnp.maximum(s.max_rounds, rounds))
 
     def settle_then_step(carry):
         """One settling pass; when the instant is settled, also step to the next event."""
         s, again = settle(carry)
-        return lax.cond(again | ~running(s), lambda x: x, step, s), again
+        # only the fields a step changes go through the branch: the rest is not copied
+        stepped = lax.cond(again | ~running(s), _stepped, step, s)
+        return s._replace(**dict(zip(_STEPPED, stepped, strict=True))), again
 
     unset = jnp.where(p.task_valid, -1, 0).astype(dtype)  # padded tasks: times 0
     zero = jnp.int32(0)
@@ -282,7 +298,6 @@ def exact(p: ProgramArrays, slots: int, max_rounds: int = MAX_ROUNDS,
         slot_moving=jnp.zeros((flow_slots,), bool),
         slot_latency_end_s=jnp.zeros((flow_slots,), dtype),
         slot_left_bytes=jnp.zeros((flow_slots,), dtype),
-        slot_path=jnp.full((flow_slots, p.flow_path.shape[1]), -1, jnp.int32),
         steps=zero, status=jnp.int32(Status.OK), max_active_flows=zero, max_rounds=zero)
     cap = max_steps(num_tasks, num_flows)
     s, _ = lax.while_loop(lambda c: (running(c[0]) | c[1]) & (c[0].steps < cap),

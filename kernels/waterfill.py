@@ -101,26 +101,35 @@ def _local_links(capacity: Array, paths: Array, on: Array) -> tuple[Array, Array
     return hop, local_capacity
 
 
-def packed_waterfill(capacity: Array, paths: Array, active: Array,
+def packed_waterfill(capacity: Array, paths: Array, flows: Array, active: Array,
                      max_rounds: int = MAX_ROUNDS) -> tuple[Array, Array, Array]:
-    """:func:`waterfill` over only as many slots as there are active flows.
+    """:func:`waterfill` of the slots ``active``, whose paths are rows ``flows`` of ``paths``.
 
-    The active flows are packed to the front and filled at the smallest of a few
-    prefix sizes (8, 16, 32, ... slots) that holds them, chosen by ``lax.switch``.
-    Outside ``vmap`` only that branch runs, so a kernel sized for its busiest moment
-    pays for the flows actually moving; under ``vmap`` every branch would run, so
-    batched callers use :func:`waterfill`. Same arguments and results.
+    The active slots' rows are packed to the front and filled at the smallest of a few
+    prefix sizes (8, 16, 32, ... slots) that holds them, chosen by ``lax.switch``; only
+    that prefix's paths are gathered. Outside ``vmap`` only that branch runs, so a
+    kernel sized for its busiest moment pays for the flows actually moving; under
+    ``vmap`` every branch would run, so batched callers use :func:`waterfill`.
+
+    Args:
+      capacity: float[L], as for :func:`waterfill`.
+      paths: int32[F, P], a table of paths (``-1`` pad).
+      flows: int32[S], each slot's row of ``paths`` (any value where not active).
+      active: bool[S].
+
+    Returns:
+      ``(rates[S], converged, rounds)``, as :func:`waterfill` of ``paths[flows]``.
     """
     num_slots = active.shape[0]
     sizes = sorted({min(num_slots, 8 << i) for i in range(max(num_slots.bit_length() - 2, 1))}
                    | {num_slots})
     count = jnp.sum(active, dtype=jnp.int32)
     at = jnp.where(active, jnp.cumsum(active, dtype=jnp.int32) - 1, num_slots)
-    packed = jnp.full_like(paths, -1).at[at].set(paths, mode="drop")
+    packed = jnp.zeros_like(flows).at[at].set(flows, mode="drop")
 
     def fill(size: int):
         def branch(packed: Array):
-            rates, converged, rounds = waterfill(capacity, packed[:size],
+            rates, converged, rounds = waterfill(capacity, paths[packed[:size]],
                                                  jnp.arange(size) < count, max_rounds)
             return jnp.zeros(num_slots, rates.dtype).at[:size].set(rates), converged, rounds
         return branch

@@ -19,7 +19,7 @@ over all devices with ``shard_map``: each device runs its share, vmapped or one
 variant after another (``VECTORIZED``), so one CPU, one GPU or eight run the same
 code. The exact level's slots (tasks and flows under way at once) are sized per
 variant from its bound schedule; variants that still overflow them are rerun
-together, in a second pass with twice the slots. The metrics of ``xsweep.metrics`` are computed on the
+together, in a second pass with twice the slots of both kinds. The metrics of ``xsweep.metrics`` are computed on the
 device by a second, loop-free call on the task times, which never leave the
 device unless asked for; its index arrays share one size per bucket too. While
 the device works on one chunk, the host encodes the next.
@@ -123,7 +123,8 @@ def _sharded(fn: Callable, devices: tuple,
     return jax.jit(sharded), NamedSharding(mesh, spec)
 
 
-def _schedule_one(level: str, slots: int, max_rounds: int, batched: bool, arrays) -> dict:
+def _schedule_one(level: str, slots: tuple[int, int], max_rounds: int, batched: bool,
+                  arrays) -> dict:
     schedule = (blocked_bound(arrays) if level == "bound"
                 else exact(arrays, slots, max_rounds, batched))
     out = dict(zip(DIAGNOSTICS, (schedule.status, schedule.steps, schedule.max_active_flows,
@@ -142,7 +143,8 @@ def _metrics_one(start_s, end_s, index: metrics.MetricIndex, scalars: tuple) -> 
 
 
 @functools.cache
-def _scheduler(level: str, slots: int, max_rounds: int, devices: tuple, vectorized: bool):
+def _scheduler(level: str, slots: tuple[int, int], max_rounds: int, devices: tuple,
+               vectorized: bool):
     return _sharded(functools.partial(_schedule_one, level, slots, max_rounds, vectorized),
                     devices, vectorized)
 
@@ -240,11 +242,11 @@ def _fit(config: tuple, required: tuple[int, ...], fmt: _Format) -> tuple[int, .
 
 def _dispatch(programs: Sequence[Program], sizes: np.ndarray,
               indices: Sequence[metrics.MetricIndex] | None, cfg: _Config, fmt: _Format,
-              slots: int, key: tuple, metric_dims: tuple) -> dict:
+              slots: tuple[int, int], key: tuple, metric_dims: tuple) -> dict:
     """Encode one chunk at the (rows, *shape) ``key`` and start the kernels on it."""
     rows, shape = key[0], fmt.shape(*key[1:])
     if cfg.level == "exact":
-        slots = min(slots, max(shape.flows, shape.tasks + 1))  # more could never be used
+        slots = (min(slots[0], shape.tasks + 1), min(slots[1], shape.flows))  # no more is used
     schedule, sharding = _scheduler(cfg.level, slots, cfg.max_rounds, cfg.devices,
                                     cfg.vectorized and rows > len(cfg.devices))
     arrays = fmt.encode(programs, shape, dtype=cfg.dtype, num_variants=rows)
@@ -264,7 +266,7 @@ def _dispatch(programs: Sequence[Program], sizes: np.ndarray,
 
 
 def _chunks(sizes: np.ndarray, order: np.ndarray, indices: list | None, cfg: _Config,
-            fmt: _Format, slots: int, chunk_size: int):
+            fmt: _Format, slots: tuple[int, int], chunk_size: int):
     """(variant indices, key, metric dims) of every call: buckets of one shape, in chunks."""
     devices = len(cfg.devices)
     min_members = max(chunk_size, -(-len(order) // MAX_BUCKETS), MIN_BUCKET[cfg.level])
@@ -290,13 +292,14 @@ def _put(target: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
 
 def _initial_slots(programs: Sequence[Program], slots: int | None,
                    devices: tuple) -> np.ndarray:
-    """Starting slots of every variant: ``slots``, or sized from its bound schedule."""
+    """Starting (task, flow) slots of every variant, int[N, 2]: ``slots`` for both, or
+    sized from its bound schedule."""
     if slots is not None:
-        return np.full(len(programs), slots, np.int64)
+        return np.full((len(programs), 2), slots, np.int64)
     bound = evaluate_programs(programs, "bound", devices=devices, with_metrics=False,
                               task_times=True)
     return np.array([exact_slots(p, bound["start_s"][i], bound["end_s"][i])
-                     for i, p in enumerate(programs)], np.int64)
+                     for i, p in enumerate(programs)], np.int64).reshape(-1, 2)
 
 
 def evaluate_programs(programs: Sequence[Program], level: str = "exact", *,
@@ -315,9 +318,9 @@ def evaluate_programs(programs: Sequence[Program], level: str = "exact", *,
       chunk_size: variants per kernel call (bounds memory); default per level and platform.
       devices: devices to shard over (default: all of ``jax.devices()``).
       progress: called as ``progress(done, total)`` after each chunk.
-      slots: initial task and flow slots of the exact level (doubled for variants that
-        overflow); by default each variant's own, sized from its bound schedule
-        (:func:`xsweep.slots.exact_slots`).
+      slots: initial task slots and flow slots of the exact level, both this many
+        (doubled for variants that overflow); by default each variant's own, sized from
+        its bound schedule (:func:`xsweep.slots.exact_slots`).
       max_rounds: water-filling round cap per event.
       with_metrics: compute the metrics of ``xsweep.metrics`` (the iteration time,
         status and diagnostics come back either way).
@@ -364,26 +367,28 @@ def evaluate_programs(programs: Sequence[Program], level: str = "exact", *,
         if progress is not None:
             progress(finished, n)
 
-    need = _initial_slots(programs, slots, devices) if level == "exact" else np.zeros(n, int)
+    need = (_initial_slots(programs, slots, devices) if level == "exact"
+            else np.zeros((n, 2), np.int64))
     x64 = jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
     with x64:
         pending = order
         while pending.size:  # each pass reruns the overflowed variants with twice the slots
             in_flight = None  # one chunk computes on the device while the next is encoded
-            for value in np.unique(need[pending]):  # variants of equal slots, in size order
-                group = pending[need[pending] == value]
-                for idx, key, dims in _chunks(sizes, group, indices, cfg, fmt, int(value),
+            for value in np.unique(need[pending], axis=0):  # equal slots, in size order
+                group = pending[np.all(need[pending] == value, axis=1)]
+                value = (int(value[0]), int(value[1]))
+                for idx, key, dims in _chunks(sizes, group, indices, cfg, fmt, value,
                                               chunk_size):
                     started = (idx, _dispatch([programs[i] for i in idx], sizes[idx],
                                               [indices[i] for i in idx] if indices else None,
-                                              cfg, fmt, int(value), key, dims))
+                                              cfg, fmt, value, key, dims))
                     if in_flight is not None:
                         store(*in_flight)
                     in_flight = started
             if in_flight is not None:
                 store(*in_flight)
             pending = pending[result["status"][pending] == Status.OVERFLOW]
-            need[pending] *= 2  # slots > tasks and >= flows cannot overflow
+            need[pending] *= 2  # task slots > tasks and flow slots >= flows cannot overflow
     if "iteration_time_s" in result:
         result["iteration_time_s"][result["status"] == Status.INFEASIBLE] = np.inf
     return result

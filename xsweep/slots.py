@@ -40,8 +40,15 @@ def peak_in_flight(program: Program, start_s: np.ndarray, end_s: np.ndarray) -> 
     return int(np.cumsum(sign).max()), int(np.cumsum(sign * flows).max())
 
 
-def exact_slots(program: Program, start_s: np.ndarray, end_s: np.ndarray) -> int:
-    """Power-of-two slots for the exact level, from a (bound) schedule's peaks."""
+def _power_of_two(need: float) -> int:
+    """The smallest power of two at least ``need`` and ``MIN_SLOTS``."""
+    return max(MIN_SLOTS, 1 << (math.ceil(need) - 1).bit_length())
+
+
+def exact_slots(program: Program, start_s: np.ndarray, end_s: np.ndarray) -> tuple[int, int]:
+    """Power-of-two ``(task slots, flow slots)`` for the exact level, from a schedule's peaks.
+
+    One task slot more than the peak holds the virtual task that starts the schedule.
+    """
     tasks, flows = peak_in_flight(program, start_s, end_s)
-    need = math.ceil(MARGIN * max(tasks + 1, flows))  # one task slot starts the schedule
-    return max(MIN_SLOTS, 1 << (need - 1).bit_length())  # smallest power of two >= need
+    return _power_of_two(MARGIN * (tasks + 1)), _power_of_two(MARGIN * flows)
