@@ -11,10 +11,11 @@ gives the same allocation in fewer rounds (the global minimum-share link always
 qualifies, so every round freezes at least one link).
 
 Link sums use segment sums over the (flow, hop) pairs, never a dense flow x link
-matrix. The links are first renamed to local ids, one per distinct link the active
-flows cross (the position of its first hop), so every round costs time linear in
-the number of path entries, whatever the number of links in the program: a large
-fabric has thousands of links, of which one step's flows cross a few dozen.
+matrix. Where the fabric has more links than the flows have path entries, the
+links are first renamed to local ids, one per distinct link the active flows cross
+(the position of its first hop), so every round costs time linear in the number of
+path entries, whatever the number of links in the program: a large fabric has
+thousands of links, of which one step's flows may cross a few dozen.
 """
 
 from __future__ import annotations
@@ -44,8 +45,11 @@ def waterfill(capacity: Array, paths: Array, active: Array,
     """
     inf = jnp.asarray(jnp.inf, capacity.dtype)
     on = (paths >= 0) & active[:, None]  # [S, P] real hops of active flows
-    hop, local_capacity = _local_links(capacity, paths, on)
-    num_links = local_capacity.shape[0]  # local ids; off hops go to a spare segment past them
+    if on.size < capacity.shape[0]:  # (static) fewer hops than links: local ids
+        hop, local_capacity = _local_links(capacity, paths, on)
+    else:
+        hop, local_capacity = jnp.where(on, paths, capacity.shape[0]).reshape(-1), capacity
+    num_links = local_capacity.shape[0]  # off hops go to a spare segment past the links
 
     def link_sum(values: Array) -> Array:
         """Per-link sums of per-hop values ([S, P] or [S, P, C])."""
@@ -106,7 +110,7 @@ def packed_waterfill(capacity: Array, paths: Array, flows: Array, active: Array,
     """:func:`waterfill` of the slots ``active``, whose paths are rows ``flows`` of ``paths``.
 
     The active slots' rows are packed to the front and filled at the smallest of a few
-    prefix sizes (8, 16, 32, ... slots) that holds them, chosen by ``lax.switch``; only
+    prefix sizes (8, 12, 16, 24, 32, ... slots) that holds them, chosen by ``lax.switch``; only
     that prefix's paths are gathered. Outside ``vmap`` only that branch runs, so a
     kernel sized for its busiest moment pays for the flows actually moving; under
     ``vmap`` every branch would run, so batched callers use :func:`waterfill`.
@@ -121,8 +125,8 @@ def packed_waterfill(capacity: Array, paths: Array, flows: Array, active: Array,
       ``(rates[S], converged, rounds)``, as :func:`waterfill` of ``paths[flows]``.
     """
     num_slots = active.shape[0]
-    sizes = sorted({min(num_slots, 8 << i) for i in range(max(num_slots.bit_length() - 2, 1))}
-                   | {num_slots})
+    sizes = sorted({min(num_slots, size) for i in range(max(num_slots.bit_length() - 2, 1))
+                    for size in (8 << i, 12 << i)} | {num_slots})
     count = jnp.sum(active, dtype=jnp.int32)
     at = jnp.where(active, jnp.cumsum(active, dtype=jnp.int32) - 1, num_slots)
     packed = jnp.zeros_like(flows).at[at].set(flows, mode="drop")

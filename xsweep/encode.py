@@ -102,8 +102,7 @@ def ladder(n):
 def program_shapes(sizes: np.ndarray) -> np.ndarray:
     """Rounded :class:`Shape` of every row of ``sizes`` (from :func:`program_sizes`)."""
     sizes = np.asarray(sizes)
-    return np.stack([ladder(sizes[..., 0]), ladder(sizes[..., 1]), power_of_two(sizes[..., 2]),
-                     power_of_two(sizes[..., 3]), power_of_two(sizes[..., 4])], axis=-1)
+    return ladder(np.asarray(sizes))
 
 
 def batch_shape(sizes: np.ndarray) -> Shape:

@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from xsweep.encode import ladder
 from xsweep.plan.program import Program
 
 #: Fewest slots handed to the exact level.
@@ -40,15 +41,18 @@ def peak_in_flight(program: Program, start_s: np.ndarray, end_s: np.ndarray) -> 
     return int(np.cumsum(sign).max()), int(np.cumsum(sign * flows).max())
 
 
-def _power_of_two(need: float) -> int:
-    """The smallest power of two at least ``need`` and ``MIN_SLOTS``."""
-    return max(MIN_SLOTS, 1 << (math.ceil(need) - 1).bit_length())
+def _rounded(need: float) -> int:
+    """The smallest of 2^k and 1.5 * 2^k at least ``need`` and ``MIN_SLOTS``."""
+    return max(MIN_SLOTS, ladder(math.ceil(need)))
 
 
 def exact_slots(program: Program, start_s: np.ndarray, end_s: np.ndarray) -> tuple[int, int]:
-    """Power-of-two ``(task slots, flow slots)`` for the exact level, from a schedule's peaks.
+    """``(task slots, flow slots)`` for the exact level, from a schedule's peaks.
+
+    Each is its peak with ``MARGIN``, rounded up to the ladder of 2^k and 1.5 * 2^k
+    (a few compiled sizes, at most a third spare).
 
     One task slot more than the peak holds the virtual task that starts the schedule.
     """
     tasks, flows = peak_in_flight(program, start_s, end_s)
-    return _power_of_two(MARGIN * (tasks + 1)), _power_of_two(MARGIN * flows)
+    return _rounded(MARGIN * (tasks + 1)), _rounded(MARGIN * flows)
