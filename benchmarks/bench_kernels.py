@@ -19,7 +19,8 @@ both levels against the simulator; the ratio to a Python loop of single-variant
 jitted calls; event steps, flows under way at once and padding overhead. Finally
 the bound level over ``--many`` variants (the first class repeated) reports
 variants/s and the process's peak resident memory. Ratios are measured within
-one run; nothing here asserts absolute times.
+one run; each time is the fastest of ``--repeat`` runs, taken in turn, which keeps
+the ratios steady on a shared machine. Nothing here asserts absolute times.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def _parse() -> argparse.Namespace:
                         help="variants of the large bound run (0 skips it)")
     parser.add_argument("--loop", type=int, default=8,
                         help="programs in the per-variant loop of each class")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="timed runs of each measurement; the fastest counts")
     parser.add_argument("--cpu-devices", type=int, default=0,
                         help="split the host CPU into this many XLA devices")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke run")
@@ -55,14 +58,22 @@ if ARGS.cpu_devices:  # must be set before JAX initialises its backends
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from plans import llama7b_grid  # noqa: E402
-from xsweep.kernels import Status, bound, exact  # noqa: E402
+from xsweep.kernels import Status, blocked_bound, exact  # noqa: E402
 
-from xsweep.batch import evaluate_programs  # noqa: E402
-from xsweep.encode import encode, program_sizes  # noqa: E402
+from xsweep.batch import BLOCK_STEP_COST, evaluate_programs  # noqa: E402
+from xsweep.encode import (  # noqa: E402
+    BlockShape,
+    block_sizes,
+    encode,
+    encode_blocks,
+    ladder,
+    program_sizes,
+)
 from xsweep.plan.analysis import analyze  # noqa: E402
 from xsweep.plan.builder import random_plan  # noqa: E402
 from xsweep.plan.lower import lower  # noqa: E402
 from xsweep.sim import simulate  # noqa: E402
+from xsweep.slots import MIN_SLOTS, peak_in_flight  # noqa: E402
 from xsweep.spec.catalog import load_catalog  # noqa: E402
 
 LEVELS = ("bound", "exact")
@@ -87,38 +98,47 @@ def programs_of(size_class: str) -> list:
     return [lower(analyze(plan, catalog)) for plan in plans]
 
 
-def timed(fn):
-    start = time.perf_counter()
-    value = fn()
-    return value, time.perf_counter() - start
+def timed(fn, repeat: int = 1):
+    """``fn()`` and the fewest seconds it took in ``repeat`` runs."""
+    best = np.inf
+    for _ in range(repeat):
+        start = time.perf_counter()
+        value = fn()
+        best = min(best, time.perf_counter() - start)
+    return value, best
 
 
-def _fitting_slots(single, arrays) -> int:
-    """The fewest power-of-two slots with which ``arrays`` runs without overflow."""
-    slots = 16
+def _fitting_slots(single, arrays, program, sim) -> tuple[int, int]:
+    """The simulator's own peaks of tasks and flows under way, on the ladder, doubled
+    until ``arrays`` runs without overflow: the fewest slots a loop could know of."""
+    tasks, flows = peak_in_flight(program, sim.task_start_s, sim.task_end_s)
+    slots = (max(MIN_SLOTS, ladder(tasks + 1)), max(MIN_SLOTS, ladder(flows)))
     while int(single(arrays, slots=slots, batched=False).status) == Status.OVERFLOW:
-        slots *= 2
+        slots = (2 * slots[0], 2 * slots[1])
     return slots
 
 
-def per_variant_loop(level: str, programs) -> float:
+def per_variant_loop(level: str, programs, sims) -> float:
     """Seconds per variant of a Python loop of single-variant jitted calls.
 
-    Each program runs alone at its own shape; the exact level gets the fewest
-    power-of-two slots that hold it and the unbatched water-filling: the best a
+    Each program runs alone at its own shape; the exact level gets slots sized from
+    the simulator's own schedule and the unbatched water-filling: the best a
     per-variant loop of these kernels can do.
     """
     arrays = [jax.tree.map(lambda x: x[0], encode([p])) for p in programs]
     if level == "bound":
-        single = jax.jit(bound)
-        calls = [lambda a=a: single(a) for a in arrays]
+        single = jax.jit(blocked_bound)
+        blocked = [jax.tree.map(lambda x: x[0], encode_blocks(
+            [p], BlockShape(*block_sizes([p], BLOCK_STEP_COST["cpu"])[0]))) for p in programs]
+        calls = [lambda b=b: single(b) for b in blocked]
     else:
         single = jax.jit(exact, static_argnames=("slots", "batched"))
-        fitting = [_fitting_slots(single, a) for a in arrays]
+        fitting = [_fitting_slots(single, a, p, sim)
+                   for a, p, sim in zip(arrays, programs, sims, strict=True)]
         calls = [lambda a=a, k=k: single(a, slots=k, batched=False)
                  for a, k in zip(arrays, fitting, strict=True)]
     jax.block_until_ready([call() for call in calls])  # compile every shape first
-    _, seconds = timed(lambda: jax.block_until_ready([call() for call in calls]))
+    _, seconds = timed(lambda: jax.block_until_ready([call() for call in calls]), ARGS.repeat)
     return seconds / len(programs)
 
 
@@ -133,22 +153,25 @@ def bench_class(size_class: str) -> list:
     print(f"\n== {size_class}: {count} programs (built and lowered in {gen_s:.1f} s); "
           f"median/max tasks {pct(sizes[:, 0])}, edges {pct(sizes[:, 1])}, "
           f"flows {pct(sizes[:, 2])}, links {pct(sizes[:, 4])}")
-    sims, sim_s = timed(lambda: [simulate(p) for p in programs])
+    sims, sim_s = timed(lambda: [simulate(p) for p in programs], ARGS.repeat)
     reference = np.array([s.iteration_time_s for s in sims])
     print(f"simulator          {count / sim_s:10.1f} variants/s ({1e3 * sim_s / count:.1f} ms "
           f"per variant)")
-    loop = programs[:: max(1, count // ARGS.loop)][: ARGS.loop]
+    picked = slice(None, None, max(1, count // ARGS.loop))
+    loop, loop_sims = programs[picked][: ARGS.loop], sims[picked][: ARGS.loop]
     for level in LEVELS:
         evaluate_programs(programs, level, with_metrics=False)  # compile
         out, seconds = timed(lambda level=level: evaluate_programs(programs, level,
-                                                                   with_metrics=False))
+                                                                   with_metrics=False),
+                             ARGS.repeat)
         error = (out["iteration_time_s"] - reference) / reference
         print(f"{level:5s} (batched)    {count / seconds:10.1f} variants/s = "
               f"{sim_s / seconds:7.2f} x simulator; relative error vs simulator "
               f"median/max {pct(np.abs(error))}"
               + (f", never above: {bool(np.all(error <= 1e-6))}" if level == "bound" else ""))
         evaluate_programs(programs, level)  # compile the metrics
-        _, metric_s = timed(lambda level=level: evaluate_programs(programs, level))
+        _, metric_s = timed(lambda level=level: evaluate_programs(programs, level),
+                            ARGS.repeat)
         print(f"      with metrics {count / metric_s:10.1f} variants/s = "
               f"{sim_s / metric_s:7.2f} x simulator; padding overhead "
               f"{np.mean(out['padding_overhead']):.2f}")
@@ -157,10 +180,11 @@ def bench_class(size_class: str) -> list:
                   f"median/p99/max {pct(out['max_active_flows'], (50, 99, 100))}; "
                   f"water-filling rounds max {out['waterfill_rounds'].max()}; "
                   f"status counts {np.bincount(out['status']).tolist()}")
-        loop_s = per_variant_loop(level, loop)
+        loop_s = per_variant_loop(level, loop, loop_sims)
         evaluate_programs(loop, level, with_metrics=False)
         _, batched_s = timed(lambda level=level: evaluate_programs(loop, level,
-                                                                   with_metrics=False))
+                                                                   with_metrics=False),
+                             ARGS.repeat)
         print(f"      {len(loop)} of them: Python loop of jitted single calls "
               f"{1 / loop_s:.1f} variants/s, batched {len(loop) / batched_s:.1f} variants/s "
               f"({loop_s * len(loop) / batched_s:.2f} x the loop)")

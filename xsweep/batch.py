@@ -89,10 +89,13 @@ MAX_BUCKETS = 8
 #: CPU while a new shape compiles in 0.2-0.5 s (with the metrics): a shape of its
 #: own pays off only for tens of thousands of variants.
 MIN_BUCKET = {"bound": 16384, "exact": 1}
-#: Rows of a chunk at least (up to the chunk size), by level: 64 bound variants take
-#: a few ms on CPU, far less than compiling another row count, so small calls and
-#: large ones share executables.
+#: Rows of a chunk at least (up to the chunk size), by level: 64 bound variants of
+#: up to 64 GPUs take a few ms on CPU, far less than compiling another row count, so
+#: small calls and large ones share executables. Larger programs get fewer rows: at
+#: least as many as ``MIN_CHUNK_WORK`` (the format's work units) holds, so a call of a
+#: few large programs does not run dozens of empty ones.
 MIN_ROWS = {"bound": 64, "exact": 1}
+MIN_CHUNK_WORK = {"bound": 64 * 16384, "exact": 0}
 #: Compiled shapes kept at most; past that the kernels compiled here are dropped and
 #: compiled again as needed (each holds code and memory mappings; chunks come in
 #: increasing size, so old shapes are rarely needed again).
@@ -271,9 +274,10 @@ def _chunks(sizes: np.ndarray, order: np.ndarray, indices: list | None, cfg: _Co
     devices = len(cfg.devices)
     min_members = max(chunk_size, -(-len(order) // MAX_BUCKETS), MIN_BUCKET[cfg.level])
     for run in _buckets(sizes, order, min_members, fmt):
-        rows = min(chunk_size, max(ladder(len(run)), MIN_ROWS[cfg.level]))
-        rows = -(-rows // devices) * devices
         shape = fmt.rounded(sizes[run].max(axis=0))
+        least = min(MIN_ROWS[cfg.level], MIN_CHUNK_WORK[cfg.level] // int(fmt.work(shape)))
+        rows = min(chunk_size, max(ladder(len(run)), least))
+        rows = -(-rows // devices) * devices
         key = _fit((*cfg, slots), (rows, *(int(n) for n in shape)), fmt)
         metric_dims = metric_index_dims([indices[i] for i in run]) if indices else ()
         for begin in range(0, len(run), key[0]):
