@@ -2,7 +2,8 @@
 
 Run: ``python benchmarks/bench_kernels.py [--classes llama-16-64 llama-256-1024 random]
 [--many 100000]`` (``--cpu-devices 2`` splits the host into two XLA devices, one per
-core, to show the sharded path; ``--quick`` shrinks everything for a smoke run).
+core, to show the sharded path and compare it with the simulator on every core;
+``--quick`` shrinks everything for a smoke run).
 
 Size classes of programs (see ``benchmarks/plans.py``):
 
@@ -12,7 +13,8 @@ Size classes of programs (see ``benchmarks/plans.py``):
 * ``random``: seeded random heterogeneous plans of up to 64 GPUs
   (``xsweep.plan.builder.random_plan``).
 
-Per class it prints the program sizes; variants/s of the simulator and of both
+Per class it prints the program sizes; variants/s of the simulator (one process,
+and one per core with ``--sim-processes``, the default) and of both
 levels (second call, compiled code reused; iteration times only, as the simulator
 gives, and again with every metric) with the ratios to the simulator; the error of
 both levels against the simulator; the ratio to a Python loop of single-variant
@@ -26,6 +28,7 @@ the ratios steady on a shared machine. Nothing here asserts absolute times.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import resource
 import sys
@@ -44,6 +47,8 @@ def _parse() -> argparse.Namespace:
                         help="programs in the per-variant loop of each class")
     parser.add_argument("--repeat", type=int, default=3,
                         help="timed runs of each measurement; the fastest counts")
+    parser.add_argument("--sim-processes", type=int, default=os.cpu_count() or 1,
+                        help="also time the simulator on this many processes (1: not)")
     parser.add_argument("--cpu-devices", type=int, default=0,
                         help="split the host CPU into this many XLA devices")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke run")
@@ -57,7 +62,7 @@ if ARGS.cpu_devices:  # must be set before JAX initialises its backends
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
-from plans import llama7b_grid  # noqa: E402
+from plans import llama7b_grid, simulated_time  # noqa: E402
 from xsweep.kernels import Status, blocked_bound, exact  # noqa: E402
 
 from xsweep.batch import BLOCK_STEP_COST, evaluate_programs  # noqa: E402
@@ -142,6 +147,19 @@ def per_variant_loop(level: str, programs, sims) -> float:
     return seconds / len(programs)
 
 
+def simulator_pool(programs) -> float | None:
+    """Seconds of the simulator over ``programs`` on ``--sim-processes`` processes."""
+    if ARGS.sim_processes <= 1:
+        return None
+    # forkserver: forking this process, whose JAX runtime runs threads, is unsafe
+    with multiprocessing.get_context("forkserver").Pool(ARGS.sim_processes) as pool:
+        pool.map(simulated_time, programs[: ARGS.sim_processes])  # start every worker
+        _, seconds = timed(lambda: pool.map(simulated_time, programs, chunksize=1), ARGS.repeat)
+    print(f"simulator x {ARGS.sim_processes}      {len(programs) / seconds:10.1f} variants/s on "
+          f"{ARGS.sim_processes} processes")
+    return seconds
+
+
 def pct(values, qs=(50, 100)) -> str:
     return "/".join(f"{np.percentile(values, q):.3g}" for q in qs)
 
@@ -157,6 +175,7 @@ def bench_class(size_class: str) -> list:
     reference = np.array([s.iteration_time_s for s in sims])
     print(f"simulator          {count / sim_s:10.1f} variants/s ({1e3 * sim_s / count:.1f} ms "
           f"per variant)")
+    pool_s = simulator_pool(programs)
     picked = slice(None, None, max(1, count // ARGS.loop))
     loop, loop_sims = programs[picked][: ARGS.loop], sims[picked][: ARGS.loop]
     for level in LEVELS:
@@ -165,8 +184,10 @@ def bench_class(size_class: str) -> list:
                                                                    with_metrics=False),
                              ARGS.repeat)
         error = (out["iteration_time_s"] - reference) / reference
+        on_all = (f" ({pool_s / seconds:.2f} x the simulator on {ARGS.sim_processes} processes)"
+                  if pool_s else "")
         print(f"{level:5s} (batched)    {count / seconds:10.1f} variants/s = "
-              f"{sim_s / seconds:7.2f} x simulator; relative error vs simulator "
+              f"{sim_s / seconds:7.2f} x simulator{on_all}; relative error vs simulator "
               f"median/max {pct(np.abs(error))}"
               + (f", never above: {bool(np.all(error <= 1e-6))}" if level == "bound" else ""))
         evaluate_programs(programs, level)  # compile the metrics

@@ -55,3 +55,10 @@ def llama7b_grid(gpu_counts, *, tps=(2, 4, 8), pps=(2, 4), micro_batches=(8, 16)
         except ValueError:  # the mix leaves no node of a stage's GPU with room for it
             continue
     return plans
+
+
+def simulated_time(program) -> float:
+    """The simulator's iteration time of ``program``: a worker for process pools."""
+    from xsweep.sim import simulate
+
+    return simulate(program).iteration_time_s
