@@ -18,8 +18,9 @@ small. The variant axis is padded to a multiple of the device count and split
 over all devices with ``shard_map``: each device runs its share, vmapped or one
 variant after another (``VECTORIZED``), so one CPU, one GPU or eight run the same
 code. The exact level's slots (tasks and flows under way at once) are sized per
-variant from its bound schedule; variants that still overflow them are rerun
-together, in a second pass with twice the slots of both kinds. The metrics of ``xsweep.metrics`` are computed on the
+variant from its bound schedule, and a bucket runs with the most any member needs
+(buckets are cut where slots too grow past ``REUSE_FACTOR``); variants that still
+overflow are rerun together, in a second pass with twice the slots of both kinds. The metrics of ``xsweep.metrics`` are computed on the
 device by a second, loop-free call on the task times, which never leave the
 device unless asked for; its index arrays share one size per bucket too. While
 the device works on one chunk, the host encodes the next.
@@ -196,19 +197,20 @@ class _Config(NamedTuple):
     step_cost: int
 
 
-def _buckets(sizes: np.ndarray, order: np.ndarray, min_members: int,
+def _buckets(sizes: np.ndarray, slots: np.ndarray, order: np.ndarray, min_members: int,
              fmt: _Format) -> list[np.ndarray]:
-    """Cut the size-sorted variants into runs that each share one shape.
+    """Cut the size-sorted variants into runs that each share one shape and slots.
 
     A run grows while its shape costs at most ``REUSE_FACTOR`` times its first
-    member's own, and always to ``min_members``, which bounds the number of shapes
-    (compilations) of one call.
+    member's own and so do its slots (the most any member needs), and always to
+    ``min_members``, which bounds the number of shapes (compilations) of one call.
     """
     runs, begin = [], 0
     while begin < len(order):
         grown = np.maximum.accumulate(sizes[order[begin:]], axis=0)  # shape if the run ends here
         cost = fmt.work(fmt.rounded(grown))
-        too_big = cost > REUSE_FACTOR * cost[0]
+        slot_cost = np.maximum.accumulate(slots[order[begin:]], axis=0).sum(axis=1)
+        too_big = (cost > REUSE_FACTOR * cost[0]) | (slot_cost > REUSE_FACTOR * slot_cost[0])
         too_big[:min_members] = False
         end = begin + (int(np.argmax(too_big)) if too_big.any() else len(grown))
         runs.append(order[begin:end])
@@ -221,17 +223,19 @@ _known_shapes: dict[tuple, list[tuple[int, ...]]] = {}
 
 
 def _fit(config: tuple, required: tuple[int, ...], fmt: _Format) -> tuple[int, ...]:
-    """A compiled (rows, *shape) that covers ``required`` at little cost, else ``required``.
+    """A compiled (rows, *shape, task slots, flow slots) that covers ``required`` at
+    little cost, else ``required``.
 
     This lets later calls (say, successive batches of an optimizer) reuse the shapes
     compiled by earlier ones.
     """
     def cost(key: tuple[int, ...]) -> int:
-        return key[0] * int(fmt.work(np.array(key[1:])))
+        return key[0] * int(fmt.work(np.array(key[1:-2])))
 
     known = _known_shapes.setdefault(config, [])
     fits = [k for k in known if all(a >= b for a, b in zip(k, required, strict=True))
-            and cost(k) <= REUSE_FACTOR * cost(required)]
+            and cost(k) <= REUSE_FACTOR * cost(required)
+            and sum(k[-2:]) <= REUSE_FACTOR * sum(required[-2:])]
     if fits:
         return min(fits, key=cost)
     if sum(len(shapes) for shapes in _known_shapes.values()) >= MAX_COMPILED:
@@ -269,19 +273,22 @@ def _dispatch(programs: Sequence[Program], sizes: np.ndarray,
 
 
 def _chunks(sizes: np.ndarray, order: np.ndarray, indices: list | None, cfg: _Config,
-            fmt: _Format, slots: tuple[int, int], chunk_size: int):
-    """(variant indices, key, metric dims) of every call: buckets of one shape, in chunks."""
+            fmt: _Format, need: np.ndarray, chunk_size: int):
+    """(variant indices, key, metric dims, slots) of every call: buckets of one shape
+    and one number of slots (the most any member needs), in chunks."""
     devices = len(cfg.devices)
-    min_members = max(chunk_size, -(-len(order) // MAX_BUCKETS), MIN_BUCKET[cfg.level])
-    for run in _buckets(sizes, order, min_members, fmt):
+    min_members = max(-(-len(order) // MAX_BUCKETS), MIN_BUCKET[cfg.level])
+    for run in _buckets(sizes, need, order, min_members, fmt):
+        slots = tuple(int(n) for n in need[run].max(axis=0))
         shape = fmt.rounded(sizes[run].max(axis=0))
         least = min(MIN_ROWS[cfg.level], MIN_CHUNK_WORK[cfg.level] // int(fmt.work(shape)))
         rows = min(chunk_size, max(ladder(len(run)), least))
         rows = -(-rows // devices) * devices
-        key = _fit((*cfg, slots), (rows, *(int(n) for n in shape)), fmt)
+        key = _fit(cfg, (rows, *(int(n) for n in shape), *slots), fmt)
+        key, slots = key[:-2], key[-2:]
         metric_dims = metric_index_dims([indices[i] for i in run]) if indices else ()
         for begin in range(0, len(run), key[0]):
-            yield run[begin: begin + key[0]], key, metric_dims
+            yield run[begin: begin + key[0]], key, metric_dims, slots
 
 
 def _put(target: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
@@ -378,17 +385,15 @@ def evaluate_programs(programs: Sequence[Program], level: str = "exact", *,
         pending = order
         while pending.size:  # each pass reruns the overflowed variants with twice the slots
             in_flight = None  # one chunk computes on the device while the next is encoded
-            for value in np.unique(need[pending], axis=0):  # equal slots, in size order
-                group = pending[np.all(need[pending] == value, axis=1)]
-                value = (int(value[0]), int(value[1]))
-                for idx, key, dims in _chunks(sizes, group, indices, cfg, fmt, value,
-                                              chunk_size):
-                    started = (idx, _dispatch([programs[i] for i in idx], sizes[idx],
-                                              [indices[i] for i in idx] if indices else None,
-                                              cfg, fmt, value, key, dims))
-                    if in_flight is not None:
-                        store(*in_flight)
-                    in_flight = started
+            for idx, key, dims, value in _chunks(sizes, pending, indices, cfg, fmt, need,
+                                                 chunk_size):
+                need[idx] = value  # what the chunk runs with, doubled if it overflows
+                started = (idx, _dispatch([programs[i] for i in idx], sizes[idx],
+                                          [indices[i] for i in idx] if indices else None,
+                                          cfg, fmt, value, key, dims))
+                if in_flight is not None:
+                    store(*in_flight)
+                in_flight = started
             if in_flight is not None:
                 store(*in_flight)
             pending = pending[result["status"][pending] == Status.OVERFLOW]
