@@ -15,7 +15,8 @@ Size classes of programs (see ``benchmarks/plans.py``):
 
 Per class it prints the program sizes; variants/s of the simulator (one process,
 and one per core with ``--sim-processes``, the default) and of both
-levels (second call, compiled code reused; iteration times only, as the simulator
+levels (the fastest of the calls after the first, compiled code reused, and the
+first call with its compilations; iteration times only, as the simulator
 gives, and again with every metric) with the ratios to the simulator; the error of
 both levels against the simulator; the ratio to a Python loop of single-variant
 jitted calls; event steps, flows under way at once and padding overhead. Finally
@@ -179,7 +180,8 @@ def bench_class(size_class: str) -> list:
     picked = slice(None, None, max(1, count // ARGS.loop))
     loop, loop_sims = programs[picked][: ARGS.loop], sims[picked][: ARGS.loop]
     for level in LEVELS:
-        evaluate_programs(programs, level, with_metrics=False)  # compile
+        _, cold_s = timed(lambda level=level: evaluate_programs(programs, level,
+                                                                with_metrics=False))
         out, seconds = timed(lambda level=level: evaluate_programs(programs, level,
                                                                    with_metrics=False),
                              ARGS.repeat)
@@ -195,7 +197,7 @@ def bench_class(size_class: str) -> list:
                             ARGS.repeat)
         print(f"      with metrics {count / metric_s:10.1f} variants/s = "
               f"{sim_s / metric_s:7.2f} x simulator; padding overhead "
-              f"{np.mean(out['padding_overhead']):.2f}")
+              f"{np.mean(out['padding_overhead']):.2f}; first call, compiling: {cold_s:.1f} s")
         if level == "exact":
             print(f"      steps median/max {pct(out['steps'])}; flows moving at once "
                   f"median/p99/max {pct(out['max_active_flows'], (50, 99, 100))}; "
