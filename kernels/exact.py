@@ -30,8 +30,8 @@ instant, then, once the instant is settled, one *step* to the next event:
 
 A task or flow that finds no free slot stops the variant with status ``OVERFLOW``;
 the driver reruns it with more slots (task slots above the number of tasks and
-flow slots at the number of flows never overflow). Tasks that can start at time 0 are the successors of a
-virtual source task that occupies slot 0 at the start.
+flow slots at the number of flows never overflow). Tasks that can start at time 0
+are the successors of a virtual source task that occupies slot 0 at the start.
 
 Every step completes at least one event (the earliest one is within tolerance of
 itself), so a program with ``T`` tasks and ``F`` flows needs at most ``T + 2F``

@@ -109,9 +109,9 @@ def packed_waterfill(capacity: Array, paths: Array, flows: Array, active: Array,
                      max_rounds: int = MAX_ROUNDS) -> tuple[Array, Array, Array]:
     """:func:`waterfill` of the slots ``active``, whose paths are rows ``flows`` of ``paths``.
 
-    The active slots' rows are packed to the front and filled at the smallest of a few
-    prefix sizes (8, 12, 16, 24, 32, ... slots) that holds them, chosen by ``lax.switch``; only
-    that prefix's paths are gathered. Outside ``vmap`` only that branch runs, so a
+    The active slots' rows are packed to the front and filled at the smallest of a
+    few prefix sizes (8, 12, 16, 24, 32, ... slots) that holds them, chosen by
+    ``lax.switch``; only that prefix's paths are gathered. Outside ``vmap`` only that branch runs, so a
     kernel sized for its busiest moment pays for the flows actually moving; under
     ``vmap`` every branch would run, so batched callers use :func:`waterfill`.
 

@@ -20,10 +20,11 @@ variant after another (``VECTORIZED``), so one CPU, one GPU or eight run the sam
 code. The exact level's slots (tasks and flows under way at once) are sized per
 variant from its bound schedule, and a bucket runs with the most any member needs
 (buckets are cut where slots too grow past ``REUSE_FACTOR``); variants that still
-overflow are rerun together, in a second pass with twice the slots of both kinds. The metrics of ``xsweep.metrics`` are computed on the
-device by a second, loop-free call on the task times, which never leave the
-device unless asked for; its index arrays share one size per bucket too. While
-the device works on one chunk, the host encodes the next.
+overflow are rerun together, in a second pass with twice the slots of both kinds.
+The metrics of ``xsweep.metrics`` are computed on the device by a second,
+loop-free call on the task times, which never leave the device unless asked for;
+its index arrays share one size per bucket too. While the device works on one
+chunk, the host encodes the next.
 """
 
 from __future__ import annotations
