@@ -72,14 +72,13 @@ from xsweep.encode import (  # noqa: E402
     block_sizes,
     encode,
     encode_blocks,
-    ladder,
     program_sizes,
 )
 from xsweep.plan.analysis import analyze  # noqa: E402
 from xsweep.plan.builder import random_plan  # noqa: E402
 from xsweep.plan.lower import lower  # noqa: E402
 from xsweep.sim import simulate  # noqa: E402
-from xsweep.slots import MIN_SLOTS, peak_in_flight  # noqa: E402
+from xsweep.slots import exact_slots  # noqa: E402
 from xsweep.spec.catalog import load_catalog  # noqa: E402
 
 LEVELS = ("bound", "exact")
@@ -117,8 +116,7 @@ def timed(fn, repeat: int = 1):
 def _fitting_slots(single, arrays, program, sim) -> tuple[int, int]:
     """The simulator's own peaks of tasks and flows under way, on the ladder, doubled
     until ``arrays`` runs without overflow: the fewest slots a loop could know of."""
-    tasks, flows = peak_in_flight(program, sim.task_start_s, sim.task_end_s)
-    slots = (max(MIN_SLOTS, ladder(tasks + 1)), max(MIN_SLOTS, ladder(flows)))
+    slots = exact_slots(program, sim.task_start_s, sim.task_end_s, margin=1.0)
     while int(single(arrays, slots=slots, batched=False).status) == Status.OVERFLOW:
         slots = (2 * slots[0], 2 * slots[1])
     return slots

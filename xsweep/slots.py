@@ -46,13 +46,13 @@ def _rounded(need: float) -> int:
     return max(MIN_SLOTS, ladder(math.ceil(need)))
 
 
-def exact_slots(program: Program, start_s: np.ndarray, end_s: np.ndarray) -> tuple[int, int]:
+def exact_slots(program: Program, start_s: np.ndarray, end_s: np.ndarray,
+                margin: float = MARGIN) -> tuple[int, int]:
     """``(task slots, flow slots)`` for the exact level, from a schedule's peaks.
 
-    Each is its peak with ``MARGIN``, rounded up to the ladder of 2^k and 1.5 * 2^k
-    (a few compiled sizes, at most a third spare).
-
-    One task slot more than the peak holds the virtual task that starts the schedule.
+    Each is its peak times ``margin``, rounded up to the ladder of 2^k and 1.5 * 2^k
+    (a few compiled sizes, at most a third spare). One task slot more than the peak
+    holds the virtual task that starts the schedule.
     """
     tasks, flows = peak_in_flight(program, start_s, end_s)
-    return _rounded(MARGIN * (tasks + 1)), _rounded(MARGIN * flows)
+    return _rounded(margin * (tasks + 1)), _rounded(margin * flows)
