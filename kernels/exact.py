@@ -64,7 +64,8 @@ class _State(NamedTuple):
     start_s: Array  # [T], -1 until started
     end_s: Array  # [T], -1 until finished
     pending: Array  # [T], predecessors not yet told
-    claim: Array  # [T], scratch for telling duplicates apart, -1 between passes
+    claim: Array  # [T], the last telling of each task (its number among all tellings)
+    num_told: Array  # successor edges told so far
     num_done: Array  # real tasks finished
     run_task: Array  # [R], task id, T for the source, -1 when free
     run_done: Array  # [R], finished, successors being told
@@ -194,10 +195,12 @@ def exact(p: ProgramArrays, slots: int | tuple[int, int], max_rounds: int = MAX_
         run_cursor = s.run_cursor + jnp.clip(budget - told_before, 0, left)
         freed = run_done & (run_cursor == succ_count[task])
         pending = s.pending.at[succ_task].add(-1, mode="drop")
-        # a task told twice in one pass starts once: by its last telling position
-        claim = s.claim.at[succ_task].max(positions, mode="drop")
-        ready = told & (pending[succ_task] == 0) & (claim[succ_task] == positions)
-        claim = claim.at[succ_task].set(-1, mode="drop")
+        # a task told twice in one pass starts once: by its last telling, known
+        # by its telling's number, which grows from pass to pass, so no reset is needed
+        # (a reset would be a second scatter after a gather: XLA copies [T] for it)
+        telling = s.num_told + positions
+        claim = s.claim.at[succ_task].max(telling, mode="drop")
+        ready = told & (pending[succ_task] == 0) & (claim[succ_task] == telling)
         # ready tasks take free task slots; COMM tasks place their flows in free flow slots
         run_task = jnp.where(freed, -1, s.run_task)
         free_run = run_task < 0
@@ -227,6 +230,7 @@ def exact(p: ProgramArrays, slots: int | tuple[int, int], max_rounds: int = MAX_
             start_s=s.start_s.at[jnp.where(new_slot < run_slots, new_task, num_tasks)].set(
                 s.now, mode="drop"),
             end_s=end_s, pending=pending, claim=claim,
+            num_told=s.num_told + jnp.sum(told, dtype=jnp.int32),
             num_done=s.num_done + jnp.sum(finished, dtype=jnp.int32),
             run_task=run_task.at[new_slot].set(new_task, mode="drop"),
             run_done=jnp.where(freed, False, run_done).at[new_slot].set(False, mode="drop"),
@@ -287,7 +291,7 @@ def exact(p: ProgramArrays, slots: int | tuple[int, int], max_rounds: int = MAX_
     init = _State(
         now=jnp.asarray(0, dtype), start_s=unset, end_s=unset,
         pending=in_degree + (p.task_valid & (in_degree == 0)),  # roots wait for the source
-        claim=jnp.full((num_tasks,), -1, jnp.int32),
+        claim=jnp.full((num_tasks,), -1, jnp.int32), num_told=jnp.int32(0),
         num_done=zero,
         run_task=jnp.full((run_slots,), -1, jnp.int32).at[0].set(num_tasks),
         run_done=jnp.zeros((run_slots,), bool).at[0].set(True),

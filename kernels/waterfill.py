@@ -56,12 +56,8 @@ def waterfill(capacity: Array, paths: Array, active: Array,
         flat = values.reshape(hop.shape[0], *values.shape[2:])
         return jax.ops.segment_sum(flat, hop, num_segments=num_links + 1)
 
-    def cond(state):
-        frozen, rounds = state[1], state[-1]
-        return jnp.any(~frozen) & (rounds < max_rounds)
-
-    def body(state):
-        rates, frozen, residual, count, _, rounds = state
+    def freeze(residual: Array, count: Array, frozen: Array) -> tuple[Array, Array]:
+        """One round: the flows frozen now, and every unfrozen flow's path share."""
         crossing = on & ~frozen[:, None]
         share = jnp.where(count > 0, residual / jnp.maximum(count, 1), inf)
         path_share = jnp.min(jnp.where(crossing, share[hop].reshape(on.shape), inf), axis=1)
@@ -70,19 +66,30 @@ def waterfill(capacity: Array, paths: Array, active: Array,
             num_segments=num_links + 1)
         bottleneck = (count > 0) & (share <= link_min)
         newly = ~frozen & jnp.any(on & bottleneck[hop].reshape(on.shape), axis=1)
-        rate_new = jnp.where(newly, path_share, 0)
-        # one scatter takes the newly frozen flows off their links: count and capacity
+        return newly, path_share
+
+    def cond(state):
+        frozen, rounds = state[1], state[-1]
+        return jnp.any(~frozen) & (rounds < max_rounds)
+
+    def body(state):
+        # first the last round's frozen flows leave their links (count and capacity),
+        # in one scatter; a fill that converges in one round never pays for it
+        rates, frozen, residual, count, newly, path_share, rounds = state
         leaving = on & newly[:, None]
         taken = link_sum(jnp.stack([leaving.astype(capacity.dtype),
-                                    jnp.where(leaving, rate_new[:, None], 0)], axis=-1))
-        return (rates + rate_new, frozen | newly, jnp.maximum(residual - taken[:, 1], 0),
-                count - taken[:, 0], path_share, rounds + 1)
+                                    jnp.where(leaving, path_share[:, None], 0)], axis=-1))
+        residual, count = jnp.maximum(residual - taken[:, 1], 0), count - taken[:, 0]
+        newly, path_share = freeze(residual, count, frozen)
+        return (rates + jnp.where(newly, path_share, 0), frozen | newly, residual, count,
+                newly, path_share, rounds + 1)
 
-    zeros = jnp.zeros(active.shape, capacity.dtype)
     residual = jnp.concatenate([local_capacity, jnp.zeros((1,), capacity.dtype)])
     count = link_sum(on.astype(capacity.dtype))
-    rates, frozen, _, _, path_share, rounds = lax.while_loop(
-        cond, body, (zeros, ~active, residual, count, zeros, jnp.int32(0)))
+    newly, path_share = freeze(residual, count, ~active)
+    rates, frozen, _, _, _, path_share, rounds = lax.while_loop(
+        cond, body, (jnp.where(newly, path_share, 0), ~active | newly, residual, count,
+                     newly, path_share, jnp.any(active).astype(jnp.int32)))
     # Giving every flow still unfrozen its share from the last round is feasible:
     # on each link those flows together get at most count * (residual / count).
     rates = jnp.where(frozen, rates, jnp.where(active, path_share, 0))
