@@ -145,6 +145,7 @@ def packed_waterfill(capacity: Array, paths: Array, flows: Array, active: Array,
             return jnp.zeros(num_slots, rates.dtype).at[:size].set(rates), converged, rounds
         return branch
 
-    which = jnp.searchsorted(jnp.asarray(sizes), count)
+    # the first size that holds them (a search would be a loop of several ops)
+    which = jnp.sum(count > jnp.asarray(sizes[:-1]), dtype=jnp.int32)
     rates, converged, rounds = lax.switch(which, [fill(size) for size in sizes], packed)
     return jnp.where(active, rates[jnp.minimum(at, num_slots - 1)], 0), converged, rounds
