@@ -1,9 +1,9 @@
 """Throughput of the batched kernels against the exact simulator and a per-variant loop.
 
 Run: ``python benchmarks/bench_kernels.py [--classes llama-16-64 llama-256-1024 random]
-[--many 100000]`` (``--cpu-devices 2`` splits the host into two XLA devices, one per
-core, to show the sharded path and compare it with the simulator on every core;
-``--quick`` shrinks everything for a smoke run).
+[--many 100000]`` (the batched levels run on xsweep's default of one XLA CPU
+device per core, ``--cpu-devices N`` chooses another count; ``--quick`` shrinks
+everything for a smoke run).
 
 Size classes of programs (see ``benchmarks/plans.py``):
 
@@ -51,7 +51,8 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--sim-processes", type=int, default=os.cpu_count() or 1,
                         help="also time the simulator on this many processes (1: not)")
     parser.add_argument("--cpu-devices", type=int, default=0,
-                        help="split the host CPU into this many XLA devices")
+                        help="split the host CPU into this many XLA devices "
+                             "(0: xsweep's default, one per core)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke run")
     return parser.parse_args()
 
