@@ -36,7 +36,8 @@ def waterfill(capacity: Array, paths: Array, active: Array,
       capacity: float[L], link capacities (bytes/s), all positive.
       paths: int32[S, P], link ids of each flow's path, ``-1`` pad.
       active: bool[S], which flows (slots) take part.
-      max_rounds: round cap; reaching it reports ``converged = False``.
+      max_rounds: round cap (the first round always runs); reaching it reports
+        ``converged = False``.
 
     Returns:
       ``(rates[S], converged, rounds)``. Inactive flows get rate 0. When the cap is
