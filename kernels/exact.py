@@ -226,8 +226,9 @@ def exact(p: ProgramArrays, slots: int | tuple[int, int], max_rounds: int = MAX_
         new_task = jnp.minimum(succ_task, num_tasks - 1)
         new_slot = jnp.where(new, slot_of_rank[jnp.clip(new_rank, 0, run_slots - 1)], run_slots)
         need = jnp.where(new & p.task_is_comm[new_task], flow_count[new_task], 0)
-        slots_, flow_overflow, zero_flow = maybe(
-            jnp.any(need > 0), place, lambda *_: (_flow_fields(s), jnp.bool_(False), jnp.bool_(False)),
+        none = jnp.bool_(False)
+        placed, flow_overflow, zero_flow = maybe(
+            jnp.any(need > 0), place, lambda s, *_: (_flow_fields(s), none, none),
             s, need, new_task, new_slot, due)
         overflow |= flow_overflow
         new_slot = jnp.where(overflow, run_slots, new_slot)
@@ -242,7 +243,7 @@ def exact(p: ProgramArrays, slots: int | tuple[int, int], max_rounds: int = MAX_
             run_end_s=s.run_end_s.at[new_slot].set(
                 jnp.where(comm, inf, s.now + p.task_duration_s[new_task]), mode="drop"),
             run_open=s.run_open.at[new_slot].set(flow_count[new_task], mode="drop"),
-            status=jnp.where(overflow, Status.OVERFLOW, s.status), **slots_)
+            status=jnp.where(overflow, Status.OVERFLOW, s.status), **placed)
         # pass again at this instant while edges wait to be told, a started task is
         # already over, or a placed flow needs no time at all
         again = jnp.any(s.run_done & ~freed) | jnp.any(new & instant[new_task]) | zero_flow
