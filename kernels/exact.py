@@ -52,6 +52,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array, lax
 
+from .slotops import hoisted, owners, prefix_sum, reduce, total
 from .types import ProgramArrays, Schedule, Status
 from .waterfill import MAX_ROUNDS, packed_waterfill, waterfill
 
@@ -102,17 +103,6 @@ def _stepped(s: _State) -> tuple:
 def max_steps(num_tasks: int, num_flows: int) -> int:
     """Steps that always suffice: each step completes at least one of T + 2F events."""
     return num_tasks + 2 * num_flows + 1
-
-
-def _owners(first: Array, length: int) -> Array:
-    """For each position ``0..length-1``, the last entry whose ``first`` is at or before it.
-
-    ``first`` holds non-decreasing start positions of consecutive ranges (entries
-    with empty ranges may hold anything past ``length``); returns int32[length].
-    """
-    marks = jnp.zeros((length,), jnp.int32).at[first].max(
-        jnp.arange(first.shape[0], dtype=jnp.int32), mode="drop")
-    return lax.cummax(marks)
 
 
 def _successors(p: ProgramArrays) -> tuple[Array, Array, Array, Array]:
@@ -173,7 +163,10 @@ def exact(p: ProgramArrays, slots: int | tuple[int, int], max_rounds: int = MAX_
     timed = per_task(flow_real & ((p.flow_latency_s > 0) | (p.flow_bytes > 0)), p.flow_task)
     instant = jnp.where(p.task_is_comm, timed == 0, p.task_duration_s <= 0)
     succ, succ_first, succ_count, in_degree = _successors(p)
-    positions = jnp.arange(budget, dtype=jnp.int32)
+    # constants the loop reads, built once (see slotops.hoisted)
+    positions = hoisted(jnp.arange(budget, dtype=jnp.int32))
+    minus_ones = hoisted(jnp.full((budget,), -1, jnp.int32))
+    minus_ones_k = hoisted(jnp.full((flow_slots,), -1, jnp.int32))
 
     def events(s: _State, due: Array) -> _State:
         """Flow and task events due now: latencies end, drained flows free their slots,
@@ -181,15 +174,16 @@ def exact(p: ProgramArrays, slots: int | tuple[int, int], max_rounds: int = MAX_
         live = s.slot_flow < num_flows
         moving = live & (s.slot_moving | (s.slot_latency_end_s <= due))
         drained = live & moving & (s.slot_left_bytes <= 0)
-        run_open = s.run_open - jax.ops.segment_sum(drained.astype(jnp.int32), s.slot_run,
-                                                    num_segments=run_slots)
+        run_open = s.run_open.at[jnp.where(drained, s.slot_run, run_slots)].add(
+            minus_ones_k, mode="drop")
         task = jnp.maximum(s.run_task, 0)
         is_task = (s.run_task >= 0) & (s.run_task < num_tasks)
         finished = is_task & ~s.run_done & jnp.where(p.task_is_comm[jnp.minimum(
             task, num_tasks - 1)], run_open == 0, s.run_end_s <= due)
         return s._replace(
-            end_s=s.end_s.at[jnp.where(finished, task, num_tasks)].set(s.now, mode="drop"),
-            num_done=s.num_done + jnp.sum(finished, dtype=jnp.int32),
+            end_s=s.end_s.at[jnp.where(finished, task, num_tasks)].set(
+                jnp.where(finished, s.now, 0), mode="drop"),
+            num_done=s.num_done + total(finished, "sum"),
             run_done=s.run_done | finished, run_open=run_open,
             slot_flow=jnp.where(drained, num_flows, s.slot_flow),
             slot_run=jnp.where(drained, -1, s.slot_run), slot_moving=moving & ~drained)
@@ -199,78 +193,85 @@ def exact(p: ProgramArrays, slots: int | tuple[int, int], max_rounds: int = MAX_
         # finished tasks tell up to `budget` successors, slot by slot
         task = jnp.maximum(s.run_task, 0)
         left = jnp.where(s.run_done, succ_count[task] - s.run_cursor, 0)
-        told_before = jnp.cumsum(left, dtype=jnp.int32) - left
-        owner = _owners(jnp.where(left > 0, told_before, budget), budget)
-        told = positions < jnp.sum(left)
+        told_upto = prefix_sum(left)
+        told_before = told_upto - left
+        owner = owners(jnp.where(left > 0, told_before, budget), budget)
+        told = positions < told_upto[-1]
         edge = succ_first[task[owner]] + s.run_cursor[owner] + positions - told_before[owner]
         succ_task = jnp.where(told, succ[jnp.where(told, edge, 0)], num_tasks)
         run_cursor = s.run_cursor + jnp.clip(budget - told_before, 0, left)
         freed = s.run_done & (run_cursor == succ_count[task])
-        pending = s.pending.at[succ_task].add(-1, mode="drop")
+        pending = s.pending.at[succ_task].add(minus_ones, mode="drop")
         # a task told twice in one pass starts once: by its last telling, known by its
         # telling's number, which grows from pass to pass, so no reset is needed (a
         # reset would be a second scatter after a gather, for which XLA copies [T])
         telling = s.num_told + positions
         claim = s.claim.at[succ_task].max(telling, mode="drop")
         ready = told & (pending[succ_task] == 0) & (claim[succ_task] == telling)
-        # ready tasks take free task slots; COMM tasks place their flows in free flow slots
-        run_task = jnp.where(freed, -1, s.run_task)
-        free_run = run_task < 0
-        run_rank = jnp.cumsum(free_run, dtype=jnp.int32) - 1
-        new_rank = jnp.cumsum(ready, dtype=jnp.int32) - 1
-        overflow = new_rank[-1] > run_rank[-1]
-        slot_of_rank = jnp.zeros((run_slots,), jnp.int32).at[
-            jnp.where(free_run, run_rank, run_slots)].set(
-                jnp.arange(run_slots, dtype=jnp.int32), mode="drop")
+        # ready tasks take free task slots in order: the one of rank r among the ready
+        # the free slot of rank r; each slot looks up the task it takes
+        free_run = (s.run_task < 0) | freed
+        free_upto, ready_upto = prefix_sum(free_run), prefix_sum(ready)
+        run_rank = jnp.where(free_run, free_upto - 1, budget)  # budget: matches no rank
+        new_rank = jnp.where(ready, ready_upto - 1, -1)
+        overflow = ready_upto[-1] > free_upto[-1]
         new = ready & ~overflow
         new_task = jnp.minimum(succ_task, num_tasks - 1)
-        new_slot = jnp.where(new, slot_of_rank[jnp.clip(new_rank, 0, run_slots - 1)], run_slots)
         need = jnp.where(new & p.task_is_comm[new_task], flow_count[new_task], 0)
         none = jnp.bool_(False)
         placed, flow_overflow, zero_flow = maybe(
-            jnp.any(need > 0), place, lambda s, *_: (_flow_fields(s), none, none),
-            s, need, new_task, new_slot, due)
+            total(need, "sum") > 0, place, lambda s, *_: (_flow_fields(s), none, none),
+            s, need, new_task, new_rank, run_rank, due)
         overflow |= flow_overflow
-        new_slot = jnp.where(overflow, run_slots, new_slot)
-        comm = p.task_is_comm[new_task]
+        new &= ~flow_overflow
+        # the telling position each slot takes its task from, -1 for none
+        source = reduce(jnp.where(new[None, :] & (new_rank[None, :] == run_rank[:, None]),
+                                  positions[None, :], -1), "max")
+        takes = source >= 0
+        taken = new_task[jnp.maximum(source, 0)]
         s = s._replace(
-            start_s=s.start_s.at[jnp.where(new_slot < run_slots, new_task, num_tasks)].set(
-                s.now, mode="drop"),
-            pending=pending, claim=claim, num_told=s.num_told + jnp.sum(told, dtype=jnp.int32),
-            run_task=run_task.at[new_slot].set(new_task, mode="drop"),
-            run_done=jnp.where(freed, False, s.run_done).at[new_slot].set(False, mode="drop"),
-            run_cursor=jnp.where(freed, 0, run_cursor).at[new_slot].set(0, mode="drop"),
-            run_end_s=s.run_end_s.at[new_slot].set(
-                jnp.where(comm, inf, s.now + p.task_duration_s[new_task]), mode="drop"),
-            run_open=s.run_open.at[new_slot].set(flow_count[new_task], mode="drop"),
+            start_s=s.start_s.at[jnp.where(new, new_task, num_tasks)].set(
+                jnp.where(new, s.now, 0), mode="drop"),
+            pending=pending, claim=claim, num_told=s.num_told + jnp.minimum(told_upto[-1], budget),
+            run_task=jnp.where(takes, taken, jnp.where(freed, -1, s.run_task)),
+            run_done=s.run_done & ~freed & ~takes,
+            run_cursor=jnp.where(takes | freed, 0, run_cursor),
+            run_end_s=jnp.where(takes, jnp.where(p.task_is_comm[taken], inf,
+                                                 s.now + p.task_duration_s[taken]), s.run_end_s),
+            run_open=jnp.where(takes, flow_count[taken], s.run_open),
             status=jnp.where(overflow, Status.OVERFLOW, s.status), **placed)
         # pass again at this instant while edges wait to be told, a started task is
         # already over, or a placed flow needs no time at all
-        again = jnp.any(s.run_done & ~freed) | jnp.any(new & instant[new_task]) | zero_flow
-        return s, again & ~overflow
+        again = total(jnp.stack([s.run_done, new & instant[new_task]]), "any")
+        return s, (again | zero_flow) & ~overflow
 
-    def place(s: _State, need: Array, new_task: Array, new_slot: Array,
+    def place(s: _State, need: Array, new_task: Array, new_rank: Array, run_rank: Array,
               due: Array) -> tuple[dict, Array, Array]:
         """The flows of starting COMM tasks (``need`` of each telling position) take free
         flow slots: the flow fields after, whether they overflow, and whether a placed
         flow needs no time at all. (On overflow, the caller starts no task.)"""
-        need_before = jnp.cumsum(need, dtype=jnp.int32)
+        need_upto = prefix_sum(need)
+        need_before = need_upto - need
         free = s.slot_flow == num_flows
-        rank = jnp.cumsum(free, dtype=jnp.int32) - 1
-        overflow = need_before[-1] > rank[-1] + 1
-        take = free & (rank < need_before[-1]) & ~overflow
-        placer = _owners(jnp.where(need > 0, need_before - need, flow_slots),
-                         flow_slots)[jnp.clip(rank, 0, flow_slots - 1)]
-        flow = jnp.where(take, flow_first[new_task[placer]] + rank
-                         - (need_before[placer] - need[placer]), 0)
+        rank = prefix_sum(free) - 1
+        overflow = need_upto[-1] > rank[-1] + 1
+        take = free & (rank < need_upto[-1]) & ~overflow
+        # each taking slot's telling position: the last one whose flows start at or
+        # before its rank
+        placer = owners(jnp.where(need > 0, need_before, flow_slots), flow_slots)[
+            jnp.clip(rank, 0, flow_slots - 1)]
+        flow = jnp.where(take, flow_first[new_task[placer]] + rank - need_before[placer], 0)
+        # the task slot of each telling position: the free slot of its rank
+        slot_of = reduce(jnp.where(run_rank[None, :] == new_rank[:, None],
+                                   positions[None, :], -1), "max")
         latency_end_s = s.now + p.flow_latency_s[flow]
         fields = dict(
             slot_flow=jnp.where(take, flow, s.slot_flow),
-            slot_run=jnp.where(take, new_slot[placer], s.slot_run),
+            slot_run=jnp.where(take, slot_of[placer], s.slot_run),
             slot_moving=jnp.where(take, latency_end_s <= due, s.slot_moving),
             slot_latency_end_s=jnp.where(take, latency_end_s, s.slot_latency_end_s),
             slot_left_bytes=jnp.where(take, p.flow_bytes[flow], s.slot_left_bytes))
-        zero_flow = jnp.any(take & (latency_end_s <= due) & (p.flow_bytes[flow] <= 0))
+        zero_flow = total(take & (latency_end_s <= due) & (p.flow_bytes[flow] <= 0), "any")
         return fields, overflow, zero_flow
 
     def maybe(pred: Array, then, otherwise, *args):
@@ -290,7 +291,7 @@ def exact(p: ProgramArrays, slots: int | tuple[int, int], max_rounds: int = MAX_
         s, _ = carry
         due = s.now + s.now * rtol
         s = events(s, due)
-        return maybe(jnp.any(s.run_done), release, lambda s, due: (s, jnp.bool_(False)),
+        return maybe(total(s.run_done, "any"), release, lambda s, due: (s, jnp.bool_(False)),
                      s, due)
 
     num_valid = jnp.sum(p.task_valid, dtype=jnp.int32)
@@ -308,9 +309,9 @@ def exact(p: ProgramArrays, slots: int | tuple[int, int], max_rounds: int = MAX_
                             s.slot_left_bytes / jnp.where(rates > 0, rates, 1), inf)
         busy = (s.run_task >= 0) & ~s.run_done
         next_s = jnp.minimum(
-            jnp.min(jnp.where(busy, s.run_end_s, inf)),
-            jnp.min(jnp.where(live & ~s.slot_moving, s.slot_latency_end_s, inf)))
-        next_s = jnp.minimum(next_s, s.now + jnp.min(drain_s))
+            reduce(jnp.where(busy, s.run_end_s, inf), "min"),
+            reduce(jnp.where(live & ~s.slot_moving, s.slot_latency_end_s,
+                             s.now + drain_s), "min"))
         dt = next_s - s.now
         left = jnp.where(drain_s <= dt + next_s * rtol, 0,
                          jnp.maximum(s.slot_left_bytes - rates * dt, 0))
@@ -319,14 +320,19 @@ def exact(p: ProgramArrays, slots: int | tuple[int, int], max_rounds: int = MAX_
         return (jnp.where(stuck, s.now, next_s),
                 jnp.where(moving & ~stuck, left, s.slot_left_bytes),
                 s.steps + 1, jnp.where(stuck, Status.INFEASIBLE, status),
-                jnp.maximum(s.max_active_flows, jnp.sum(moving, dtype=jnp.int32)),
+                jnp.maximum(s.max_active_flows, total(moving, "sum")),
                 jnp.maximum(s.max_rounds, rounds))
 
     def settle_then_step(carry):
-        """One settling pass; when the instant is settled, also step to the next event."""
+        """One settling pass; when the instant is settled, also step to the next event.
+
+        The step always runs (a branch would copy its fields in and out, and passes
+        that settle nothing new are rare); its result is kept only when the instant
+        is settled.
+        """
         s, again = settle(carry)
-        # only the fields a step changes go through the branch: the rest is not copied
-        stepped = lax.cond(again | ~running(s), _stepped, step, s)
+        keep = again | ~running(s)
+        stepped = [jnp.where(keep, old, new) for old, new in zip(_stepped(s), step(s), strict=True)]
         return s._replace(**dict(zip(_STEPPED, stepped, strict=True))), again
 
     unset = jnp.where(p.task_valid, -1, 0).astype(dtype)  # padded tasks: times 0

@@ -24,6 +24,8 @@ import jax
 import jax.numpy as jnp
 from jax import Array, lax
 
+from .slotops import prefix_sum
+
 #: Default cap on rounds; measured programs need at most a handful.
 MAX_ROUNDS = 64
 
@@ -136,7 +138,7 @@ def packed_waterfill(capacity: Array, paths: Array, flows: Array, active: Array,
     sizes = sorted({min(num_slots, size) for i in range(max(num_slots.bit_length() - 2, 1))
                     for size in (8 << i, 12 << i)} | {num_slots})
     count = jnp.sum(active, dtype=jnp.int32)
-    at = jnp.where(active, jnp.cumsum(active, dtype=jnp.int32) - 1, num_slots)
+    at = jnp.where(active, prefix_sum(active) - 1, num_slots)
     packed = jnp.zeros_like(flows).at[at].set(flows, mode="drop")
 
     def fill(size: int):

@@ -1,0 +1,78 @@
+"""Reductions, prefix sums and range lookups over slot-sized arrays, in few operations.
+
+The exact level's event loop works on arrays of tens to hundreds of slots and runs
+about a hundred small operations per event. On a CPU each compiled operation is
+dispatched on its own, and on short arrays the dispatch costs more than the
+arithmetic, so what matters is how many operations the compiler makes of the
+loop's body. These helpers are written to compile into few:
+
+* a library prefix sum is a multi-level scan of several operations, so up to
+  ``DENSE_MAX`` elements :func:`prefix_sum` is one masked sum over an ``n x n``
+  triangle (``n * n`` work, which on short arrays costs less than the scan);
+* :func:`owners` finds, for every position, the range that holds it, by one
+  comparison and reduction instead of a scatter and a running maximum;
+* :func:`hoisted` keeps a constant array out of the loop: the compiler would move a
+  broadcast constant into the loop body and rebuild it at every event;
+* :func:`reduce` and :func:`total` keep integer sums in their input's dtype, so a
+  loop's carried counters keep their type under ``jax_enable_x64``.
+
+Every helper gives the same integers as its plain form, on every backend.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax import Array, lax
+
+#: Longest array whose prefix sums are one triangular reduction.
+DENSE_MAX = 64
+#: Most comparisons (ranges x positions) :func:`owners` makes in one reduction.
+DENSE_OWNERS_MAX = 4 * DENSE_MAX * DENSE_MAX
+
+_REDUCERS = {"max": jnp.max, "min": jnp.min, "any": jnp.any, "all": jnp.all}
+
+
+def reduce(x: Array, kind: str) -> Array:
+    """``kind`` (sum, max, min, any, all) of ``x`` over its last axis.
+
+    Sums keep the input's dtype (int32 for bools), whatever ``jax_enable_x64`` says.
+    """
+    if kind != "sum":
+        return _REDUCERS[kind](x, axis=-1)
+    x = x.astype(jnp.int32) if x.dtype == jnp.bool_ else x
+    return jnp.sum(x, axis=-1, dtype=x.dtype)
+
+
+def total(x: Array, kind: str) -> Array:
+    """``kind`` of every element of ``x`` (a scalar)."""
+    return reduce(x.reshape(-1), kind)
+
+
+def prefix_sum(x: Array) -> Array:
+    """Inclusive prefix sums of an int or bool vector, as int32."""
+    x = x.astype(jnp.int32)
+    n = x.shape[0]
+    if n > DENSE_MAX:
+        return jnp.cumsum(x, dtype=jnp.int32)
+    upto = jnp.arange(n)[None, :] <= jnp.arange(n)[:, None]  # [i, j]: j <= i
+    return reduce(jnp.where(upto, x[None, :], 0), "sum")
+
+
+def owners(first: Array, length: int) -> Array:
+    """For each position ``0..length-1``, the last entry whose ``first`` is at or before it.
+
+    ``first`` holds non-decreasing start positions of consecutive ranges (entries
+    with empty ranges may hold anything past ``length``); positions before every
+    range get 0. Returns int32[length].
+    """
+    entries = jnp.arange(first.shape[0], dtype=jnp.int32)
+    if first.shape[0] * length > DENSE_OWNERS_MAX:
+        marks = jnp.zeros((length,), jnp.int32).at[first].max(entries, mode="drop")
+        return lax.cummax(marks)
+    at_or_before = first[None, :] <= jnp.arange(length, dtype=jnp.int32)[:, None]
+    return reduce(jnp.where(at_or_before, entries[None, :], 0), "max")
+
+
+def hoisted(x: Array) -> Array:
+    """``x``, computed where it is written and kept there, out of any loop using it."""
+    return lax.optimization_barrier(x)
