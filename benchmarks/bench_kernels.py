@@ -147,17 +147,17 @@ def per_variant_loop(level: str, programs, sims) -> float:
     return seconds / len(programs)
 
 
-def simulator_pool(programs) -> float | None:
-    """Seconds of the simulator over ``programs`` on ``--sim-processes`` processes."""
-    if ARGS.sim_processes <= 1:
-        return None
-    # forkserver: forking this process, whose JAX runtime runs threads, is unsafe
-    with multiprocessing.get_context("forkserver").Pool(ARGS.sim_processes) as pool:
-        pool.map(simulated_time, programs[: ARGS.sim_processes])  # start every worker
-        _, seconds = timed(lambda: pool.map(simulated_time, programs, chunksize=1), ARGS.repeat)
-    print(f"simulator x {ARGS.sim_processes}      {len(programs) / seconds:10.1f} variants/s on "
-          f"{ARGS.sim_processes} processes")
-    return seconds
+def timed_in_turn(calls: dict, repeat: int) -> tuple[dict, dict]:
+    """Each call's last value and fewest seconds, over ``repeat`` rounds that run every
+    call once in turn: a machine whose speed drifts over minutes slows all of them
+    alike, so their ratios hold."""
+    values, best = {}, dict.fromkeys(calls, np.inf)
+    for _ in range(repeat):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            values[name] = call()
+            best[name] = min(best[name], time.perf_counter() - start)
+    return values, best
 
 
 def pct(values, qs=(50, 100)) -> str:
@@ -171,32 +171,47 @@ def bench_class(size_class: str) -> list:
     print(f"\n== {size_class}: {count} programs (built and lowered in {gen_s:.1f} s); "
           f"median/max tasks {pct(sizes[:, 0])}, edges {pct(sizes[:, 1])}, "
           f"flows {pct(sizes[:, 2])}, links {pct(sizes[:, 4])}")
-    sims, sim_s = timed(lambda: [simulate(p) for p in programs], ARGS.repeat)
-    reference = np.array([s.iteration_time_s for s in sims])
+    calls = {"simulator": lambda: [simulate(p) for p in programs]}
+    cold = {}
+    for level in LEVELS:
+        for with_metrics in (False, True):
+            def call(level=level, w=with_metrics):
+                return evaluate_programs(programs, level, with_metrics=w)
+            _, cold[level, with_metrics] = timed(call)  # the first call compiles
+            calls[level, with_metrics] = call
+    # forkserver: forking this process, whose JAX runtime runs threads, is unsafe
+    pool = (multiprocessing.get_context("forkserver").Pool(ARGS.sim_processes)
+            if ARGS.sim_processes > 1 else None)
+    if pool is not None:
+        pool.map(simulated_time, programs[: ARGS.sim_processes])  # start every worker
+        calls["pool"] = lambda: pool.map(simulated_time, programs, chunksize=1)
+    try:
+        values, seconds = timed_in_turn(calls, ARGS.repeat)
+    finally:
+        if pool is not None:
+            pool.terminate()
+    sim_s, pool_s = seconds["simulator"], seconds.get("pool")
+    reference = np.array([s.iteration_time_s for s in values["simulator"]])
     print(f"simulator          {count / sim_s:10.1f} variants/s ({1e3 * sim_s / count:.1f} ms "
           f"per variant)")
-    pool_s = simulator_pool(programs)
+    if pool_s:
+        print(f"simulator x {ARGS.sim_processes}      {count / pool_s:10.1f} variants/s on "
+              f"{ARGS.sim_processes} processes")
     picked = slice(None, None, max(1, count // ARGS.loop))
-    loop, loop_sims = programs[picked][: ARGS.loop], sims[picked][: ARGS.loop]
+    loop, loop_sims = programs[picked][: ARGS.loop], values["simulator"][picked][: ARGS.loop]
     for level in LEVELS:
-        _, cold_s = timed(lambda level=level: evaluate_programs(programs, level,
-                                                                with_metrics=False))
-        out, seconds = timed(lambda level=level: evaluate_programs(programs, level,
-                                                                   with_metrics=False),
-                             ARGS.repeat)
+        out, level_s, metric_s = values[level, True], seconds[level, False], seconds[level, True]
         error = (out["iteration_time_s"] - reference) / reference
-        on_all = (f" ({pool_s / seconds:.2f} x the simulator on {ARGS.sim_processes} processes)"
+        on_all = (f" ({pool_s / level_s:.2f} x the simulator on {ARGS.sim_processes} processes)"
                   if pool_s else "")
-        print(f"{level:5s} (batched)    {count / seconds:10.1f} variants/s = "
-              f"{sim_s / seconds:7.2f} x simulator{on_all}; relative error vs simulator "
+        print(f"{level:5s} (batched)    {count / level_s:10.1f} variants/s = "
+              f"{sim_s / level_s:7.2f} x simulator{on_all}; relative error vs simulator "
               f"median/max {pct(np.abs(error))}"
               + (f", never above: {bool(np.all(error <= 1e-6))}" if level == "bound" else ""))
-        evaluate_programs(programs, level)  # compile the metrics
-        _, metric_s = timed(lambda level=level: evaluate_programs(programs, level),
-                            ARGS.repeat)
         print(f"      with metrics {count / metric_s:10.1f} variants/s = "
               f"{sim_s / metric_s:7.2f} x simulator; padding overhead "
-              f"{np.mean(out['padding_overhead']):.2f}; first call, compiling: {cold_s:.1f} s")
+              f"{np.mean(out['padding_overhead']):.2f}; first call, compiling: "
+              f"{cold[level, False]:.1f} s")
         if level == "exact":
             print(f"      steps median/max {pct(out['steps'])}; flows moving at once "
                   f"median/p99/max {pct(out['max_active_flows'], (50, 99, 100))}; "
