@@ -120,10 +120,12 @@ def packed_waterfill(capacity: Array, paths: Array, flows: Array, active: Array,
     """:func:`waterfill` of the slots ``active``, whose paths are rows ``flows`` of ``paths``.
 
     The active slots' rows are packed to the front and filled at the smallest of a
-    few prefix sizes (8, 12, 16, 24, 32, ... slots) that holds them, chosen by
-    ``lax.switch``; only that prefix's paths are gathered. Outside ``vmap`` only that branch runs, so a
-    kernel sized for its busiest moment pays for the flows actually moving; under
-    ``vmap`` every branch would run, so batched callers use :func:`waterfill`.
+    few prefix sizes (8, 16, 32, ... slots) that holds them, chosen by
+    ``lax.switch``; only that prefix's paths are gathered. Outside ``vmap`` only that
+    branch runs, so a kernel sized for its busiest moment pays for the flows actually
+    moving; under ``vmap`` every branch would run, so batched callers use
+    :func:`waterfill`. Each size is a compiled fill: sizes 1.5x apart instead of 2x ran
+    no faster and took half as long again to compile.
 
     Args:
       capacity: float[L], as for :func:`waterfill`.
@@ -135,8 +137,8 @@ def packed_waterfill(capacity: Array, paths: Array, flows: Array, active: Array,
       ``(rates[S], converged, rounds)``, as :func:`waterfill` of ``paths[flows]``.
     """
     num_slots = active.shape[0]
-    sizes = sorted({min(num_slots, size) for i in range(max(num_slots.bit_length() - 2, 1))
-                    for size in (8 << i, 12 << i)} | {num_slots})
+    sizes = sorted({min(num_slots, 8 << i) for i in range(max(num_slots.bit_length() - 2, 1))}
+                   | {num_slots})
     count = jnp.sum(active, dtype=jnp.int32)
     at = jnp.where(active, prefix_sum(active) - 1, num_slots)
     packed = jnp.zeros_like(flows).at[at].set(flows, mode="drop")
