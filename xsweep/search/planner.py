@@ -1,0 +1,297 @@
+"""The grid planner: one point of a sweep to a DeploymentPlan, or the reason it cannot be one.
+
+Layout rules (pure and deterministic; the same point always gives the same plan):
+
+- Each pool with nodes contributes ``nodes x gpus_per_node`` GPUs; ranks are numbered
+  pool by pool in the sweep file's order, node by node. TP groups are runs of ``tp``
+  consecutive ranks, so they never straddle a node (``tp`` must divide the node).
+- ``pipeline_mix: separate``: each pool forms its own replicas of ``pp`` stages, all at
+  the pool's TP degree. ``mixed``: every pipeline takes the same number of stages from
+  each pool, the pools' stages in file order (the first pool holds the embedding).
+- Within a pool, TP groups are handed out stage-major (tp, then dp, then pp, as
+  Megatron-LM orders ranks): the replicas' copies of one stage sit side by side, so
+  data-parallel traffic stays inside nodes where it can and pipeline traffic crosses.
+- ``layer_split: proportional`` gives each stage layers in proportion to its speed (the
+  inverse of one layer's forward plus backward time on its GPU at its TP degree and
+  micro-batch size, from :func:`xsweep.plan.workload.stage_cost`, the simulator's own
+  model); ``even`` splits them equally, the first stages taking the remainder.
+- The ``global_batch_size / micro_batch_size`` micro-batches are split over the
+  replicas in proportion to replica throughput (the inverse of its slowest stage's time
+  per micro-batch), so every sequence of the global batch is used.
+
+A point that cannot be built (divisibility, too few TP groups, more stages than layers,
+fewer micro-batches than replicas) or whose largest per-GPU memory exceeds its GPU
+(:mod:`xsweep.plan.memory`, as the evaluator computes it) is :class:`Infeasible` with a
+one-line reason.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from xsweep.cost import CostModel
+from xsweep.plan.builder import FABRIC, RESHARDING, SCHEDULE
+from xsweep.plan.memory import memory_per_gpu
+from xsweep.plan.workload import stage_cost
+from xsweep.search.apportion import apportion
+from xsweep.search.grid import Point
+from xsweep.spec import xsweep_pb2 as pb
+from xsweep.spec.catalog import Catalog, GpuSpec, ModelSpec
+from xsweep.spec.sweep import Sweep
+
+
+@dataclass(frozen=True)
+class Infeasible:
+    """A point that yields no plan to evaluate."""
+
+    reason: str
+    memory_per_gpu_gb: float = math.nan  # known when the plan was built but does not fit
+
+
+@dataclass(frozen=True)
+class Built:
+    """A point's plan and what evaluating it needs besides the plan."""
+
+    plan: pb.DeploymentPlan
+    cost: CostModel
+    memory_per_gpu_gb: float
+
+
+@dataclass(frozen=True)
+class _Pool:
+    gpu: GpuSpec
+    name: str  # as the sweep names it (the key of parallelism.tp)
+    nodes: int
+    gpus_per_node: int
+    nic: str
+    tp: int
+
+    @property
+    def tp_groups(self) -> int:
+        return self.nodes * self.gpus_per_node // self.tp
+
+
+@dataclass(frozen=True)
+class _Stage:
+    pool: int  # index into the active pools
+    first_layer: int
+    last_layer: int
+
+
+class Planner:
+    """Turns points of one sweep's grid into plans; pure, and cheap after the first
+    points (stage times and memory are cached by their arguments)."""
+
+    def __init__(self, sweep: Sweep, catalog: Catalog):
+        self.sweep = sweep
+        self.catalog = catalog
+        self._gpus = [catalog.gpu(pool.gpu) for pool in sweep.cluster.pools]
+
+    def cost_model(self, point: Point) -> CostModel:
+        c = self.sweep.cost
+        return CostModel(pricing=point["cost.pricing"], amortization_years=c.amortization_years,
+                         electricity_usd_per_kwh=c.electricity_usd_per_kwh, pue=c.pue)
+
+    def plan(self, point: Point, name: str) -> Built | Infeasible:
+        """The plan of ``point`` (named ``name``), or why there is none."""
+        model = self.catalog.model(point["model"])
+        pools = self._pools(point)
+        b, batch = point["parallelism.micro_batch_size"], point["training.global_batch_size"]
+        p, mix = point["parallelism.pp"], point["parallelism.pipeline_mix"]
+        reason = _check(pools, model, p, b, batch)
+        if reason:
+            return Infeasible(reason)
+        layout = _replicas_separate(pools, p) if mix == "separate" else _replicas_mixed(pools, p)
+        if isinstance(layout, str):
+            return Infeasible(layout)
+        recompute = point["training.activation_recompute"]
+        shapes = [self._split(model, pools, stages, b, recompute,
+                              point["parallelism.layer_split"]) for stages in layout.kinds]
+        times = [max(self._stage_time_s(model, pools[s.pool], b, s, recompute) for s in shape)
+                 for shape in shapes]
+        replicas = len(layout.kind_of)
+        micro_batches = batch // b
+        if micro_batches < replicas:
+            return Infeasible(f"{micro_batches} micro-batches (global batch {batch} / "
+                              f"micro-batch {b}) cannot feed {replicas} replicas")
+        counts = apportion(micro_batches, [1.0 / times[k] for k in layout.kind_of])
+        memory_gb, worst = self._memory(model, pools, shapes, layout.kind_of, counts, b, point)
+        if worst:
+            return Infeasible(worst, memory_gb)
+        plan = _build(name, point, model, pools, shapes, layout, counts, b, self.sweep)
+        return Built(plan, self.cost_model(point), memory_gb)
+
+    def _pools(self, point: Point) -> list[_Pool]:
+        active = []
+        for i, (pool, gpu) in enumerate(zip(self.sweep.cluster.pools, self._gpus, strict=True)):
+            nodes = point[f"cluster.pools[{i}].nodes"]
+            if nodes:
+                active.append(_Pool(gpu, pool.gpu, nodes, point[f"cluster.pools[{i}].gpus_per_node"],
+                                    point.get(f"cluster.pools[{i}].nic", ""),
+                                    point[f"parallelism.tp.{pool.gpu}"]))
+        return active
+
+    def _split(self, model: ModelSpec, pools: list[_Pool], stage_pools: tuple[int, ...], b: int,
+               recompute: bool, how: str) -> tuple[_Stage, ...]:
+        """Layers of each stage of one kind of replica."""
+        if how == "proportional":
+            weights = [1.0 / _layer_time_s(model, pools[k].gpu, pools[k].tp, b, recompute)
+                       for k in stage_pools]
+        else:
+            weights = [1.0] * len(stage_pools)
+        stages, first = [], 1
+        for k, n in zip(stage_pools, apportion(model.num_layers, weights), strict=True):
+            stages.append(_Stage(k, first, first + n - 1))
+            first += n
+        return tuple(stages)
+
+    @staticmethod
+    def _stage_time_s(model: ModelSpec, pool: _Pool, b: int, stage: _Stage,
+                      recompute: bool) -> float:
+        return _stage_time_s(model, pool.gpu, pool.tp, b, stage.first_layer, stage.last_layer,
+                             recompute)
+
+    @staticmethod
+    def _memory(model, pools, shapes, kind_of, counts, b, point) -> tuple[float, str]:
+        """Largest per-GPU memory over the groups, and a reason if some group does not fit."""
+        schedule = point["training.schedule"]
+        replicas = len(kind_of)
+        largest, worst = 0.0, ""
+        for kind, shape in enumerate(shapes):
+            for m in sorted({c for k, c in zip(kind_of, counts, strict=True) if k == kind}):
+                for index, stage in enumerate(shape):
+                    pool = pools[stage.pool]
+                    total = _memory_gb(model, pool.gpu, pool.tp, b, stage.first_layer,
+                                       stage.last_layer, index, len(shape), schedule, m,
+                                       point["training.activation_recompute"],
+                                       point["training.zero_stage"], replicas)
+                    if total > pool.gpu.hbm_gb and not worst:
+                        worst = (f"does not fit in GPU memory: {total:.1f} GB per GPU on "
+                                 f"{pool.gpu.name} ({pool.gpu.hbm_gb:g} GB) at stage {index}, "
+                                 f"TP {pool.tp}, layers {stage.first_layer}-{stage.last_layer}, "
+                                 f"{m} micro-batches")
+                    largest = max(largest, total)
+        return largest, worst
+
+
+def _check(pools: list[_Pool], model: ModelSpec, p: int, b: int, batch: int) -> str:
+    """Why no layout exists, before choosing one ("" if none of these rules fails)."""
+    if not pools:
+        return "empty cluster: every pool has 0 nodes"
+    for pool in pools:
+        if pool.tp > pool.gpus_per_node:
+            return f"TP {pool.tp} exceeds the {pool.gpus_per_node} GPUs of a {pool.name} node"
+        if pool.gpus_per_node % pool.tp:
+            return f"TP {pool.tp} does not divide the {pool.gpus_per_node} GPUs of a {pool.name} node"
+        if pool.tp > model.num_attention_heads:
+            return f"TP {pool.tp} exceeds the model's {model.num_attention_heads} attention heads"
+    if p > model.num_layers:
+        return f"{p} pipeline stages but the model has {model.num_layers} layers"
+    if batch % b:
+        return f"global batch {batch} is not a multiple of micro-batch size {b}"
+    return ""
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Replicas by kind: ``kinds[k]`` lists the pool of each stage of a kind-k replica;
+    ``kind_of[r]`` is replica r's kind; ``slots[i]`` maps pool i's TP groups, in rank
+    order, to (replica, stage)."""
+
+    kinds: tuple[tuple[int, ...], ...]
+    kind_of: tuple[int, ...]
+    slots: tuple[tuple[tuple[int, int], ...], ...]
+
+
+def _replicas_separate(pools: list[_Pool], p: int) -> _Layout | str:
+    kinds, kind_of, slots = [], [], []
+    for i, pool in enumerate(pools):
+        groups = pool.tp_groups
+        if groups < p or groups % p:
+            return (f"pp {p} does not divide the {groups} TP groups of pool {pool.name} "
+                    f"(TP {pool.tp} on {pool.nodes} x {pool.gpus_per_node} GPUs)")
+        replicas = groups // p
+        base = len(kind_of)
+        kinds.append((i,) * p)
+        kind_of += [i] * replicas
+        slots.append(tuple((base + g % replicas, g // replicas) for g in range(groups)))
+    return _Layout(tuple(kinds), tuple(kind_of), tuple(slots))
+
+
+def _replicas_mixed(pools: list[_Pool], p: int) -> _Layout | str:
+    total = sum(pool.tp_groups for pool in pools)
+    if total % p:
+        return f"mixed pipelines: {total} TP groups do not form pipelines of {p} stages"
+    replicas = total // p
+    stages, slots, offset = [], [], 0
+    for i, pool in enumerate(pools):
+        if pool.tp_groups % replicas:
+            return (f"mixed pipelines: the {pool.tp_groups} TP groups of pool {pool.name} "
+                    f"do not spread evenly over {replicas} pipelines")
+        per_pipeline = pool.tp_groups // replicas
+        stages += [i] * per_pipeline
+        slots.append(tuple((g % replicas, offset + g // replicas) for g in range(pool.tp_groups)))
+        offset += per_pipeline
+    return _Layout((tuple(stages),), (0,) * replicas, tuple(slots))
+
+
+def _build(name: str, point: Point, model: ModelSpec, pools: list[_Pool],
+           shapes: list[tuple[_Stage, ...]], layout: _Layout, counts: list[int], b: int,
+           sweep: Sweep) -> pb.DeploymentPlan:
+    plan = pb.DeploymentPlan(name=name)
+    plan.model.preset = point["model"]
+    t = plan.training
+    t.global_batch_size = point["training.global_batch_size"]
+    t.schedule = SCHEDULE[point["training.schedule"]]
+    t.resharding = RESHARDING[point["training.resharding"]]
+    t.activation_recompute = point["training.activation_recompute"]
+    t.zero_stage = point["training.zero_stage"]
+    t.total_tokens = sweep.training.total_tokens or 0.0
+    fabric = plan.cluster.fabric
+    fabric.kind = FABRIC[point["cluster.fabric"]]
+    fabric.oversubscription = point["cluster.oversubscription"]
+    fabric.nodes_per_rack = sweep.cluster.nodes_per_rack
+    groups = []
+    rank = 0
+    for pool, slots in zip(pools, layout.slots, strict=True):
+        for _ in range(pool.nodes):
+            plan.cluster.nodes.add(gpu=pool.name, num_gpus=pool.gpus_per_node, nic=pool.nic)
+        for replica, stage in slots:
+            groups.append((replica, stage, range(rank, rank + pool.tp)))
+            rank += pool.tp
+    groups.sort(key=lambda g: (g[0], g[1]))
+    for gid, (replica, stage, ranks) in enumerate(groups):
+        s = shapes[layout.kind_of[replica]][stage]
+        plan.device_groups.add(id=gid, ranks=ranks, pp_stage=stage, dp_replica=replica,
+                               first_layer=s.first_layer, last_layer=s.last_layer,
+                               micro_batch_size=b, num_micro_batches=counts[replica])
+    return plan
+
+
+@functools.lru_cache(maxsize=65536)
+def _stage_time_s(model: ModelSpec, gpu: GpuSpec, tp: int, b: int, first: int, last: int,
+                  recompute: bool) -> float:
+    """Forward plus backward time of one micro-batch on a stage."""
+    c = stage_cost(model, gpu, tp, b, first, last, recompute=recompute)
+    return c.forward_time_s + c.backward_time_s
+
+
+def _layer_time_s(model: ModelSpec, gpu: GpuSpec, tp: int, b: int, recompute: bool) -> float:
+    """Forward plus backward time of one transformer block (a middle layer: no embedding
+    or head) for one micro-batch."""
+    layer = min(2, model.num_layers)
+    return _stage_time_s(model, gpu, tp, b, layer, layer, recompute)
+
+
+@functools.lru_cache(maxsize=65536)
+def _memory_gb(model: ModelSpec, gpu: GpuSpec, tp: int, b: int, first: int, last: int,
+               stage_index: int, num_stages: int, schedule: str, num_micro_batches: int,
+               recompute: bool, zero_stage: int, dp: int) -> float:
+    # Every replica of a planned point has the same layer boundaries, so each group's
+    # layers are shared by all replicas: its data-parallel degree is the replica count.
+    return memory_per_gpu(model, gpu, tp, b, first, last, stage_index=stage_index,
+                          num_stages=num_stages, schedule=schedule,
+                          num_micro_batches=num_micro_batches, recompute=recompute,
+                          zero_stage=zero_stage, dp=dp).total_gb

@@ -1,0 +1,116 @@
+"""What a finished sweep tells the user: the Pareto table (text and CSV) and the summary
+document ``--json`` prints."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+from collections import Counter
+
+import numpy as np
+
+from xsweep.search.grid import Grid
+from xsweep.search.results import Answer
+from xsweep.search.table import Table
+from xsweep.search.tasks import MEMORY_METRIC
+
+#: Metrics of the front table, with their headers and formats.
+COLUMNS = (("iteration_time_s", "iteration_s", "{:.4f}"),
+           ("cost_per_run_usd", "cost_per_run_usd", "{:,.0f}"),
+           ("tokens_per_s", "tokens_per_s", "{:,.0f}"),
+           ("mfu", "mfu", "{:.3f}"),
+           (MEMORY_METRIC, "memory_gb", "{:.1f}"))
+
+
+def axis_label(path: str, pools: list[str]) -> str:
+    """A short header for an axis path: ``cluster.pools[0].nodes`` -> ``H100-SXM nodes``,
+    ``parallelism.tp.H100-SXM`` -> ``H100-SXM tp``, ``training.schedule`` -> ``schedule``."""
+    pool = re.fullmatch(r"cluster\.pools\[(\d+)\]\.(.+)", path)
+    if pool:
+        return f"{pools[int(pool.group(1))]} {pool.group(2)}"
+    if path.startswith("parallelism.tp."):
+        return f"{path[len('parallelism.tp.'):]} tp"
+    return path.rsplit(".", 1)[-1]
+
+
+def point_row(table: Table, grid: Grid, index: int) -> dict:
+    """One point's metrics of :data:`COLUMNS` and its swept axes' values (JSON-ready)."""
+    row = {"point": int(index)}
+    for name, _, _ in COLUMNS:
+        if name in table:
+            value = float(table[name][index])
+            row[name] = value if math.isfinite(value) else None
+    point = grid.point(index)
+    row["axes"] = {path: _plain(point[path]) for path in grid.dims}
+    return row
+
+
+def front_table(rows: list[dict], grid: Grid, pools: list[str]) -> list[list[str]]:
+    """Header and one line per front point, as cells."""
+    present = [(name, header, fmt) for name, header, fmt in COLUMNS
+               if any(name in row for row in rows) or not rows]
+    header = ["point", *(h for _, h, _ in present), *(axis_label(p, pools) for p in grid.dims)]
+    lines = [header]
+    for row in rows:
+        cells = [str(row["point"])]
+        cells += ["-" if row.get(name) is None else fmt.format(row[name])
+                  for name, _, fmt in present]
+        cells += [str(row["axes"][p]) for p in grid.dims]
+        lines.append(cells)
+    return lines
+
+
+def format_table(lines: list[list[str]]) -> str:
+    """Cells in aligned columns: numbers right, text left."""
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    numeric = [all(_is_number(line[i]) for line in lines[1:]) and len(lines) > 1
+               for i in range(len(widths))]
+    out = []
+    for line in lines:
+        cells = [cell.rjust(w) if num else cell.ljust(w)
+                 for cell, w, num in zip(line, widths, numeric, strict=True)]
+        out.append("  ".join(cells).rstrip())
+    return "\n".join(out)
+
+
+def csv_text(lines: list[list[str]], rows: list[dict]) -> str:
+    """The front as CSV, with full-precision numbers."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(lines[0])
+    names = [n for n, h, _ in COLUMNS if h in lines[0]]
+    for row in rows:
+        writer.writerow([row["point"], *("" if row.get(n) is None else repr(row[n]) for n in names),
+                         *row["axes"].values()])
+    return buffer.getvalue()
+
+
+def summary(table: Table, grid: Grid, objectives: list[str], found: Answer) -> dict:
+    """Counts by status and level, the front and the top points (JSON-ready)."""
+    bounded = int(np.sum(table["level"] != "none"))
+    exact = int(np.sum(table["level"] == "exact"))
+    return {
+        "points": grid.size,
+        "status": dict(sorted(Counter(table["status"].tolist()).items())),
+        "level": dict(sorted(Counter(table["level"].tolist()).items())),
+        "evaluated_exactly": exact,
+        "exact_share_of_bounded": exact / bounded if bounded else 0.0,
+        "objectives": list(objectives),
+        "front": [point_row(table, grid, i) for i in found.front],
+        "top": {name: [point_row(table, grid, i) for i in points]
+                for name, points in found.top.items()},
+    }
+
+
+def _plain(value):
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell.replace(",", ""))
+    except ValueError:
+        return cell == "-"
+    return True

@@ -1,0 +1,111 @@
+"""The units of a sweep's work, runnable in any process: plan and bound a range of points,
+or plan and evaluate a set of points exactly.
+
+Each returns a :data:`Table` (one row per point) and the seconds it spent planning and
+evaluating. Points that plan to the same plan under the same pricing are evaluated once
+and share the result. Infeasible points get their reason and ``level = "none"``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from xsweep.search.grid import Grid
+from xsweep.search.planner import Built, Planner
+from xsweep.search.table import Table, blank, from_rows
+from xsweep.spec.catalog import Catalog
+from xsweep.spec.sweep import Sweep
+
+#: The memory metric's name, as ``xsweep.evaluate`` reports it.
+MEMORY_METRIC = "memory_per_gpu_gb"
+
+
+@dataclass(frozen=True)
+class Job:
+    """What every unit of one sweep needs: sent once to each worker."""
+
+    sweep: Sweep
+    catalog: Catalog
+    dtype: str = "float32"
+
+
+def plan_name(sweep: Sweep, index: int) -> str:
+    """The name of point ``index``'s plan."""
+    return f"{sweep.name}-p{index}"
+
+
+def bound_chunk(job: Job, start: int, stop: int) -> tuple[Table, dict[str, float]]:
+    """Plan points ``start .. stop-1`` and evaluate the buildable ones at the bound level."""
+    return _evaluate(job, np.arange(start, stop), "bound")
+
+
+def exact_batch(job: Job, indices: np.ndarray) -> tuple[Table, dict[str, float]]:
+    """Plan ``indices`` again and evaluate them at the exact level."""
+    return _evaluate(job, np.asarray(indices), "exact")
+
+
+def _evaluate(job: Job, indices: np.ndarray, level: str) -> tuple[Table, dict[str, float]]:
+    began = time.perf_counter()
+    planner = Planner(job.sweep, job.catalog)
+    rows = {"point": indices, "level": np.full(len(indices), "none", object),
+            "status": np.full(len(indices), "infeasible", object),
+            "feasible": np.zeros(len(indices), bool),
+            "reason": np.full(len(indices), "", object),
+            MEMORY_METRIC: np.full(len(indices), np.nan)}
+    groups: dict[object, dict[bytes, list[int]]] = {}  # cost model -> plan key -> rows
+    plans: dict[bytes, object] = {}
+    grid = Grid(job.sweep)
+    for row, (index, point) in enumerate(zip(indices.tolist(), grid.points(indices),
+                                             strict=True)):
+        out = planner.plan(point, plan_name(job.sweep, index))
+        rows[MEMORY_METRIC][row] = out.memory_per_gpu_gb
+        if not isinstance(out, Built):
+            rows["reason"][row] = out.reason
+            continue
+        key = _plan_key(out.plan)
+        plans.setdefault(key, out.plan)
+        groups.setdefault(out.cost, {}).setdefault(key, []).append(row)
+    planned = time.perf_counter()
+    columns: dict[str, np.ndarray] = {}
+    for cost, by_plan in groups.items():
+        members = list(by_plan.values())
+        ds = _call_evaluate([plans[key] for key in by_plan], level, job, cost)
+        take = np.concatenate([np.full(len(m), i) for i, m in enumerate(members)])
+        where = np.concatenate([np.asarray(m) for m in members])
+        for name, var in ds.data_vars.items():
+            if var.dims != ("variant",):
+                continue  # per-stream detail stays with single-plan evaluation
+            values = from_rows({name: var.values})[name][take]
+            if name not in columns:
+                columns[name] = blank(values, len(indices))
+            columns[name][where] = values
+        rows["level"][where] = level
+    evaluated = rows["level"] == level
+    for name, values in columns.items():
+        if name in rows:
+            rows[name][evaluated] = values[evaluated]
+        else:
+            rows[name] = values
+    done = time.perf_counter()
+    timings = {"planning_s": planned - began, f"{level}_s": done - planned}
+    return from_rows(rows), timings
+
+
+def _call_evaluate(plans: list, level: str, job: Job, cost):
+    from xsweep import evaluate  # JAX loads only where something is evaluated
+    from xsweep.compile_cache import enable_compile_cache
+
+    enable_compile_cache()
+    return evaluate(plans, level=level, catalog=job.catalog, cost=cost, dtype=job.dtype)
+
+
+def _plan_key(plan) -> bytes:
+    """The plan's bytes without its name: equal keys, equal results."""
+    name, plan.name = plan.name, ""
+    key = plan.SerializeToString(deterministic=True)
+    plan.name = name
+    return key
+
