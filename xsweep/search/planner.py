@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from dataclasses import dataclass
 
 from xsweep.cost import CostModel
@@ -63,14 +64,23 @@ class Built:
 class _Pool:
     gpu: GpuSpec
     name: str  # as the sweep names it (the key of parallelism.tp)
+    index: int  # in the sweep's list of pools
     nodes: int
     gpus_per_node: int
-    nic: str
     tp: int
 
     @property
     def tp_groups(self) -> int:
         return self.nodes * self.gpus_per_node // self.tp
+
+
+@dataclass(frozen=True)
+class _Template:
+    """A layout's plan, complete but for name, NICs, resharding scheme and fabric."""
+
+    plan: pb.DeploymentPlan
+    node_pool: tuple[int, ...]  # the sweep's pool of each node
+    memory_per_gpu_gb: float
 
 
 @dataclass(frozen=True)
@@ -80,14 +90,26 @@ class _Stage:
     last_layer: int
 
 
+#: Axes that change numbers of the plan but not its layout: a point differs from its
+#: layout's template in these fields only (every other axis, including ones added
+#: later, is part of the layout's cache key).
+PER_POINT_AXES = re.compile(r"cluster\.pools\[\d+\]\.nic|training\.resharding|cluster\.fabric"
+                            r"|cluster\.oversubscription|cost\.pricing")
+#: Layouts kept at most (a sweep's fastest axes revisit a few hundred at a time).
+MAX_CACHED_LAYOUTS = 4096
+
+
 class Planner:
     """Turns points of one sweep's grid into plans; pure, and cheap after the first
-    points (stage times and memory are cached by their arguments)."""
+    points: each layout (the plan without its per-point fields) is built once, and a
+    point copies it and sets its NICs, resharding scheme and fabric."""
 
     def __init__(self, sweep: Sweep, catalog: Catalog):
         self.sweep = sweep
         self.catalog = catalog
         self._gpus = [catalog.gpu(pool.gpu) for pool in sweep.cluster.pools]
+        self._layouts: dict[tuple, _Template | Infeasible] = {}
+        self._layout_axes = tuple(path for path in sweep.axes() if not PER_POINT_AXES.fullmatch(path))
 
     def cost_model(self, point: Point) -> CostModel:
         c = self.sweep.cost
@@ -96,6 +118,25 @@ class Planner:
 
     def plan(self, point: Point, name: str) -> Built | Infeasible:
         """The plan of ``point`` (named ``name``), or why there is none."""
+        key = tuple(point[path] for path in self._layout_axes)
+        layout = self._layouts.get(key)
+        if layout is None:
+            if len(self._layouts) >= MAX_CACHED_LAYOUTS:
+                self._layouts.clear()
+            layout = self._layouts[key] = self._layout(point)
+        if isinstance(layout, Infeasible):
+            return layout
+        plan = pb.DeploymentPlan()
+        plan.CopyFrom(layout.plan)
+        plan.name = name
+        plan.training.resharding = RESHARDING[point["training.resharding"]]
+        plan.cluster.fabric.kind = FABRIC[point["cluster.fabric"]]
+        plan.cluster.fabric.oversubscription = point["cluster.oversubscription"]
+        for node, pool in zip(plan.cluster.nodes, layout.node_pool, strict=True):
+            node.nic = point.get(f"cluster.pools[{pool}].nic", "")
+        return Built(plan, self.cost_model(point), layout.memory_per_gpu_gb)
+
+    def _layout(self, point: Point) -> _Template | Infeasible:
         model = self.catalog.model(point["model"])
         pools = self._pools(point)
         b, batch = point["parallelism.micro_batch_size"], point["training.global_batch_size"]
@@ -120,16 +161,16 @@ class Planner:
         memory_gb, worst = self._memory(model, pools, shapes, layout.kind_of, counts, b, point)
         if worst:
             return Infeasible(worst, memory_gb)
-        plan = _build(name, point, model, pools, shapes, layout, counts, b, self.sweep)
-        return Built(plan, self.cost_model(point), memory_gb)
+        return _Template(_build(point, pools, shapes, layout, counts, b, self.sweep),
+                         tuple(p.index for p in pools for _ in range(p.nodes)), memory_gb)
 
     def _pools(self, point: Point) -> list[_Pool]:
         active = []
         for i, (pool, gpu) in enumerate(zip(self.sweep.cluster.pools, self._gpus, strict=True)):
             nodes = point[f"cluster.pools[{i}].nodes"]
             if nodes:
-                active.append(_Pool(gpu, pool.gpu, nodes, point[f"cluster.pools[{i}].gpus_per_node"],
-                                    point.get(f"cluster.pools[{i}].nic", ""),
+                active.append(_Pool(gpu, pool.gpu, i, nodes,
+                                    point[f"cluster.pools[{i}].gpus_per_node"],
                                     point[f"parallelism.tp.{pool.gpu}"]))
         return active
 
@@ -209,9 +250,11 @@ def _replicas_separate(pools: list[_Pool], p: int) -> _Layout | str:
     kinds, kind_of, slots = [], [], []
     for i, pool in enumerate(pools):
         groups = pool.tp_groups
-        if groups < p or groups % p:
-            return (f"pp {p} does not divide the {groups} TP groups of pool {pool.name} "
-                    f"(TP {pool.tp} on {pool.nodes} x {pool.gpus_per_node} GPUs)")
+        where = f"(TP {pool.tp} on {pool.nodes} x {pool.gpus_per_node} GPUs)"
+        if groups < p:
+            return f"pool {pool.name} has {groups} TP groups {where}, fewer than pp {p}"
+        if groups % p:
+            return f"pp {p} does not divide the {groups} TP groups of pool {pool.name} {where}"
         replicas = groups // p
         base = len(kind_of)
         kinds.append((i,) * p)
@@ -237,27 +280,22 @@ def _replicas_mixed(pools: list[_Pool], p: int) -> _Layout | str:
     return _Layout((tuple(stages),), (0,) * replicas, tuple(slots))
 
 
-def _build(name: str, point: Point, model: ModelSpec, pools: list[_Pool],
-           shapes: list[tuple[_Stage, ...]], layout: _Layout, counts: list[int], b: int,
-           sweep: Sweep) -> pb.DeploymentPlan:
-    plan = pb.DeploymentPlan(name=name)
+def _build(point: Point, pools: list[_Pool], shapes: list[tuple[_Stage, ...]], layout: _Layout,
+           counts: list[int], b: int, sweep: Sweep) -> pb.DeploymentPlan:
+    plan = pb.DeploymentPlan()
     plan.model.preset = point["model"]
     t = plan.training
     t.global_batch_size = point["training.global_batch_size"]
     t.schedule = SCHEDULE[point["training.schedule"]]
-    t.resharding = RESHARDING[point["training.resharding"]]
     t.activation_recompute = point["training.activation_recompute"]
     t.zero_stage = point["training.zero_stage"]
     t.total_tokens = sweep.training.total_tokens or 0.0
-    fabric = plan.cluster.fabric
-    fabric.kind = FABRIC[point["cluster.fabric"]]
-    fabric.oversubscription = point["cluster.oversubscription"]
-    fabric.nodes_per_rack = sweep.cluster.nodes_per_rack
+    plan.cluster.fabric.nodes_per_rack = sweep.cluster.nodes_per_rack
     groups = []
     rank = 0
     for pool, slots in zip(pools, layout.slots, strict=True):
         for _ in range(pool.nodes):
-            plan.cluster.nodes.add(gpu=pool.name, num_gpus=pool.gpus_per_node, nic=pool.nic)
+            plan.cluster.nodes.add(gpu=pool.name, num_gpus=pool.gpus_per_node)
         for replica, stage in slots:
             groups.append((replica, stage, range(rank, rank + pool.tp)))
             rank += pool.tp

@@ -47,18 +47,29 @@ def point_row(table: Table, grid: Grid, index: int) -> dict:
     return row
 
 
-def front_table(rows: list[dict], grid: Grid, pools: list[str]) -> list[list[str]]:
-    """Header and one line per front point, as cells."""
+def front_table(rows: list[dict], grid: Grid, pools: list[str],
+                keys: dict[int, bytes]) -> list[list[str]]:
+    """Header and one line per distinct plan of the front (``keys``: each point's plan
+    key); points with the same plan as an earlier row are listed in its ``same plan`` cell."""
     present = [(name, header, fmt) for name, header, fmt in COLUMNS
                if any(name in row for row in rows) or not rows]
-    header = ["point", *(h for _, h, _ in present), *(axis_label(p, pools) for p in grid.dims)]
+    header = ["point", *(h for _, h, _ in present), *(axis_label(p, pools) for p in grid.dims),
+              "same plan"]
+    first: dict[bytes, list[str]] = {}
     lines = [header]
     for row in rows:
+        key = keys[row["point"]]
+        if key in first:
+            first[key].append(str(row["point"]))
+            continue
         cells = [str(row["point"])]
         cells += ["-" if row.get(name) is None else fmt.format(row[name])
                   for name, _, fmt in present]
         cells += [str(row["axes"][p]) for p in grid.dims]
+        first[key] = []
         lines.append(cells)
+    for line in lines[1:]:
+        line.append(" ".join(first[keys[int(line[0])]]))
     return lines
 
 
@@ -76,14 +87,16 @@ def format_table(lines: list[list[str]]) -> str:
 
 
 def csv_text(lines: list[list[str]], rows: list[dict]) -> str:
-    """The front as CSV, with full-precision numbers."""
+    """The front table as CSV, with full-precision numbers."""
+    by_point = {row["point"]: row for row in rows}
+    names = [n for n, h, _ in COLUMNS if h in lines[0]]
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(lines[0])
-    names = [n for n, h, _ in COLUMNS if h in lines[0]]
-    for row in rows:
+    for line in lines[1:]:
+        row = by_point[int(line[0])]
         writer.writerow([row["point"], *("" if row.get(n) is None else repr(row[n]) for n in names),
-                         *row["axes"].values()])
+                         *row["axes"].values(), line[-1]])
     return buffer.getvalue()
 
 

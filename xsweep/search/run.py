@@ -35,7 +35,7 @@ from xsweep.search.progress import Progress, eta
 from xsweep.search.results import answer, exact_feasible, to_dataset
 from xsweep.search.store import SweepFolder
 from xsweep.search.table import Table, concat, update
-from xsweep.search.tasks import Job, bound_chunk, exact_batch, plan_name
+from xsweep.search.tasks import Job, bound_chunk, exact_batch, plan_key, plan_name
 from xsweep.spec import load_catalog, load_sweep, plan_to_text
 from xsweep.spec.catalog import Catalog
 
@@ -118,11 +118,12 @@ def run_sweep(path: str | Path, options: Options = Options(),
     summary = {"sweep": sweep.name, **summary, "rounds": funnel.rounds,
                "outputs": {name: str(folder.path(name)) for name in
                            ("sweep.zarr", "pareto.png", "pareto.csv", "summary.json", "plans")}}
-    lines = report.front_table(summary["front"], grid, [p.gpu for p in sweep.cluster.pools])
     planner = Planner(sweep, catalog)
     shown = sorted({int(i) for i in (*found.front, *(j for t in found.top.values() for j in t))})
-    plans = {f"point-{i}.pbtxt": plan_to_text(planner.plan(grid.point(i), plan_name(sweep, i)).plan)
-             for i in shown}
+    built = {i: planner.plan(grid.point(i), plan_name(sweep, i)).plan for i in shown}
+    plans = {f"point-{i}.pbtxt": plan_to_text(plan) for i, plan in built.items()}
+    lines = report.front_table(summary["front"], grid, [p.gpu for p in sweep.cluster.pools],
+                               {i: plan_key(plan) for i, plan in built.items()})
     attrs = {"sweep_name": sweep.name, "sweep_file": str(path), "sweep_yaml": text,
              "catalog_version": manifest["catalog_version"], "xsweep_version": xsweep.__version__,
              "objectives": list(sweep.objectives), "top": sweep.validation.top,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from xsweep.metrics import RANK_METRICS
 from xsweep.search.grid import Grid
 from xsweep.search.planner import Built, Planner
 from xsweep.search.table import Table, blank, from_rows
@@ -21,6 +22,12 @@ from xsweep.spec.sweep import Sweep
 
 #: The memory metric's name, as ``xsweep.evaluate`` reports it.
 MEMORY_METRIC = "memory_per_gpu_gb"
+#: Metrics every table has, NaN where a point was not evaluated (so a chunk, or a
+#: whole sweep, without a buildable point has the same variables as any other).
+METRICS = ("iteration_time_s", "tokens_per_s", "mfu",
+           *(f"{name}_{summary}" for name in RANK_METRICS for summary in ("mean", "max")),
+           MEMORY_METRIC, "capex_usd", "cost_rate_usd_per_hour", "cost_per_run_usd",
+           "training_time_s", "paper_tco")
 
 
 @dataclass(frozen=True)
@@ -54,7 +61,7 @@ def _evaluate(job: Job, indices: np.ndarray, level: str) -> tuple[Table, dict[st
             "status": np.full(len(indices), "infeasible", object),
             "feasible": np.zeros(len(indices), bool),
             "reason": np.full(len(indices), "", object),
-            MEMORY_METRIC: np.full(len(indices), np.nan)}
+            **{name: np.full(len(indices), np.nan) for name in METRICS}}
     groups: dict[object, dict[bytes, list[int]]] = {}  # cost model -> plan key -> rows
     plans: dict[bytes, object] = {}
     grid = Grid(job.sweep)
@@ -65,7 +72,7 @@ def _evaluate(job: Job, indices: np.ndarray, level: str) -> tuple[Table, dict[st
         if not isinstance(out, Built):
             rows["reason"][row] = out.reason
             continue
-        key = _plan_key(out.plan)
+        key = plan_key(out.plan)
         plans.setdefault(key, out.plan)
         groups.setdefault(out.cost, {}).setdefault(key, []).append(row)
     planned = time.perf_counter()
@@ -102,7 +109,7 @@ def _call_evaluate(plans: list, level: str, job: Job, cost):
     return evaluate(plans, level=level, catalog=job.catalog, cost=cost, dtype=job.dtype)
 
 
-def _plan_key(plan) -> bytes:
+def plan_key(plan) -> bytes:
     """The plan's bytes without its name: equal keys, equal results."""
     name, plan.name = plan.name, ""
     key = plan.SerializeToString(deterministic=True)
