@@ -63,7 +63,7 @@ class Outcome:
     summary: dict
     front_text: str
     resumed: bool
-    timings_s: dict[str, float] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 def catalog_version(catalog: Catalog) -> str:
@@ -86,8 +86,14 @@ def plan_of(path: str | Path, index: int, catalog_files=()) -> Built | Infeasibl
 
 
 def run_sweep(path: str | Path, options: Options = Options(),
-              progress: Progress | None = None) -> Outcome:
-    """Run (or resume) the sweep at ``path``; see the module docstring."""
+              progress: Progress | None = None, timings: dict | None = None) -> Outcome:
+    """Run (or resume) the sweep at ``path``; see the module docstring.
+
+    Args:
+      timings: filled as the work goes (so it is meaningful after an interruption too):
+        seconds spent in ``planning_s``, ``bound_s``, ``exact_s``, ``writing_s``, and the
+        ``points_bounded`` and ``points_exact`` computed by this run.
+    """
     began = time.perf_counter()
     show = progress.update if progress is not None else (lambda text, final=False: None)
     catalog = load_catalog(options.catalog_files)
@@ -104,7 +110,9 @@ def run_sweep(path: str | Path, options: Options = Options(),
     }
     resumed = folder.claim(manifest, options.overwrite)
     job = Job(sweep, catalog, options.dtype)
-    timings = dict.fromkeys(("planning_s", "bound_s", "exact_s", "writing_s"), 0.0)
+    timings = timings if timings is not None else {}
+    for key in ("planning_s", "bound_s", "exact_s", "writing_s", "points_bounded", "points_exact"):
+        timings.setdefault(key, 0)
     executor = DaskExecutor(options.scheduler) if options.scheduler else LocalExecutor()
     try:
         table = _bound_phase(grid, folder, job, executor, options, timings, show)
@@ -136,7 +144,7 @@ def run_sweep(path: str | Path, options: Options = Options(),
                    plans)
     timings["writing_s"] += time.perf_counter() - finishing
     timings["total_s"] = time.perf_counter() - began
-    summary["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
+    summary["timings"] = {k: round(v, 3) for k, v in timings.items()}
     show(f"done: {grid.size:,} points, {summary['evaluated_exactly']:,} evaluated exactly "
          f"({summary['exact_share_of_bounded']:.1%} of the bounded), "
          f"{int(funnel.pruned.sum()):,} pruned, in {timings['total_s']:.1f} s; "
@@ -146,7 +154,7 @@ def run_sweep(path: str | Path, options: Options = Options(),
 
 def _add(timings: dict, more: dict) -> None:
     for key, value in more.items():
-        timings[key] = timings.get(key, 0.0) + value
+        timings[key] = timings.get(key, 0) + value
 
 
 def _bound_phase(grid: Grid, folder: SweepFolder, job: Job, executor, options: Options,
@@ -163,7 +171,8 @@ def _bound_phase(grid: Grid, folder: SweepFolder, job: Job, executor, options: O
         saving = time.perf_counter()
         folder.save_bound(start, stop, table)
         found[(start, stop)] = table
-        _add(timings, spent | {"writing_s": time.perf_counter() - saving})
+        _add(timings, spent | {"writing_s": time.perf_counter() - saving,
+                               "points_bounded": stop - start})
         done_points += stop - start
         elapsed = time.perf_counter() - started
         buildable = sum(int(np.sum(t["level"] != "none")) for t in found.values() if t is not None)
@@ -188,7 +197,8 @@ def _exact_phase(table: Table, sweep, folder: SweepFolder, job: Job, executor,
             saving = time.perf_counter()
             folder.save_exact(funnel.rounds, b, rows)
             results[b] = rows
-            _add(timings, spent | {"writing_s": time.perf_counter() - saving})
+            _add(timings, spent | {"writing_s": time.perf_counter() - saving,
+                                   "points_exact": len(rows["point"])})
         for b in range(len(batches)):
             rows = results[b]
             update(table, rows)
