@@ -41,6 +41,7 @@ def _positive(text: str) -> int:
 
 def run(args) -> int:
     from xsweep.search.progress import Progress
+    from xsweep.search.report import best_lines
     from xsweep.search.run import Options, plan_of, run_sweep
     from xsweep.spec import plan_to_text
 
@@ -69,6 +70,8 @@ def run(args) -> int:
     print(f"Pareto front of {summary['sweep']} ({objectives}): {len(summary['front'])} points; "
           f"{summary['evaluated_exactly']:,} of {summary['points']:,} points evaluated exactly")
     print(outcome.front_text)
+    for line in best_lines(summary):
+        print(line)
     for name, path in summary["outputs"].items():
         print(f"{name:>12}: {path}")
     return EXIT_OK

@@ -35,10 +35,11 @@ def axis_label(path: str, pools: list[str]) -> str:
     return path.rsplit(".", 1)[-1]
 
 
-def point_row(table: Table, grid: Grid, index: int) -> dict:
-    """One point's metrics of :data:`COLUMNS` and its swept axes' values (JSON-ready)."""
+def point_row(table: Table, grid: Grid, index: int, objectives=()) -> dict:
+    """One point's metrics of :data:`COLUMNS` and ``objectives``, and its swept axes' values
+    (JSON-ready)."""
     row = {"point": int(index)}
-    for name, _, _ in COLUMNS:
+    for name in dict.fromkeys([*(c[0] for c in COLUMNS), *objectives]):
         if name in table:
             value = float(table[name][index])
             row[name] = value if math.isfinite(value) else None
@@ -111,10 +112,20 @@ def summary(table: Table, grid: Grid, objectives: list[str], found: Answer) -> d
         "evaluated_exactly": exact,
         "exact_share_of_bounded": exact / bounded if bounded else 0.0,
         "objectives": list(objectives),
-        "front": [point_row(table, grid, i) for i in found.front],
-        "top": {name: [point_row(table, grid, i) for i in points]
+        "front": [point_row(table, grid, i, objectives) for i in found.front],
+        "top": {name: [point_row(table, grid, i, objectives) for i in points]
                 for name, points in found.top.items()},
     }
+
+
+def best_lines(summary: dict) -> list[str]:
+    """One line per objective naming its best points, best first."""
+    lines = []
+    for name, rows in summary["top"].items():
+        if rows:
+            points = ", ".join(f"{r['point']} ({r[name]:.6g})" for r in rows)
+            lines.append(f"best by {name}: {points}")
+    return lines
 
 
 def _plain(value):

@@ -20,6 +20,12 @@ from xsweep.search.table import Table, blank, from_rows
 from xsweep.spec.catalog import Catalog
 from xsweep.spec.sweep import Sweep
 
+#: Work of one ``xsweep.evaluate`` call at most, counted as the sum over the plans'
+#: device groups of their micro-batches (a program's tasks grow with it): a call holds
+#: every plan's program in memory at once, and one of 512 GPUs takes megabytes.
+WORK_PER_CALL = 65536
+#: Variables of ``xsweep.evaluate`` that describe its batch, not a point.
+BATCH_DIAGNOSTICS = ("padding_overhead",)
 #: The memory metric's name, as ``xsweep.evaluate`` reports it.
 MEMORY_METRIC = "memory_per_gpu_gb"
 #: Metrics every table has, NaN where a point was not evaluated (so a chunk, or a
@@ -83,7 +89,7 @@ def _evaluate(job: Job, indices: np.ndarray, level: str) -> tuple[Table, dict[st
         take = np.concatenate([np.full(len(m), i) for i, m in enumerate(members)])
         where = np.concatenate([np.asarray(m) for m in members])
         for name, var in ds.data_vars.items():
-            if var.dims != ("variant",):
+            if var.dims != ("variant",) or name in BATCH_DIAGNOSTICS:
                 continue  # per-stream detail stays with single-plan evaluation
             values = from_rows({name: var.values})[name][take]
             if name not in columns:
@@ -102,11 +108,25 @@ def _evaluate(job: Job, indices: np.ndarray, level: str) -> tuple[Table, dict[st
 
 
 def _call_evaluate(plans: list, level: str, job: Job, cost):
+    """``xsweep.evaluate`` over ``plans``, in calls of at most ``WORK_PER_CALL`` work."""
+    import xarray as xr
+
     from xsweep import evaluate  # JAX loads only where something is evaluated
     from xsweep.compile_cache import enable_compile_cache
 
     enable_compile_cache()
-    return evaluate(plans, level=level, catalog=job.catalog, cost=cost, dtype=job.dtype)
+    parts, begin, work = [], 0, 0
+    for i, plan in enumerate(plans):
+        work += sum(g.num_micro_batches for g in plan.device_groups)
+        if work > WORK_PER_CALL and i > begin:
+            parts.append(evaluate(plans[begin:i], level=level, catalog=job.catalog, cost=cost,
+                                  dtype=job.dtype))
+            begin, work = i, sum(g.num_micro_batches for g in plan.device_groups)
+    parts.append(evaluate(plans[begin:], level=level, catalog=job.catalog, cost=cost,
+                          dtype=job.dtype))
+    return parts[0] if len(parts) == 1 else xr.concat(
+        [part.drop_dims("stream", errors="ignore") for part in parts], dim="variant",
+        data_vars="all", coords="minimal", compat="override")
 
 
 def plan_key(plan) -> bytes:
