@@ -37,7 +37,10 @@ def enable_compile_cache() -> Path | None:
     folder = cache_dir()
     if folder is None:
         return None
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:  # e.g. a read-only home: run without the cache rather than fail
+        return None
     jax.config.update("jax_compilation_cache_dir", str(folder))
     # Cache every executable: the small metric kernels compile in under a second each,
     # but a sweep needs many of them.
