@@ -120,28 +120,11 @@ def run_sweep(path: str | Path, options: Options = Options(),
     finally:
         executor.close()
     finishing = time.perf_counter()
-    table["status"][funnel.pruned] = "pruned"
-    found = answer(table, sweep.objectives, sweep.validation.top)
-    summary = report.summary(table, grid, sweep.objectives, found)
-    summary = {"sweep": sweep.name, **summary, "rounds": funnel.rounds,
-               "outputs": {name: str(folder.path(name)) for name in
-                           ("sweep.zarr", "pareto.png", "pareto.csv", "summary.json", "plans")}}
-    planner = Planner(sweep, catalog)
-    shown = sorted({int(i) for i in (*found.front, *(j for t in found.top.values() for j in t))})
-    built = {i: planner.plan(grid.point(i), plan_name(sweep, i)).plan for i in shown}
-    plans = {f"point-{i}.pbtxt": plan_to_text(plan) for i, plan in built.items()}
-    lines = report.front_table(summary["front"], grid, [p.gpu for p in sweep.cluster.pools],
-                               {i: plan_key(plan) for i, plan in built.items()})
-    attrs = {"sweep_name": sweep.name, "sweep_file": str(path), "sweep_yaml": text,
-             "catalog_version": manifest["catalog_version"], "xsweep_version": xsweep.__version__,
-             "objectives": list(sweep.objectives), "top": sweep.validation.top,
-             "evaluated_exactly": summary["evaluated_exactly"], "dtype": options.dtype}
-    png = pareto_png(table, sweep.objectives, found, f"{sweep.name}: {len(found.front)} on the front")
-    folder.publish(to_dataset(grid, table, attrs),
-                   {"pareto.csv": report.csv_text(lines, summary["front"]).encode(),
-                    "pareto.png": png,
-                    "summary.json": (json.dumps(summary, indent=2) + "\n").encode()},
-                   plans)
+    summary, lines = _publish(table, funnel, sweep, catalog, grid, folder, {
+        "sweep_name": sweep.name, "sweep_file": str(path), "sweep_yaml": text,
+        "catalog_version": manifest["catalog_version"], "xsweep_version": xsweep.__version__,
+        "objectives": list(sweep.objectives), "top": sweep.validation.top,
+        "dtype": options.dtype})
     timings["writing_s"] += time.perf_counter() - finishing
     timings["total_s"] = time.perf_counter() - began
     summary["timings"] = {k: round(v, 3) for k, v in timings.items()}
@@ -150,6 +133,31 @@ def run_sweep(path: str | Path, options: Options = Options(),
          f"{int(funnel.pruned.sum()):,} pruned, in {timings['total_s']:.1f} s; "
          f"results in {folder.root}", final=True)
     return Outcome(folder.root, summary, report.format_table(lines), resumed, timings)
+
+
+def _publish(table: Table, funnel: Funnel, sweep, catalog: Catalog, grid: Grid,
+             folder: SweepFolder, attrs: dict) -> tuple[dict, list[list[str]]]:
+    """Mark the pruned points, find the answer and write every output; return the summary
+    and the front table's cells."""
+    table["status"][funnel.pruned] = "pruned"
+    found = answer(table, sweep.objectives, sweep.validation.top)
+    summary = {"sweep": sweep.name, **report.summary(table, grid, sweep.objectives, found),
+               "rounds": funnel.rounds,
+               "outputs": {name: str(folder.path(name)) for name in
+                           ("sweep.zarr", "pareto.png", "pareto.csv", "summary.json", "plans")}}
+    planner = Planner(sweep, catalog)
+    shown = sorted({int(i) for i in (*found.front, *(j for t in found.top.values() for j in t))})
+    built = {i: planner.plan(grid.point(i), plan_name(sweep, i)).plan for i in shown}
+    lines = report.front_table(summary["front"], grid, [p.gpu for p in sweep.cluster.pools],
+                               {i: plan_key(plan) for i, plan in built.items()})
+    png = pareto_png(table, sweep.objectives, found, f"{sweep.name}: {len(found.front)} on the front")
+    attrs = attrs | {"evaluated_exactly": summary["evaluated_exactly"]}
+    folder.publish(to_dataset(grid, table, attrs),
+                   {"pareto.csv": report.csv_text(lines, summary["front"]).encode(),
+                    "pareto.png": png,
+                    "summary.json": (json.dumps(summary, indent=2) + "\n").encode()},
+                   {f"point-{i}.pbtxt": plan_to_text(plan) for i, plan in built.items()})
+    return summary, lines
 
 
 def _add(timings: dict, more: dict) -> None:
