@@ -26,8 +26,9 @@ def register(subparsers) -> None:
                    help="run the work on a Dask distributed cluster (e.g. tcp://host:8786)")
     p.add_argument("--exhaustive", action="store_true",
                    help="evaluate every bounded point exactly instead of pruning")
-    p.add_argument("--chunk-size", type=_positive, default=4096, metavar="N",
-                   help="points planned and bounded per unit of work (default 4096)")
+    p.add_argument("--chunk-size", type=_positive, metavar="N",
+                   help="points planned and bounded per unit of work (a unit is what a "
+                   "rerun resumes from and what a Dask worker takes)")
     p.add_argument("--emit-plan", type=int, metavar="INDEX",
                    help="print the plan of point INDEX (the dataset's `point`) and exit")
 
@@ -54,8 +55,8 @@ def run(args) -> int:
         return EXIT_OK
     options = Options(out_dir=Path(args.output) if args.output else None,
                       catalog_files=tuple(args.catalog), overwrite=args.overwrite,
-                      scheduler=args.scheduler, chunk_size=args.chunk_size,
-                      exhaustive=args.exhaustive)
+                      scheduler=args.scheduler, exhaustive=args.exhaustive,
+                      **({"chunk_size": args.chunk_size} if args.chunk_size else {}))
     try:
         outcome = run_sweep(args.space, options, Progress())
     except KeyboardInterrupt:

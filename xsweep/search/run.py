@@ -48,7 +48,7 @@ class Options:
     catalog_files: tuple[str, ...] = ()
     overwrite: bool = False
     scheduler: str | None = None  # a Dask scheduler address
-    chunk_size: int = 4096  # points planned and bounded per unit
+    chunk_size: int = 1024  # points planned and bounded per unit
     max_round: int = 256  # points evaluated exactly per funnel round at most
     exact_batch: int = 64  # points per exact unit
     exhaustive: bool = False  # evaluate every bounded point exactly (no pruning)

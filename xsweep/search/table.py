@@ -81,7 +81,7 @@ def save(table: Table, path: Path) -> None:
             arrays[name] = values
     partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
     with open(partial, "wb") as file:
-        np.savez(file, **arrays)
+        np.savez_compressed(file, **arrays)  # mostly NaN where points are infeasible
         file.flush()
         os.fsync(file.fileno())
     os.replace(partial, path)
