@@ -55,8 +55,7 @@ class Funnel:
 
     def next_round(self) -> np.ndarray:
         """The points to evaluate exactly next, ascending; empty when the funnel is done."""
-        if not self.exhaustive:
-            self._prune()
+        self.prune()
         left = np.flatnonzero(self.remaining)
         if len(left):
             self.rounds += 1
@@ -80,9 +79,11 @@ class Funnel:
         self.remaining[indices] = False
         self.exact[indices] = np.where(np.asarray(feasible, bool)[:, None], exact, np.nan)
 
-    def _prune(self) -> None:
+    def prune(self) -> None:
+        """Prune every remaining candidate the exact results so far rule out (none when
+        exhaustive)."""
         left = np.flatnonzero(self.remaining)
-        if not len(left):
+        if not len(left) or self.exhaustive:
             return
         done = self.exact[self.evaluated]
         front = done[non_dominated(done)]

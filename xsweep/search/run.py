@@ -212,6 +212,7 @@ def _exact_phase(table: Table, sweep, folder: SweepFolder, job: Job, executor,
             update(table, rows)
             funnel.record(rows["point"], objective_matrix(rows, sweep.objectives),
                           exact_feasible(rows))
+        funnel.prune()
         show(f"exact round {funnel.rounds}: {len(picks):,} points "
              f"({len(todo)} of {len(batches)} batches computed); "
              f"{int(funnel.evaluated.sum()):,} exact, {int(funnel.pruned.sum()):,} pruned, "
