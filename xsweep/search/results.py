@@ -11,6 +11,7 @@ import xarray as xr
 from xsweep.search.grid import Grid
 from xsweep.search.pareto import non_dominated, objective_matrix, top_points
 from xsweep.search.table import Table
+from xsweep.search.tasks import METRICS
 
 
 @dataclass(frozen=True)
@@ -44,8 +45,9 @@ def to_dataset(grid: Grid, table: Table, attrs: dict) -> xr.Dataset:
     singletons = tuple(i for i, n in enumerate(grid.shape) if n == 1)
     dims = grid.dims
     data = {}
-    for name, values in table.items():
-        data[name] = (dims, values.reshape(grid.shape).squeeze(axis=singletons))
+    first = ("point", "feasible", "status", "level", "reason", *METRICS)
+    for name in sorted(table, key=lambda n: (first.index(n) if n in first else len(first), n)):
+        data[name] = (dims, table[name].reshape(grid.shape).squeeze(axis=singletons))
     coords = {path: _coord(grid.axes[path]) for path in dims}
     coords |= {path: np.array(value, dtype=object) if isinstance(value, str) else value
                for path, value in grid.fixed.items()}
