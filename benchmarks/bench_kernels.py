@@ -58,28 +58,25 @@ def _parse() -> argparse.Namespace:
 
 
 ARGS = _parse()
-if ARGS.cpu_devices:  # must be set before JAX initialises its backends
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                               + f" --xla_force_host_platform_device_count={ARGS.cpu_devices}")
+import xsweep  # noqa: E402
+
+xsweep.use_cpu_devices(ARGS.cpu_devices or None)  # before JAX starts its backends
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from plans import llama7b_grid, simulated_time  # noqa: E402
 from xsweep.kernels import Status, blocked_bound, exact  # noqa: E402
 
-from xsweep.batch import BLOCK_STEP_COST, evaluate_programs  # noqa: E402
-from xsweep.encode import (  # noqa: E402
-    BlockShape,
-    block_sizes,
-    encode,
-    encode_blocks,
-    program_sizes,
-)
+from xsweep.evaluator import default_evaluator  # noqa: E402
+from xsweep.evaluator.blocks import block_form, block_layout, block_sizes, encode_blocks  # noqa: E402
+from xsweep.evaluator.driver import BLOCK_STEP_COST  # noqa: E402
+from xsweep.evaluator.encode import encode  # noqa: E402
+from xsweep.evaluator.shapes import BlockShape, program_sizes  # noqa: E402
+from xsweep.evaluator.slots import exact_slots  # noqa: E402
 from xsweep.plan.analysis import analyze  # noqa: E402
 from xsweep.plan.builder import random_plan  # noqa: E402
 from xsweep.plan.lower import lower  # noqa: E402
 from xsweep.sim import simulate  # noqa: E402
-from xsweep.slots import exact_slots  # noqa: E402
 from xsweep.spec.catalog import load_catalog  # noqa: E402
 
 LEVELS = ("bound", "exact")
@@ -133,8 +130,10 @@ def per_variant_loop(level: str, programs, sims) -> float:
     arrays = [jax.tree.map(lambda x: x[0], encode([p])) for p in programs]
     if level == "bound":
         single = jax.jit(blocked_bound)
-        blocked = [jax.tree.map(lambda x: x[0], encode_blocks(
-            [p], BlockShape(*block_sizes([p], BLOCK_STEP_COST["cpu"])[0]))) for p in programs]
+        step_cost = BLOCK_STEP_COST["cpu"]
+        shapes = [BlockShape(*block_sizes([p], [block_form(p, step_cost)])[0]) for p in programs]
+        blocked = [jax.tree.map(lambda x: x[0], encode_blocks([block_layout(p, s.width)], s))
+                   for p, s in zip(programs, shapes, strict=True)]
         calls = [lambda b=b: single(b) for b in blocked]
     else:
         single = jax.jit(exact, static_argnames=("slots", "batched"))
@@ -176,7 +175,7 @@ def bench_class(size_class: str) -> list:
     for level in LEVELS:
         for with_metrics in (False, True):
             def call(level=level, w=with_metrics):
-                return evaluate_programs(programs, level, with_metrics=w)
+                return default_evaluator().run(programs, level, with_metrics=w)
             _, cold[level, with_metrics] = timed(call)  # the first call compiles
             calls[level, with_metrics] = call
     # forkserver: forking this process, whose JAX runtime runs threads, is unsafe
@@ -218,8 +217,8 @@ def bench_class(size_class: str) -> list:
                   f"water-filling rounds max {out['waterfill_rounds'].max()}; "
                   f"status counts {np.bincount(out['status']).tolist()}")
         loop_s = per_variant_loop(level, loop, loop_sims)
-        evaluate_programs(loop, level, with_metrics=False)
-        _, batched_s = timed(lambda level=level: evaluate_programs(loop, level,
+        default_evaluator().run(loop, level, with_metrics=False)
+        _, batched_s = timed(lambda level=level: default_evaluator().run(loop, level,
                                                                    with_metrics=False),
                              ARGS.repeat)
         print(f"      {len(loop)} of them: Python loop of jitted single calls "
@@ -231,8 +230,8 @@ def bench_class(size_class: str) -> list:
 def bench_many(distinct: list, count: int) -> None:
     programs = [distinct[i % len(distinct)] for i in range(count)]
     for with_metrics in (False, True):
-        evaluate_programs(distinct, "bound", with_metrics=with_metrics)  # compile
-        out, seconds = timed(lambda w=with_metrics: evaluate_programs(programs, "bound",
+        default_evaluator().run(distinct, "bound", with_metrics=with_metrics)  # compile
+        out, seconds = timed(lambda w=with_metrics: default_evaluator().run(programs, "bound",
                                                                         with_metrics=w))
         print(f"\nbound over {count} variants ({len(distinct)} distinct programs), metrics "
               f"{'on ' if with_metrics else 'off'}: {count / seconds:10.1f} variants/s, "

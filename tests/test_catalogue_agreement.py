@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from xsweep.kernels import Status
 
-from xsweep import metrics
-from xsweep.batch import evaluate_programs
+from xsweep import metrics, timeline
+from xsweep.evaluator import default_evaluator
 from xsweep.plan.analysis import analyze
 from xsweep.plan.builder import random_plan
 from xsweep.plan.lower import lower
@@ -45,7 +45,7 @@ def _catalogue(seeds, max_gpus):
         program = lower(analyze(random_plan(seed, max_gpus=max_gpus), catalog))
         observer = _SharingObserver(program)
         result = simulate(program, (observer,))
-        per_stream = metrics.stream_metrics(np, metrics.metric_index(program),
+        per_stream = timeline.stream_metrics(np, timeline.metric_index(program),
                                             result.task_start_s, result.task_end_s)
         reference.append((result.iteration_time_s, per_stream, observer.shared))
         programs.append(program)
@@ -58,7 +58,7 @@ def _errors(programs, reference, out):
     for i, (program, (t_ref, per_stream, _)) in enumerate(zip(programs, reference, strict=True)):
         time_err.append(abs(out["iteration_time_s"][i] - t_ref) / t_ref)
         s = program.num_streams
-        for name in metrics.RANK_METRICS:
+        for name in metrics.STREAM_METRICS:
             ref = per_stream[name]
             got = out[name][i, :s]
             metric_err.extend(np.abs(got - ref) / np.maximum(np.abs(ref), t_ref))
@@ -67,13 +67,13 @@ def _errors(programs, reference, out):
 
 def _check(programs, reference):
     for dtype, median_tol, worst_tol in (("float32", 1e-5, 1e-4), ("float64", 1e-9, 1e-9)):
-        out = evaluate_programs(programs, "exact", dtype=dtype)
+        out = default_evaluator().run(programs, "exact", dtype=dtype)
         assert np.all(out["status"] == Status.OK)
         time_err, metric_err = _errors(programs, reference, out)
         assert np.median(time_err) <= median_tol and time_err.max() <= worst_tol, dtype
         assert np.median(metric_err) <= median_tol and metric_err.max() <= worst_tol, dtype
 
-    bound = evaluate_programs(programs, "bound", dtype="float32", with_metrics=False)
+    bound = default_evaluator().run(programs, "bound", dtype="float32", with_metrics=False)
     t_ref = np.array([r[0] for r in reference])
     contended = np.array([r[2] for r in reference])
     # float32 rounding aside, the bound is never above the exact time ...

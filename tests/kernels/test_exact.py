@@ -8,8 +8,9 @@ import pytest
 from programs import GB, bottleneck_program, parking_lot_program
 from xsweep.kernels import Status, exact
 
-from xsweep.batch import evaluate_programs
-from xsweep.encode import batch_shape, encode, predicted_size, program_sizes
+from xsweep.evaluator import default_evaluator
+from xsweep.evaluator.encode import encode
+from xsweep.evaluator.shapes import batch_shape, predicted_size, program_sizes
 from xsweep.plan.program import Category, ProgramBuilder
 
 SLOTS = 32
@@ -89,7 +90,7 @@ def test_unbatched_single_calls_match_the_batch(six):
 def test_one_variant_per_device_agrees_with_simulator(random_programs, random_sims):
     """The driver's unbatched path (chunks of one), on neighbours in size (one shape)."""
     middle = np.argsort(predicted_size(program_sizes(random_programs)))[30:34]
-    out = evaluate_programs([random_programs[i] for i in middle], "exact", dtype="float64",
+    out = default_evaluator().run([random_programs[i] for i in middle], "exact", dtype="float64",
                             chunk_size=1, with_metrics=False)
     assert np.all(out["status"] == Status.OK)
     expected = [random_sims[i].iteration_time_s for i in middle]
@@ -120,7 +121,7 @@ def test_padded_variants_finish_at_once(random_programs):
 def test_overflow_reruns_with_more_slots(random_programs, exact_float64):
     crowded = np.flatnonzero((exact_float64["max_active_flows"] > 2)
                              & (exact_float64["max_active_flows"] <= 4))[:4]
-    out = evaluate_programs([random_programs[i] for i in crowded], "exact", dtype="float64",
+    out = default_evaluator().run([random_programs[i] for i in crowded], "exact", dtype="float64",
                             slots=2, with_metrics=False, chunk_size=8)
     assert np.all(out["status"] == Status.OK)
     np.testing.assert_array_equal(out["iteration_time_s"],
@@ -163,7 +164,7 @@ def test_too_few_task_slots_overflow_then_rerun():
     program = b.build()
     alone = _exact(jax.tree.map(lambda x: x[0], encode([program])), slots=4, batched=False)
     assert int(alone.status) == Status.OVERFLOW
-    out = evaluate_programs([program], "exact", slots=4, with_metrics=False)
+    out = default_evaluator().run([program], "exact", slots=4, with_metrics=False)
     assert out["status"].tolist() == [Status.OK]
     assert out["iteration_time_s"][0] == pytest.approx(12.0)
 
@@ -209,7 +210,7 @@ def test_lowered_plans_agree_with_simulator(dtype, median, worst):
     programs = [lower(analyze(random_plan(seed, max_gpus=16, num_layers=4), catalog))
                 for seed in range(64)]
     sims = [simulate(p) for p in programs]
-    out = evaluate_programs(programs, "exact", dtype=dtype, task_times=True, with_metrics=False,
+    out = default_evaluator().run(programs, "exact", dtype=dtype, task_times=True, with_metrics=False,
                             chunk_size=16)
     assert np.all(out["status"] == Status.OK)
     iteration, task = _errors(programs, sims, out)

@@ -41,8 +41,16 @@ def test_schedule_runs_every_pass_once_and_bounds_memory(schedule, p, m):
         assert sorted(order) == sorted([("F", j) for j in range(m)] + [("B", j) for j in range(m)])
         # a backward never precedes its own forward
         assert all(order.index(("F", j)) < order.index(("B", j)) for j in range(m))
+        live = [sum(1 if kind == "F" else -1 for kind, _ in order[: i + 1])
+                for i in range(len(order))]
         expected = m if schedule == "gpipe" else min(m, p - stage)
-        assert in_flight(schedule, stage, p, m) == expected
+        assert in_flight(schedule, stage, p, m) == max(live) == expected
+
+
+@pytest.mark.parametrize("args", [("interleaved", 0, 4, 8), ("1f1b", 4, 4, 8), ("1f1b", 0, 4, 0)])
+def test_in_flight_refuses_what_no_schedule_runs(args):
+    with pytest.raises(ValueError):
+        in_flight(*args)
 
 
 def test_appendix_b_ranks_groups_and_dp_tasks(catalog):

@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from xsweep.plan.memory import (
     fits,
-    in_flight_micro_batches,
     layer_activation_bytes,
     memory_per_gpu,
 )
@@ -89,16 +88,6 @@ def test_1f1b_holds_at_most_what_gpipe_holds(m, p, data):
     else:
         assert one_f.activations_gb < gpipe.activations_gb
     assert (one_f.weights_gb, one_f.optimizer_gb) == (gpipe.weights_gb, gpipe.optimizer_gb)
-
-
-def test_in_flight_micro_batches():
-    assert in_flight_micro_batches("gpipe", 8, 3, 4) == 8
-    assert [in_flight_micro_batches("1f1b", 8, i, 4) for i in range(4)] == [4, 3, 2, 1]
-    assert in_flight_micro_batches("1f1b", 2, 0, 4) == 2
-    with pytest.raises(ValueError, match="schedule"):
-        in_flight_micro_batches("interleaved", 8, 0, 4)
-    with pytest.raises(ValueError, match="stage_index"):
-        in_flight_micro_batches("1f1b", 8, 4, 4)
 
 
 def test_weights_grads_and_optimizer_per_parameter():

@@ -7,7 +7,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xsweep.errors import InputError
-from xsweep.plan.collectives import hierarchical_allreduce, ring_allreduce
 from xsweep.plan.topology import (
     DEFAULT_SWITCH_LATENCY_NS,
     FAT_TREE,
@@ -205,15 +204,3 @@ def test_every_path_is_a_walk_from_source_to_destination(spec, kind, per_rack, d
     assert (len(path) == 2) == same_node
     assert len(path) in (2, 4, 6, 7)
     assert topo.path_latency_s(path) > 0
-
-
-def test_hierarchical_allreduce_stays_on_rails_where_a_flat_ring_crosses_the_spine():
-    topo = build_topology([node()] * 4, FabricHw(RAIL_OPTIMIZED))
-    spine_links = {i for i, name in enumerate(topo.names) if "spine" in name}
-
-    def crosses_spine(steps) -> bool:
-        return any(spine_links & set(topo.path(s, d)) for step in steps for s, d, _ in step)
-
-    ranks = range(topo.num_ranks)
-    assert not crosses_spine(hierarchical_allreduce(ranks, 1e9, topo.node_of))
-    assert crosses_spine(ring_allreduce(ranks, 1e9))

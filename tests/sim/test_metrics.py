@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from programs import random_program
 
-from xsweep import metrics
+from xsweep import timeline
+from xsweep.evaluator.encode import metric_index_dims, pad_metric_index
 from xsweep.plan.program import Category, ProgramBuilder
 from xsweep.sim import rank_metrics, simulate, summary
 
@@ -32,8 +33,9 @@ def test_waiting_for_a_transfer_is_exposed_and_part_of_the_bubble(category, key)
     stage0, stage1 = rank_metrics(program, result)
     assert stage0["bubble_s"] == pytest.approx(4.2) and stage1["bubble_s"] == pytest.approx(1.6)
     for row in (stage0, stage1):
-        assert row["exposed_comm_s"][key] == pytest.approx(0.6)
-        assert sum(row["exposed_comm_s"].values()) == pytest.approx(0.6)
+        exposed = {k: row[f"exposed_{k}_s"] for k in ("tp", "pp", "reshard", "dp")}
+        assert exposed[key] == pytest.approx(0.6)
+        assert sum(exposed.values()) == pytest.approx(0.6)
         assert row["busy_s"] == pytest.approx(3.0) and row["idle_s"] == pytest.approx(4.2)
         assert row["straggler_wait_s"] == 0.0
 
@@ -55,7 +57,7 @@ def test_predecessor_ties_go_to_the_lowest_index(transfer_first):
     program = b.build()
     row = rank_metrics(program, simulate(program))[0]
     assert row["bubble_s"] == 1.0
-    assert row["exposed_comm_s"]["pp"] == (1.0 if transfer_first else 0.0)
+    assert row["exposed_pp_s"] == (1.0 if transfer_first else 0.0)
 
 
 def test_summary_weights_streams_by_their_ranks():
@@ -74,9 +76,15 @@ def test_summary_weights_streams_by_their_ranks():
 
 def _numpy_metrics(program):
     result = simulate(program)
-    index = metrics.metric_index(program)
-    per_stream = metrics.stream_metrics(np, index, result.task_start_s, result.task_end_s)
+    index = timeline.metric_index(program)
+    per_stream = timeline.stream_metrics(np, index, result.task_start_s, result.task_end_s)
     return index, result, per_stream
+
+
+def _stacked(indices):
+    """The indices padded to one shape and stacked, as the batched evaluator does."""
+    num_tasks = max(ix.task_valid.shape[0] for ix in indices)
+    return pad_metric_index(indices, num_tasks, metric_index_dims(indices), dtype=np.float64)
 
 
 def _pad_times(times, num_tasks):
@@ -88,12 +96,12 @@ def test_jax_numpy_eager_and_jitted_agree_with_numpy():
     programs = [random_program(seed) for seed in range(8)]
     singles = [_numpy_metrics(p) for p in programs]
     # one common padded shape, so that the jitted function compiles once
-    stacked = metrics.stack_metric_indices([ix for ix, _, _ in singles])
+    stacked = _stacked([ix for ix, _, _ in singles])
     T = stacked.task_valid.shape[1]
 
     def evaluate(ix, start, end, scalars):
-        per_stream = metrics.stream_metrics(jnp, ix, start, end)
-        return per_stream, metrics.summarize(jnp, ix, per_stream, start, end, *scalars)
+        per_stream = timeline.stream_metrics(jnp, ix, start, end)
+        return per_stream, timeline.summarize(jnp, ix, per_stream, start, end, *scalars)
 
     jitted = jax.jit(evaluate)
     with jax.enable_x64(True):
@@ -101,9 +109,9 @@ def test_jax_numpy_eager_and_jitted_agree_with_numpy():
                                                                       strict=True)):
             scalars = (program.tokens_per_iteration, program.model_flops_per_iteration,
                        program.peak_flops_per_s)
-            expected_summary = metrics.summarize(np, index, expected, result.task_start_s,
+            expected_summary = timeline.summarize(np, index, expected, result.task_start_s,
                                                  result.task_end_s, *scalars)
-            padded = metrics.MetricIndex(*(a[i] for a in stacked))
+            padded = timeline.MetricIndex(*(a[i] for a in stacked))
             runs = [jitted(padded, _pad_times(result.task_start_s, T),
                            _pad_times(result.task_end_s, T), scalars)]
             if i == 0:  # eager jax.numpy on the unpadded index
@@ -123,12 +131,12 @@ def test_jax_numpy_eager_and_jitted_agree_with_numpy():
 def test_vmap_over_padded_programs_matches_one_at_a_time():
     programs = [random_program(seed) for seed in (3, 11, 29)]
     singles = [_numpy_metrics(p) for p in programs]
-    stacked = metrics.stack_metric_indices([ix for ix, _, _ in singles])
+    stacked = _stacked([ix for ix, _, _ in singles])
     T = stacked.task_valid.shape[1]
     start = np.stack([_pad_times(r.task_start_s, T) for _, r, _ in singles])
     end = np.stack([_pad_times(r.task_end_s, T) for _, r, _ in singles])
     with jax.enable_x64(True):
-        batched = jax.jit(jax.vmap(functools.partial(metrics.stream_metrics, jnp)))(
+        batched = jax.jit(jax.vmap(functools.partial(timeline.stream_metrics, jnp)))(
             stacked, start, end)
     for i, (_, _, expected) in enumerate(singles):
         S = expected["busy_s"].shape[0]

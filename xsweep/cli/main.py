@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import xsweep
 import xsweep.cli
 from xsweep.cli.common import run_guarded
+from xsweep.devices import use_cpu_devices
 
 _NOT_COMMANDS = {"main", "common"}
 
@@ -63,6 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "run", None) is None:
         parser.print_help(sys.stderr)
         return 2
+    use_cpu_devices()  # before any command starts JAX
     return run_guarded(args.run, args)
 
 

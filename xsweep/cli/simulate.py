@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import sys
 
-from xsweep.cli.plan import add_plan_inputs, read_plan
-from xsweep.outcome import format_outcome, outcome
-from xsweep.sim import simulate, write_trace
+from xsweep.cli.plan import add_plan_inputs, prepare_from
+from xsweep.metrics import jsonable
+from xsweep.outcome import format_outcome, simulate_plan
+from xsweep.sim import write_trace
 
 
 def register(subparsers) -> None:
@@ -19,13 +20,14 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    analysis, program = read_plan(args)
+    prepared = prepare_from(args)
+    program = prepared.program
     print(f"simulating {program.num_tasks} tasks, {program.num_flows} flows ...",
           file=sys.stderr)
-    result = simulate(program)
+    result, doc = simulate_plan(prepared)
     if args.trace:
         write_trace(program, result, args.trace)
         print(f"trace written to {args.trace}", file=sys.stderr)
-    doc = outcome(analysis, program, result)
-    print(json.dumps(doc, indent=2) if args.json else format_outcome(doc))
+    print(json.dumps(jsonable(doc), indent=2, allow_nan=False) if args.json
+          else format_outcome(doc))
     return 0

@@ -3,6 +3,7 @@ resharding and the network topology; everything the lowering to the program IR n
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from xsweep.plan import groups as groups_mod
@@ -45,13 +46,15 @@ class GroupInfo:
 
 @dataclass(frozen=True)
 class Reshard:
-    """The activation transfer between two consecutive stages of one replica."""
+    """The transfers between two consecutive stages of one replica, computed once per plan:
+    activations forward, their gradients back."""
 
     from_group: int
     to_group: int
     scheme: str  # "lcm" | "hetauto" | "alpacomm"; equal TP degrees make it plain P2P
     bytes: float
-    transfers: tuple  # reshard.Transfer, forward direction
+    transfers: tuple  # reshard.Transfer, forward direction (from_group -> to_group)
+    transfers_back: tuple  # reshard.Transfer, gradients (to_group -> from_group)
     tp_equal: bool  # equal TP degrees: a plain per-rank pipeline transfer, not a resharding
 
 
@@ -77,6 +80,20 @@ class PlanAnalysis:
 
     def index_of(self, group_id: int) -> int:
         return next(i for i, g in enumerate(self.groups) if g.id == group_id)
+
+    @functools.cached_property
+    def _transfer_map(self) -> dict[tuple[int, int], tuple]:
+        index = {g.id: i for i, g in enumerate(self.groups)}
+        out = {}
+        for r in self.reshards:
+            src, dst = index[r.from_group], index[r.to_group]
+            out[src, dst], out[dst, src] = r.transfers, r.transfers_back
+        return out
+
+    def transfers(self, src: int, dst: int) -> tuple:
+        """The transfers from group ``src`` to the adjacent stage's group ``dst`` (indices
+        into ``groups``): activations forward, gradients backward."""
+        return self._transfer_map[src, dst]
 
 
 def _topology(plan, catalog) -> tuple[Topology, list[GpuSpec]]:
@@ -155,8 +172,9 @@ def analyze(plan, catalog, *, profile=None) -> PlanAnalysis:
         for a, b in zip(members, members[1:], strict=False):
             src, dst = infos[a], infos[b]
             nbytes = src.cost.activation_bytes
-            transfers = reshard_mod.reshard(scheme, src.ranks, dst.ranks, nbytes)
-            reshards.append(Reshard(src.id, dst.id, scheme, nbytes, tuple(transfers),
+            forward = reshard_mod.reshard(scheme, src.ranks, dst.ranks, nbytes)
+            back = reshard_mod.reshard(scheme, dst.ranks, src.ranks, dst.cost.activation_bytes)
+            reshards.append(Reshard(src.id, dst.id, scheme, nbytes, tuple(forward), tuple(back),
                                     tp_equal=src.tp == dst.tp))
 
     seq = model.seq_length

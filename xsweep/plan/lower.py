@@ -5,10 +5,7 @@ Granularity (what one task stands for):
 * one forward or backward pass of one device group on one micro-batch is one
   COMPUTE task on that group's stream, followed by one blocking TP task;
 * the TP all-reduces of that pass (Megatron: two per block and direction) are
-  lowered as one pipelined ring, as NCCL streams a ring: each rank sends one flow
-  of ``2(k-1)/k * n * S`` bytes to its ring successor, after ``2(k-1) * n`` hop
-  latencies. With nothing else on the scale-up links this takes exactly the time
-  of ``n`` back-to-back ring all-reduces, ``n * 2(k-1)(alpha + S/(kB))``;
+  lowered as one pipelined ring (``collectives.pipelined_allreduce``);
 * activations (forward) and their gradients (backward) between consecutive
   stages move as explicit transfers, one COMM task per resharding phase;
 * the last backward pass of every group is cut at the sweep-line segment
@@ -21,9 +18,8 @@ Granularity (what one task stands for):
 
 from __future__ import annotations
 
-from xsweep.plan import reshard as reshard_mod
 from xsweep.plan.analysis import GroupInfo, PlanAnalysis
-from xsweep.plan.collectives import ring_allreduce
+from xsweep.plan.collectives import pipelined_allreduce, ring_allreduce
 from xsweep.plan.groups import chunk_bytes_per_rank
 from xsweep.plan.program import Category, Program, ProgramBuilder
 from xsweep.plan.schedule import stage_order
@@ -43,6 +39,11 @@ class _Lowering:
         self.boundaries = sorted({g.first_layer for g in a.dp_groups}
                                  | {g.last_layer + 1 for g in a.dp_groups})
         self.piece_end: dict[tuple[int, int], int] = {}  # (group id, first layer) -> task
+        # flows of each resharding phase, per (sending group id, receiving group id)
+        self.phases: dict[tuple[int, int], list[list]] = {}
+        for r in a.reshards:
+            self.phases[r.from_group, r.to_group] = self._phase_flows(r.transfers)
+            self.phases[r.to_group, r.from_group] = self._phase_flows(r.transfers_back)
 
     # -- flows ---------------------------------------------------------------------------
     def _flow(self, src, dst, nbytes, hops=1):
@@ -50,12 +51,8 @@ class _Lowering:
         return (src, dst, nbytes, hops * self.topo.path_latency_s(path), path)
 
     def _tp_flows(self, g: GroupInfo, count: float):
-        k = g.tp
-        if k == 1 or count <= 0:
-            return []
-        size = count * g.cost.tp_allreduce_bytes
-        return [self._flow(g.ranks[i], g.ranks[(i + 1) % k], 2 * (k - 1) / k * size,
-                           hops=2 * (k - 1) * count) for i in range(k)]
+        return [self._flow(src, dst, nbytes, hops) for src, dst, nbytes, hops
+                in pipelined_allreduce(g.ranks, g.cost.tp_allreduce_bytes, count)]
 
     # -- passes --------------------------------------------------------------------------
     def _on_stream(self, gi: int, category, duration, deps, tp_count, mb, name):
@@ -70,17 +67,20 @@ class _Lowering:
         self.last[gi] = t
         return t
 
-    def _transfer(self, src: GroupInfo, dst: GroupInfo, nbytes, mb, after, backward):
-        """Move one micro-batch's activations (or their gradients) between stages."""
-        transfers = reshard_mod.reshard(self.a.resharding, src.ranks, dst.ranks, nbytes)
-        category = Category.PP if src.tp == dst.tp else Category.RESHARD
+    def _phase_flows(self, transfers) -> list[list]:
+        """The flows of each phase of a resharding, phases in order."""
         phases: dict[int, list] = {}
         for tr in transfers:
             phases.setdefault(tr.phase, []).append(self._flow(tr.src, tr.dst, tr.bytes))
+        return [phases[phase] for phase in sorted(phases)]
+
+    def _transfer(self, src: GroupInfo, dst: GroupInfo, mb, after, backward):
+        """Move one micro-batch's activations (or their gradients) between stages."""
+        category = Category.PP if src.tp == dst.tp else Category.RESHARD
         t = after
         direction = "grad" if backward else "act"
-        for phase in sorted(phases):
-            t = self.b.add_comm(category, phases[phase], [t], stage=src.stage, micro_batch=mb,
+        for phase, flows in enumerate(self.phases[src.id, dst.id]):
+            t = self.b.add_comm(category, flows, [t], stage=src.stage, micro_batch=mb,
                                 device_group=src.id, replica=src.replica, phase=phase,
                                 name=f"{direction} {src.id}->{dst.id} mb{mb} p{phase}")
         return t
@@ -130,7 +130,7 @@ class _Lowering:
                                             g.cost.tp_allreduces_forward, mb, f"F dg{g.id} mb{mb}")
                         if s + 1 < p:
                             fwd_in[(s + 1, mb)] = self._transfer(
-                                g, groups[members[s + 1]], g.cost.activation_bytes, mb, t, False)
+                                g, groups[members[s + 1]], mb, t, False)
                     else:
                         if s + 1 < p and (s, mb) not in bwd_in:
                             break
@@ -138,7 +138,7 @@ class _Lowering:
                         t = self._backward(gi, mb, deps, pos[s] == last_b[s])
                         if s > 0:
                             bwd_in[(s - 1, mb)] = self._transfer(
-                                g, groups[members[s - 1]], g.cost.activation_bytes, mb, t, True)
+                                g, groups[members[s - 1]], mb, t, True)
                     pos[s] += 1
                     progressed = True
             assert progressed, "pipeline schedule deadlocked"

@@ -20,8 +20,9 @@ recompute a block keeps only its input, ``2*s*b*h``, and one block's full activa
 exist while it is being recomputed. The first stage also keeps the embedding's dropout
 mask (``s*b*h``), the last stage the fp32 logits (``4*s*b*V/t``).
 
-In-flight micro-batches: GPipe keeps all ``m`` forward passes before the first
-backward; 1F1B keeps ``min(m, p - stage_index)`` with ``stage_index`` counted from 0.
+In-flight micro-batches come from the schedule (``xsweep.plan.schedule.in_flight``):
+GPipe keeps all ``m`` forward passes before the first backward; 1F1B keeps
+``min(m, p - stage_index)`` with ``stage_index`` counted from 0.
 No headroom is reserved for the framework, the allocator or communication buffers.
 """
 
@@ -29,13 +30,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from xsweep.plan.schedule import in_flight as schedule_in_flight
 from xsweep.plan.workload import BF16_BYTES, mlp_matrices, rank_params, tp_shard
 from xsweep.spec.catalog import GpuSpec, ModelSpec
 
 GB = 1e9
 GRAD_BYTES_PER_PARAM = 2  # bf16
 ADAM_BYTES_PER_PARAM = 12  # fp32 master weight, m and v
-SCHEDULES = ("gpipe", "1f1b")
 
 
 @dataclass(frozen=True)
@@ -59,20 +60,6 @@ def layer_activation_bytes(model: ModelSpec, tp: int, micro_batch_size: int) -> 
                  + 5 * shard.heads * s * s * b)
     ffn_bytes_per_unit = 4 if mlp_matrices(model) == 2 else 6
     return float(replicated + attention + ffn_bytes_per_unit * s * b * shard.ffn)
-
-
-def in_flight_micro_batches(schedule: str, num_micro_batches: int, stage_index: int,
-                            num_stages: int) -> int:
-    """Micro-batches whose activations a stage holds at its peak."""
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-    if not 0 <= stage_index < num_stages:
-        raise ValueError(f"stage_index {stage_index} is not inside 0..{num_stages - 1}")
-    if num_micro_batches < 1:
-        raise ValueError(f"num_micro_batches must be at least 1, got {num_micro_batches}")
-    if schedule == "gpipe":
-        return num_micro_batches
-    return min(num_micro_batches, num_stages - stage_index)
 
 
 def _held_activation_bytes(model: ModelSpec, tp: int, micro_batch_size: int, first_layer: int,
@@ -110,7 +97,7 @@ def memory_per_gpu(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: in
     if dp < 1:
         raise ValueError(f"dp must be at least 1, got {dp}")
     params = rank_params(model, tp, first_layer, last_layer)
-    in_flight = in_flight_micro_batches(schedule, num_micro_batches, stage_index, num_stages)
+    in_flight = schedule_in_flight(schedule, stage_index, num_stages, num_micro_batches)
     weights = BF16_BYTES * params / GB
     grads = GRAD_BYTES_PER_PARAM * params / GB
     optimizer = ADAM_BYTES_PER_PARAM * params / (dp if zero_stage == 1 else 1) / GB

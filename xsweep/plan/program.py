@@ -61,8 +61,6 @@ class Category(IntEnum):
     BARRIER = 7
 
 
-#: Communication categories in the order of ``exposed_comm_s`` fields.
-COMM_KINDS = ("tp", "pp", "reshard", "dp")
 
 
 @dataclass(frozen=True, eq=False)

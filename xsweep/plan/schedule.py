@@ -27,9 +27,15 @@ def stage_order(schedule: str, stage: int, num_stages: int, num_micro_batches: i
 
 
 def in_flight(schedule: str, stage: int, num_stages: int, num_micro_batches: int) -> int:
-    """The largest number of micro-batches whose activations one stage holds at once."""
-    live = peak = 0
-    for kind, _ in stage_order(schedule, stage, num_stages, num_micro_batches):
-        live += 1 if kind == "F" else -1
-        peak = max(peak, live)
-    return peak
+    """The largest number of micro-batches whose activations one stage holds at once:
+    all ``m`` under GPipe, ``min(m, num_stages - stage)`` under 1F1B (the peak of
+    :func:`stage_order`'s forwards not yet matched by a backward)."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if not 0 <= stage < num_stages:
+        raise ValueError(f"stage {stage} is not inside 0..{num_stages - 1}")
+    if num_micro_batches < 1:
+        raise ValueError(f"num_micro_batches must be at least 1, got {num_micro_batches}")
+    if schedule == "gpipe":
+        return num_micro_batches
+    return min(num_micro_batches, num_stages - stage)

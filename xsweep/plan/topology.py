@@ -122,6 +122,31 @@ class Topology:
             route = self._paths[key] = self._route(*key)
         return route
 
+    def paths(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The routes of many (``src``, ``dst``) pairs as CSR: ``(ptr, links)``."""
+        if len(src) == 0:
+            return np.zeros(1, np.int64), np.zeros(0, np.int64)
+        pairs, inverse = np.unique(np.stack([src, dst], axis=1), axis=0, return_inverse=True)
+        routes = [self.path(s, d) for s, d in pairs.tolist()]
+        lengths = np.array([len(r) for r in routes], np.int64)
+        flat = np.fromiter((x for r in routes for x in r), np.int64, int(lengths.sum()))
+        starts = np.concatenate([[0], np.cumsum(lengths)])
+        counts = lengths[inverse.ravel()]
+        ptr = np.concatenate([[0], np.cumsum(counts)])
+        owner = np.repeat(np.arange(len(counts)), counts)
+        links = flat[starts[inverse.ravel()][owner] + np.arange(int(ptr[-1])) - ptr[:-1][owner]]
+        return ptr, links
+
+    def shape_key(self) -> tuple:
+        """What the links and routes depend on (not their capacities or latencies)."""
+        fabric = self.fabric
+        return (tuple((n.num_gpus, n.cluster) for n in self.nodes), fabric.kind,
+                fabric.nodes_per_rack if fabric.kind == FAT_TREE else 0)
+
+    def rank_nodes(self) -> np.ndarray:
+        """int32[R]: the node index of every global rank."""
+        return np.array(self._rank_node, np.int32)
+
     def path_latency_s(self, path: Sequence[int]) -> float:
         """Sum of the latencies of the links on ``path``."""
         return float(sum(float(self.latency_s[link]) for link in path))

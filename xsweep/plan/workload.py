@@ -23,7 +23,7 @@ matrices, the embedding gather, the logits and the loss):
 weights read once per micro-batch plus the activations read and written, in bf16. The
 attention core is taken as fused (flash attention): it reads Q, K, V and writes its
 output without materialising the scores. Backward time is twice the forward time of
-each group. A measured :class:`~xsweep.plan.profile.Profile` replaces the estimate of
+each group. A measured :class:`~xsweep.spec.profile.Profile` replaces the estimate of
 the transformer blocks; embedding and head are always estimated.
 """
 
@@ -32,8 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xsweep.errors import InputError
-from xsweep.plan.profile import Profile
 from xsweep.spec.catalog import GpuSpec, ModelSpec
+from xsweep.spec.profile import Profile
 
 BF16_BYTES = 2
 #: Bytes one parameter's mixed-precision Adam step touches: it reads fp32 master weight,

@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from xsweep.errors import InputError
+from xsweep.metrics import directions
 from xsweep.spec.catalog import Catalog, load_catalog, read_yaml
 
 T = TypeVar("T")
@@ -49,19 +50,9 @@ Axis = Annotated[list[T], BeforeValidator(_as_list), Field(min_length=1), AfterV
 PositiveInt = Annotated[int, Field(gt=0, strict=True)]
 NonNegativeInt = Annotated[int, Field(ge=0, strict=True)]
 
-# Objective names accepted in a sweep, with the direction each is optimised in;
-# the short forms of the design sketch map onto the metric names. The paper's
-# capex / training-time figure is reported, not optimised: it grows as training
-# gets faster, so neither direction means "better".
-OBJECTIVE_DIRECTIONS = {
-    "iteration_time_s": "minimize",
-    "cost_per_run_usd": "minimize",
-    "cost_rate_usd_per_hour": "minimize",
-    "capex_usd": "minimize",
-    "memory_per_gpu_gb": "minimize",
-    "tokens_per_s": "maximize",
-    "mfu": "maximize",
-}
+# Objective names accepted in a sweep: every plan-level figure of the metrics table that
+# has a direction; the short forms of the design sketch map onto the metric names.
+OBJECTIVE_DIRECTIONS = directions()
 _OBJECTIVE_SHORT = {"iteration_time": "iteration_time_s", "cost_per_run": "cost_per_run_usd",
                     "cost_rate": "cost_rate_usd_per_hour", "capex": "capex_usd",
                     "memory_per_gpu": "memory_per_gpu_gb"}

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from xsweep.errors import InputError
-from xsweep.plan.profile import load_profile
 from xsweep.plan.workload import stage_cost
 from xsweep.spec.catalog import GpuSpec, ModelSpec, load_catalog
+from xsweep.spec.profile import load_profile
 
 LLAMA2_7B = ModelSpec("llama2-7b", 32, 4096, 11008, 32, 32, 32000, 4096, "swiglu")
 H100 = GpuSpec("H100-SXM", 989, 80, 3.35, 3600, 20.44, 512, 287.5, "cx7", 26250, 1275, 2.99,

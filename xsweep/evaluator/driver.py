@@ -1,10 +1,11 @@
 """Evaluate many programs with the JAX kernels: encode, bucket, chunk, shard, collect.
 
 The two levels see programs differently: the exact level reads the padded program
-(``xsweep.encode.encode``), the bound a block layout (``xsweep.encode.block_layout``,
+(``xsweep.evaluator.encode``), the bound a block layout (``xsweep.evaluator.blocks``,
 with the contention-free durations already in it). What the host derives from a
-program (the layout, the metrics' index) is kept per program object, so a
-program seen again costs only its copy into a chunk.
+program (the layout, the metrics' index) is kept per program object by the
+evaluator (``xsweep.evaluator.derived``), so a program seen again costs only its
+copy into a chunk.
 
 Programs are sorted by predicted size (exact: tasks + flows; bound: the work of
 its layout) and cut into chunks, so neighbours in size share a chunk: little
@@ -21,7 +22,7 @@ code. The exact level's slots (tasks and flows under way at once) are sized per
 variant from its bound schedule, and a bucket runs with the most any member needs
 (buckets are cut where slots too grow past ``REUSE_FACTOR``); variants that still
 overflow are rerun together, in a second pass with twice the slots of both kinds.
-The metrics of ``xsweep.metrics`` are computed on the device by a second,
+The metrics of ``xsweep.timeline`` are computed on the device by a second,
 loop-free call on the task times, which never leave the device unless asked for;
 its index arrays share one size per bucket too. While the device works on one
 chunk, the host encodes the next.
@@ -35,33 +36,26 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from jax import lax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from xsweep import metrics
-from xsweep.encode import (
+from xsweep.errors import InputError
+from xsweep.evaluator.blocks import block_shapes, block_sizes, block_work, encode_blocks
+from xsweep.evaluator.derived import Derived
+from xsweep.evaluator.encode import encode, metric_index_dims, pad_metric_index
+from xsweep.evaluator.executables import DIAGNOSTICS, REUSE_FACTOR, Executables
+from xsweep.evaluator.shapes import (
     BlockShape,
     Shape,
-    block_shapes,
-    block_sizes,
-    block_work,
-    encode,
-    encode_blocks,
     ladder,
-    metric_index_dims,
-    pad_metric_index,
     padding_overhead,
-    per_program,
     predicted_size,
     program_shapes,
     program_sizes,
 )
-from xsweep.errors import InputError
-from xsweep.kernels import MAX_ROUNDS, Status, blocked_bound, exact
+from xsweep.evaluator.slots import exact_slots
+from xsweep.kernels import MAX_ROUNDS, Status
 from xsweep.plan.program import Program
-from xsweep.slots import exact_slots
 
 LEVELS = ("bound", "exact")
 DTYPES = {"float32": np.float32, "float64": np.float64}
@@ -79,12 +73,10 @@ DEFAULT_CHUNK = {"cpu": {"bound": 64, "exact": 32}, "gpu": {"bound": 16384, "exa
 #: every slot at every step).
 VECTORIZED = {"cpu": {"bound": True, "exact": False}, "gpu": {"bound": True, "exact": True}}
 #: Cost of one step of the bound's scan in gathered predecessors per variant, by
-#: platform; it sets how wide the bound's blocks are (``xsweep.encode.block_layout``).
+#: platform; it sets how wide the bound's blocks are (``xsweep.evaluator.blocks``).
 #: On CPU the rate of the Llama-2-7B plans barely moves between 8 and 512; the
 #: accelerator's (whose steps are kernel launches) is a first guess.
 BLOCK_STEP_COST = {"cpu": 32, "gpu": 1024}
-#: A chunk may run at an already compiled shape that costs up to this many times its own.
-REUSE_FACTOR = 2.0
 #: Shapes (compilations) one call uses at most, besides reruns after an overflow.
 MAX_BUCKETS = 8
 #: Variants of one bucket at least, by level. A bound chunk runs in milliseconds on
@@ -98,69 +90,7 @@ MIN_BUCKET = {"bound": 16384, "exact": 1}
 #: few large programs does not run dozens of empty ones.
 MIN_ROWS = {"bound": 64, "exact": 1}
 MIN_CHUNK_WORK = {"bound": 64 * 16384, "exact": 0}
-#: Compiled shapes kept at most; past that the kernels compiled here are dropped and
-#: compiled again as needed (each holds code and memory mappings; chunks come in
-#: increasing size, so old shapes are rarely needed again).
-MAX_COMPILED = 32
-#: Diagnostics of the kernels, int32 per variant.
-DIAGNOSTICS = ("status", "steps", "max_active_flows", "waterfill_rounds")
-
-_AXIS = "variant"
 _SCALARS = ("tokens_per_iteration", "model_flops_per_iteration", "peak_flops_per_s")
-
-
-def _sharded(fn: Callable, devices: tuple,
-             vectorized: bool = True) -> tuple[Callable, NamedSharding]:
-    """``fn`` (of one variant) over a variant axis split across ``devices``, jitted.
-
-    Each device runs its share of the variants vmapped or, not ``vectorized``, one
-    after another with ``lax.map``.
-    """
-    mesh = Mesh(np.array(devices), (_AXIS,))
-    spec = PartitionSpec(_AXIS)
-    if vectorized:
-        local = jax.vmap(fn)
-    else:
-        def local(*args):
-            return lax.map(lambda one: fn(*one), args)
-    sharded = jax.shard_map(local, mesh=mesh, in_specs=spec, out_specs=spec,
-                            check_vma=False)  # the kernels know nothing of the mesh
-    return jax.jit(sharded), NamedSharding(mesh, spec)
-
-
-def _schedule_one(level: str, slots: tuple[int, int], max_rounds: int, batched: bool,
-                  arrays) -> dict:
-    schedule = (blocked_bound(arrays) if level == "bound"
-                else exact(arrays, slots, max_rounds, batched))
-    out = dict(zip(DIAGNOSTICS, (schedule.status, schedule.steps, schedule.max_active_flows,
-                                 schedule.max_rounds), strict=True))
-    return out | {"iteration_time_s": schedule.iteration_time_s, "start_s": schedule.start_s,
-                  "end_s": schedule.end_s}
-
-
-def _metrics_one(start_s, end_s, index: metrics.MetricIndex, scalars: tuple) -> dict:
-    per_stream = metrics.stream_metrics(jnp, index, start_s, end_s)
-    per_stream = {name: jnp.where(index.stream_weight > 0, value, 0)  # 0 past the streams
-                  for name, value in per_stream.items()}
-    summary = metrics.summarize(jnp, index, per_stream, start_s, end_s, *scalars)
-    del summary["iteration_time_s"]  # the kernel's own, which also covers the bound
-    return per_stream | summary
-
-
-@functools.cache
-def _scheduler(level: str, slots: tuple[int, int], max_rounds: int, devices: tuple,
-               vectorized: bool):
-    return _sharded(functools.partial(_schedule_one, level, slots, max_rounds, vectorized),
-                    devices, vectorized)
-
-
-@functools.cache
-def _metrics(devices: tuple):
-    return _sharded(_metrics_one, devices)
-
-
-#: The metrics' index of a program, built once per program object.
-_metric_index = per_program(metrics.metric_index)
 
 
 class _Format(NamedTuple):
@@ -179,12 +109,18 @@ def _exact_work(shapes: np.ndarray) -> np.ndarray:
     return shapes[..., 0] + shapes[..., 1] + shapes[..., 2]
 
 
-def _format(level: str, step_cost: int) -> _Format:
+def _format(level: str, step_cost: int, derived: Derived) -> _Format:
     if level == "exact":
         return _Format(Shape, program_sizes, program_shapes, _exact_work, predicted_size, encode)
     work = functools.partial(block_work, step_cost=step_cost)
-    return _Format(BlockShape, functools.partial(block_sizes, step_cost=step_cost), block_shapes,
-                   work, work, encode_blocks)
+
+    def sizes(programs):
+        return block_sizes(programs, [derived.form(p, step_cost) for p in programs])
+
+    def encoded(programs, shape, **kwargs):
+        return encode_blocks([derived.layout(p, shape.width) for p in programs], shape, **kwargs)
+
+    return _Format(BlockShape, sizes, block_shapes, work, work, encoded)
 
 
 class _Config(NamedTuple):
@@ -193,7 +129,6 @@ class _Config(NamedTuple):
     max_rounds: int
     with_metrics: bool
     task_times: bool
-    devices: tuple
     vectorized: bool
     step_cost: int
 
@@ -219,77 +154,57 @@ def _buckets(sizes: np.ndarray, slots: np.ndarray, order: np.ndarray, min_member
     return runs
 
 
-#: Shapes already compiled, per configuration (a process-wide cache, like jit's own).
-_known_shapes: dict[tuple, list[tuple[int, ...]]] = {}
+class _Run:
+    """One call of :func:`run_programs`: its configuration and the evaluator's state."""
 
+    def __init__(self, cfg: _Config, fmt: _Format, executables: Executables,
+                 derived: Derived):
+        self.cfg, self.fmt, self.executables, self.derived = cfg, fmt, executables, derived
 
-def _fit(config: tuple, required: tuple[int, ...], fmt: _Format) -> tuple[int, ...]:
-    """A compiled (rows, *shape, task slots, flow slots) that covers ``required`` at
-    little cost, else ``required``.
+    def dispatch(self, programs: Sequence[Program], sizes: np.ndarray, with_metrics: bool,
+                 slots: tuple[int, int], key: tuple, metric_dims: tuple) -> dict:
+        """Encode one chunk at the (rows, *shape) ``key`` and start the kernels on it."""
+        cfg, fmt, devices = self.cfg, self.fmt, self.executables.devices
+        rows, shape = key[0], fmt.shape(*key[1:])
+        if cfg.level == "exact":
+            slots = (min(slots[0], shape.tasks + 1), min(slots[1], shape.flows))  # no more is used
+        schedule, sharding = self.executables.scheduler(
+            cfg.level, slots, cfg.max_rounds, cfg.vectorized and rows > len(devices))
+        arrays = fmt.encode(programs, shape, dtype=cfg.dtype, num_variants=rows)
+        out = schedule(jax.device_put(arrays, sharding))
+        if with_metrics:
+            index = pad_metric_index([self.derived.metric_index(p) for p in programs],
+                                     shape.tasks, metric_dims, dtype=cfg.dtype,
+                                     num_variants=rows)
+            scalars = tuple(np.array([getattr(p, name) for p in programs]
+                                     + [0.0] * (rows - len(programs)), cfg.dtype)
+                            for name in _SCALARS)
+            read, sharding = self.executables.metrics()
+            out |= read(out["start_s"], out["end_s"], *jax.device_put((index, scalars), sharding))
+        if not cfg.task_times:
+            del out["start_s"], out["end_s"]
+        overhead = padding_overhead(sizes, shape, rows)
+        return out | {"padding_overhead": np.full(len(programs), overhead)}
 
-    This lets later calls (say, successive batches of an optimizer) reuse the shapes
-    compiled by earlier ones.
-    """
-    def cost(key: tuple[int, ...]) -> int:
-        return key[0] * int(fmt.work(np.array(key[1:-2])))
-
-    known = _known_shapes.setdefault(config, [])
-    fits = [k for k in known if all(a >= b for a, b in zip(k, required, strict=True))
-            and cost(k) <= REUSE_FACTOR * cost(required)
-            and sum(k[-2:]) <= REUSE_FACTOR * sum(required[-2:])]
-    if fits:
-        return min(fits, key=cost)
-    if sum(len(shapes) for shapes in _known_shapes.values()) >= MAX_COMPILED:
-        _scheduler.cache_clear()  # the jitted functions, and with them their executables
-        _metrics.cache_clear()
-        _known_shapes.clear()
-        known = _known_shapes.setdefault(config, [])
-    known.append(required)
-    return required
-
-
-def _dispatch(programs: Sequence[Program], sizes: np.ndarray,
-              indices: Sequence[metrics.MetricIndex] | None, cfg: _Config, fmt: _Format,
-              slots: tuple[int, int], key: tuple, metric_dims: tuple) -> dict:
-    """Encode one chunk at the (rows, *shape) ``key`` and start the kernels on it."""
-    rows, shape = key[0], fmt.shape(*key[1:])
-    if cfg.level == "exact":
-        slots = (min(slots[0], shape.tasks + 1), min(slots[1], shape.flows))  # no more is used
-    schedule, sharding = _scheduler(cfg.level, slots, cfg.max_rounds, cfg.devices,
-                                    cfg.vectorized and rows > len(cfg.devices))
-    arrays = fmt.encode(programs, shape, dtype=cfg.dtype, num_variants=rows)
-    out = schedule(jax.device_put(arrays, sharding))
-    if indices is not None:
-        index = pad_metric_index(indices, shape.tasks, metric_dims, dtype=cfg.dtype,
-                                 num_variants=rows)
-        scalars = tuple(np.array([getattr(p, name) for p in programs]
-                                 + [0.0] * (rows - len(programs)), cfg.dtype)
-                        for name in _SCALARS)
-        read, sharding = _metrics(cfg.devices)
-        out |= read(out["start_s"], out["end_s"], *jax.device_put((index, scalars), sharding))
-    if not cfg.task_times:
-        del out["start_s"], out["end_s"]
-    overhead = padding_overhead(sizes, shape, rows)
-    return out | {"padding_overhead": np.full(len(programs), overhead)}
-
-
-def _chunks(sizes: np.ndarray, order: np.ndarray, indices: list | None, cfg: _Config,
-            fmt: _Format, need: np.ndarray, chunk_size: int):
-    """(variant indices, key, metric dims, slots) of every call: buckets of one shape
-    and one number of slots (the most any member needs), in chunks."""
-    devices = len(cfg.devices)
-    min_members = max(-(-len(order) // MAX_BUCKETS), MIN_BUCKET[cfg.level])
-    for run in _buckets(sizes, need, order, min_members, fmt):
-        slots = tuple(int(n) for n in need[run].max(axis=0))
-        shape = fmt.rounded(sizes[run].max(axis=0))
-        least = min(MIN_ROWS[cfg.level], MIN_CHUNK_WORK[cfg.level] // int(fmt.work(shape)))
-        rows = min(chunk_size, max(ladder(len(run)), least))
-        rows = -(-rows // devices) * devices
-        key = _fit(cfg, (rows, *(int(n) for n in shape), *slots), fmt)
-        key, slots = key[:-2], key[-2:]
-        metric_dims = metric_index_dims([indices[i] for i in run]) if indices else ()
-        for begin in range(0, len(run), key[0]):
-            yield run[begin: begin + key[0]], key, metric_dims, slots
+    def chunks(self, programs: Sequence[Program], sizes: np.ndarray, order: np.ndarray,
+               need: np.ndarray, chunk_size: int):
+        """(variant indices, key, metric dims, slots) of every call: buckets of one shape
+        and one number of slots (the most any member needs), in chunks."""
+        cfg, fmt = self.cfg, self.fmt
+        devices = len(self.executables.devices)
+        min_members = max(-(-len(order) // MAX_BUCKETS), MIN_BUCKET[cfg.level])
+        for run in _buckets(sizes, need, order, min_members, fmt):
+            slots = tuple(int(n) for n in need[run].max(axis=0))
+            shape = fmt.rounded(sizes[run].max(axis=0))
+            least = min(MIN_ROWS[cfg.level], MIN_CHUNK_WORK[cfg.level] // int(fmt.work(shape)))
+            rows = min(chunk_size, max(ladder(len(run)), least))
+            rows = -(-rows // devices) * devices
+            key = self.executables.fit(cfg, (rows, *(int(n) for n in shape), *slots), fmt.work)
+            key, slots = key[:-2], key[-2:]
+            metric_dims = (metric_index_dims([self.derived.metric_index(programs[i])
+                                              for i in run]) if cfg.with_metrics else ())
+            for begin in range(0, len(run), key[0]):
+                yield run[begin: begin + key[0]], key, metric_dims, slots
 
 
 def _put(target: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
@@ -302,39 +217,25 @@ def _put(target: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
         target[rows, :width] = values[:, :width]
 
 
-def _initial_slots(programs: Sequence[Program], slots: int | None,
-                   devices: tuple) -> np.ndarray:
-    """Starting (task, flow) slots of every variant, int[N, 2]: ``slots`` for both, or
-    sized from its bound schedule."""
-    if slots is not None:
-        return np.full((len(programs), 2), slots, np.int64)
-    bound = evaluate_programs(programs, "bound", devices=devices, with_metrics=False,
-                              task_times=True)
-    return np.array([exact_slots(p, bound["start_s"][i], bound["end_s"][i])
-                     for i, p in enumerate(programs)], np.int64).reshape(-1, 2)
-
-
-def evaluate_programs(programs: Sequence[Program], level: str = "exact", *,
-                      dtype: str = "float32", chunk_size: int | None = None,
-                      devices: Sequence | None = None,
-                      progress: Callable[[int, int], None] | None = None,
-                      slots: int | None = None, max_rounds: int = MAX_ROUNDS,
-                      with_metrics: bool = True, task_times: bool = False,
-                      ) -> dict[str, np.ndarray]:
+def run_programs(programs: Sequence[Program], level: str, *, executables: Executables,
+                 derived: Derived, dtype: str = "float32", chunk_size: int | None = None,
+                 progress: Callable[[int, int], None] | None = None,
+                 slots: int | None = None, max_rounds: int = MAX_ROUNDS,
+                 with_metrics: bool = True, task_times: bool = False) -> dict[str, np.ndarray]:
     """Iteration time, metrics, status and diagnostics of every program, on all devices.
 
     Args:
       programs: the programs (any order; results come back in the same order).
       level: ``"bound"`` (contention-free lower bound) or ``"exact"``.
+      executables, derived: the evaluator's compiled calls and per-program memo.
       dtype: ``"float32"`` or ``"float64"`` (runs under ``jax.enable_x64``).
       chunk_size: variants per kernel call (bounds memory); default per level and platform.
-      devices: devices to shard over (default: all of ``jax.devices()``).
       progress: called as ``progress(done, total)`` after each chunk.
       slots: initial task slots and flow slots of the exact level, both this many
         (doubled for variants that overflow); by default each variant's own, sized from
-        its bound schedule (:func:`xsweep.slots.exact_slots`).
+        its bound schedule (:func:`xsweep.evaluator.slots.exact_slots`).
       max_rounds: water-filling round cap per event.
-      with_metrics: compute the metrics of ``xsweep.metrics`` (the iteration time,
+      with_metrics: compute the metrics of ``xsweep.timeline`` (the iteration time,
         status and diagnostics come back either way).
       task_times: also return ``start_s`` and ``end_s``, float[N, most tasks], 0-padded.
 
@@ -342,26 +243,26 @@ def evaluate_programs(programs: Sequence[Program], level: str = "exact", *,
       Arrays over the variants: ``iteration_time_s`` (``inf`` where the status is
       infeasible); ``status`` (``xsweep.kernels.Status`` codes), ``steps``,
       ``max_active_flows``, ``waterfill_rounds`` (int32); ``padding_overhead`` of each
-      variant's chunk; with metrics, every name of ``xsweep.metrics.RANK_METRICS`` as
+      variant's chunk; with metrics, every name of ``xsweep.metrics.STREAM_METRICS`` as
       float[N, most streams] (0 past a program's streams) and the other summaries of
-      ``xsweep.metrics.summarize`` as float[N]. No programs: empty arrays, no metrics.
+      ``xsweep.timeline.summarize`` as float[N]. No programs: empty arrays, no metrics.
     """
     if level not in LEVELS:
         raise InputError(None, "level", level, f"must be one of {', '.join(LEVELS)}")
     if dtype not in DTYPES:
         raise InputError(None, "dtype", dtype, f"must be one of {', '.join(DTYPES)}")
-    devices = tuple(devices or jax.devices())
+    devices = executables.devices
     platform = "cpu" if devices[0].platform == "cpu" else "gpu"
     chunk_size = chunk_size or DEFAULT_CHUNK[platform][level] * len(devices)
-    cfg = _Config(level, DTYPES[dtype], max_rounds, with_metrics, task_times, devices,
-                  VECTORIZED[platform][level], BLOCK_STEP_COST[platform])
-    fmt = _format(level, cfg.step_cost)
     n = len(programs)
-    sizes = fmt.sizes(programs)
-    order = np.argsort(fmt.order(sizes), kind="stable")
-    indices = [_metric_index(p) for p in programs] if with_metrics and n else None
+    cfg = _Config(level, DTYPES[dtype], max_rounds, with_metrics and n > 0, task_times,
+                  VECTORIZED[platform][level], BLOCK_STEP_COST[platform])
+    run = _Run(cfg, _format(level, cfg.step_cost, derived), executables, derived)
+    sizes = run.fmt.sizes(programs)
+    order = np.argsort(run.fmt.order(sizes), kind="stable")
     widths = dict.fromkeys(("start_s", "end_s"), max([p.num_tasks for p in programs] + [1]))
-    widths |= dict.fromkeys(metrics.RANK_METRICS, max([p.num_streams for p in programs] + [1]))
+    widths |= dict.fromkeys(metrics.STREAM_METRICS,
+                            max([p.num_streams for p in programs] + [1]))
     result: dict[str, np.ndarray] = {name: np.zeros(0, np.int32) for name in DIAGNOSTICS} | {
         "iteration_time_s": np.zeros(0, DTYPES[dtype]), "padding_overhead": np.zeros(0)
     } if n == 0 else {}
@@ -379,19 +280,20 @@ def evaluate_programs(programs: Sequence[Program], level: str = "exact", *,
         if progress is not None:
             progress(finished, n)
 
-    need = (_initial_slots(programs, slots, devices) if level == "exact"
-            else np.zeros((n, 2), np.int64))
+    if level == "exact":
+        need = (np.full((n, 2), slots, np.int64) if slots is not None
+                else _initial_slots(programs, executables, derived))
+    else:
+        need = np.zeros((n, 2), np.int64)
     x64 = jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
     with x64:
         pending = order
         while pending.size:  # each pass reruns the overflowed variants with twice the slots
             in_flight = None  # one chunk computes on the device while the next is encoded
-            for idx, key, dims, value in _chunks(sizes, pending, indices, cfg, fmt, need,
-                                                 chunk_size):
+            for idx, key, dims, value in run.chunks(programs, sizes, pending, need, chunk_size):
                 need[idx] = value  # what the chunk runs with, doubled if it overflows
-                started = (idx, _dispatch([programs[i] for i in idx], sizes[idx],
-                                          [indices[i] for i in idx] if indices else None,
-                                          cfg, fmt, value, key, dims))
+                started = (idx, run.dispatch([programs[i] for i in idx], sizes[idx],
+                                             cfg.with_metrics, value, key, dims))
                 if in_flight is not None:
                     store(*in_flight)
                 in_flight = started
@@ -402,3 +304,13 @@ def evaluate_programs(programs: Sequence[Program], level: str = "exact", *,
     if "iteration_time_s" in result:
         result["iteration_time_s"][result["status"] == Status.INFEASIBLE] = np.inf
     return result
+
+
+def _initial_slots(programs: Sequence[Program], executables: Executables,
+                   derived: Derived) -> np.ndarray:
+    """Starting (task, flow) slots of every variant, int[N, 2], sized from its bound
+    schedule."""
+    bound = run_programs(programs, "bound", executables=executables, derived=derived,
+                         with_metrics=False, task_times=True)
+    return np.array([exact_slots(p, bound["start_s"][i], bound["end_s"][i])
+                     for i, p in enumerate(programs)], np.int64).reshape(-1, 2)

@@ -1,0 +1,146 @@
+"""The batched evaluator: an object that owns its devices, dtype and compiled kernels."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from xsweep.cost import DEFAULT_COST, CostModel
+from xsweep.devices import use_cpu_devices
+from xsweep.errors import InputError
+from xsweep.evaluator.dataset import assemble
+from xsweep.evaluator.derived import Derived
+from xsweep.evaluator.driver import DTYPES, run_programs
+from xsweep.evaluator.executables import Executables
+from xsweep.kernels import MAX_ROUNDS
+from xsweep.pipeline import Prepared, prepare, resolve_inputs
+from xsweep.plan.program import Program
+from xsweep.spec.catalog import Catalog
+from xsweep.spec.profile import Profile
+
+
+class Evaluator:
+    """Evaluates many deployment plans at once with the JAX kernels.
+
+    It holds what repeated calls share: the devices it shards over, the compiled
+    kernels (one per shape; later calls reuse shapes that cover theirs), what it
+    derived from programs already seen, and its defaults (dtype, chunk size,
+    catalog, profile, cost). Several evaluators may live in one process.
+
+    Args:
+      devices: JAX devices to shard over (default: all of ``jax.devices()``).
+      dtype: ``"float32"`` (default) or ``"float64"``.
+      chunk_size: variants per kernel call (bounds memory); default per level and platform.
+      max_rounds: water-filling round cap per event of the exact level.
+      catalog, profile, cost: defaults of :meth:`evaluate`.
+      cpu_devices: CPU devices to split the host into before JAX starts (see
+        :func:`xsweep.devices.use_cpu_devices`: default one per core); without effect
+        once JAX has started or when ``devices`` is given.
+    """
+
+    def __init__(self, *, devices: Sequence | None = None, dtype: str = "float32",
+                 chunk_size: int | None = None, max_rounds: int = MAX_ROUNDS,
+                 catalog: Catalog | None = None, profile: Profile | str | Path | None = None,
+                 cost: CostModel = DEFAULT_COST, cpu_devices: int | None = None):
+        if dtype not in DTYPES:
+            raise InputError(None, "dtype", dtype, f"must be one of {', '.join(DTYPES)}")
+        if chunk_size is not None and chunk_size < 1:
+            raise InputError(None, "chunk_size", chunk_size, "must be at least 1")
+        if devices is None:
+            use_cpu_devices(cpu_devices)
+            import jax
+
+            devices = jax.devices()
+        self.devices = tuple(devices)
+        self.dtype = dtype
+        self.chunk_size = chunk_size
+        self.max_rounds = max_rounds
+        self.catalog, self.profile = resolve_inputs(catalog, profile)
+        self.cost = cost
+        self._executables = Executables(self.devices)
+        self._derived = Derived()
+
+    def prepare(self, plans: Sequence, catalog: Catalog | None = None,
+                profile: Profile | str | Path | None = None) -> list[Prepared]:
+        """Validate, analyse and lower every plan (messages or paths), against ``catalog``
+        and ``profile`` (default: the evaluator's)."""
+        if isinstance(plans, str | Path) or not isinstance(plans, Sequence):
+            raise InputError(None, "plans", type(plans).__name__,
+                             "expected a list of DeploymentPlan messages or plan paths")
+        if catalog is None and profile is None:
+            catalog, profile = self.catalog, self.profile
+        else:
+            catalog, profile = resolve_inputs(catalog or self.catalog, profile)
+        return [prepare(plan, catalog, profile) for plan in plans]
+
+    def run(self, programs: Sequence[Program], level: str = "exact", *,
+            dtype: str | None = None, chunk_size: int | None = None,
+            progress: Callable[[int, int], None] | None = None, slots: int | None = None,
+            with_metrics: bool = True, task_times: bool = False) -> dict[str, np.ndarray]:
+        """Kernel results of lowered programs, as arrays over the variants.
+
+        See :func:`xsweep.evaluator.driver.run_programs` for the arguments and results.
+        """
+        return run_programs(programs, level, executables=self._executables,
+                            derived=self._derived, dtype=dtype or self.dtype,
+                            chunk_size=chunk_size or self.chunk_size, progress=progress,
+                            slots=slots, max_rounds=self.max_rounds,
+                            with_metrics=with_metrics, task_times=task_times)
+
+    def evaluate(self, plans: Sequence, level: str = "exact", *,
+                 catalog: Catalog | None = None, profile: Profile | str | Path | None = None,
+                 cost: CostModel | None = None, dtype: str | None = None,
+                 chunk_size: int | None = None,
+                 progress: Callable[[int, int], None] | None = None,
+                 coords: Mapping[str, Sequence] | None = None) -> xr.Dataset:
+        """Evaluate every plan; one ``variant`` per plan.
+
+        Args:
+          plans: ``DeploymentPlan`` messages (e.g. from :func:`xsweep.load_plan`) or paths.
+          level: ``"exact"`` (lockstep event stepping: the simulator's semantics) or
+            ``"bound"`` (contention-free: never above the exact iteration time).
+          catalog, profile: what plans are read against (default: the evaluator's).
+          cost: how hardware turns into money (default: the evaluator's).
+          coords: per-variant values that identify each plan (a sweep's axes, say),
+            added to the Dataset as coordinates along ``variant``.
+
+        Returns:
+          A Dataset over ``variant`` (and ``stream`` for the per-stream metrics) with the
+          names of ``xsweep.metrics``, ``status`` (ok, not_converged, overflow,
+          infeasible), ``feasible``, ``reason`` (why a plan is infeasible), ``level`` and
+          the solver's diagnostics.
+        """
+        prepared = self.prepare(plans, catalog, profile)
+        dtype = dtype or self.dtype
+        out = self.run([p.program for p in prepared], level, dtype=dtype,
+                       chunk_size=chunk_size, progress=progress)
+        return assemble(prepared, out, level, dtype, cost or self.cost, coords)
+
+
+_default: Evaluator | None = None
+
+
+def default_evaluator() -> Evaluator:
+    """The evaluator :func:`evaluate` uses, made on first use."""
+    global _default
+    if _default is None:
+        _default = Evaluator()
+    return _default
+
+
+def evaluate(plans: Sequence, level: str = "exact", *, catalog: Catalog | None = None,
+             profile: Profile | str | Path | None = None, cost: CostModel = DEFAULT_COST,
+             dtype: str = "float32", chunk_size: int | None = None,
+             progress: Callable[[int, int], None] | None = None,
+             coords: Mapping[str, Sequence] | None = None) -> xr.Dataset:
+    """Evaluate every plan with the batched kernels of the default :class:`Evaluator`.
+
+    Arguments as :meth:`Evaluator.evaluate`; ``catalog`` and ``profile`` default to the
+    built-in catalog and no profile.
+    """
+    return default_evaluator().evaluate(plans, level, catalog=catalog, profile=profile,
+                                        cost=cost, dtype=dtype, chunk_size=chunk_size,
+                                        progress=progress, coords=coords)
