@@ -20,16 +20,16 @@ _EXPORTS = {
     "prepare": "xsweep.pipeline",
     "evaluate": "xsweep.evaluator",
     "Evaluator": "xsweep.evaluator",
-    "use_cpu_devices": "xsweep.devices",
+    "use_cpu_devices": "xsweep.runtime",
 }
 
 __all__ = ["Evaluator", "__version__", "evaluate", "load_catalog", "load_plan", "prepare",
            "use_cpu_devices"]
 
 if TYPE_CHECKING:
-    from xsweep.devices import use_cpu_devices
     from xsweep.evaluator import Evaluator, evaluate
     from xsweep.pipeline import prepare
+    from xsweep.runtime import use_cpu_devices
     from xsweep.spec.catalog import load_catalog
     from xsweep.spec.plan_io import load_plan
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from xsweep.errors import InputError
 from xsweep.plan.analysis import PlanAnalysis, analyze
-from xsweep.plan.lower import lower
+from xsweep.plan.lower import TemplateCache, lower
 from xsweep.plan.program import Program
 from xsweep.spec.catalog import Catalog, load_catalog
 from xsweep.spec.plan_io import DeploymentPlan, load_plan
@@ -56,13 +56,16 @@ def load(plan: DeploymentPlan | str | Path, catalog: Catalog) -> tuple[Deploymen
 
 
 def prepare(plan: DeploymentPlan | str | Path, catalog: Catalog | None = None,
-            profile: Profile | str | Path | None = None) -> Prepared:
+            profile: Profile | str | Path | None = None, *,
+            templates: TemplateCache | None = None, names: bool = True) -> Prepared:
     """Load (if a path), validate, analyse and lower one plan.
 
     Args:
       plan: a ``DeploymentPlan`` message or the path of a ``.pbtxt`` / ``.json`` plan.
       catalog: GPUs, NICs and models (default: the built-in catalog).
       profile: measured layer times overriding the estimates, or the path of one.
+      templates: program structures kept between calls (see ``xsweep.plan.lower``).
+      names: name every task of the program (for traces and reports).
 
     Raises:
       InputError: the plan (or profile) is invalid, naming file, field and value.
@@ -70,4 +73,5 @@ def prepare(plan: DeploymentPlan | str | Path, catalog: Catalog | None = None,
     catalog, profile = resolve_inputs(catalog, profile)
     message, source = load(plan, catalog)
     analysis = analyze(message, catalog, profile=profile)
-    return Prepared(message, analysis, lower(analysis), source)
+    return Prepared(message, analysis, lower(analysis, templates=templates, names=names),
+                    source)

@@ -76,7 +76,7 @@ def test_sharded_equals_single_device():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
                JAX_PLATFORMS="cpu")
     run = subprocess.run([sys.executable, "-c", _SHARDED, str(TESTS)], env=env,
-                         capture_output=True, text=True, timeout=300, check=False)
+                         capture_output=True, text=True, timeout=900, check=False)
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout.strip().splitlines()[-1])
     assert report == {"devices": 4, "worst": {"bound": 0.0, "exact": 0.0}}

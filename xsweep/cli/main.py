@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import xsweep
 import xsweep.cli
 from xsweep.cli.common import run_guarded
-from xsweep.devices import use_cpu_devices
+from xsweep.runtime import use_cpu_devices
 
 _NOT_COMMANDS = {"main", "common"}
 

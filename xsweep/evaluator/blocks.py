@@ -125,12 +125,13 @@ def block_form(program: Program, step_cost: int,
     return int(widths[best]), nodes.most_preds, int(steps[best])
 
 
-def block_layout(program: Program, width: int,
-                 nodes: DagNodes | None = None) -> BlockedProgram:
-    """The bound's form of one program with ``width`` slots per block.
+def block_slots(program: Program, width: int,
+                nodes: DagNodes | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The structure of the bound's form with ``width`` slots per block: int32[B, W, D]
+    slots of each slot's predecessors, and int32[T] the slot of each task.
 
-    numpy, unpadded, durations in float64; slots count from 1, 0 is no slot.
-    ``nodes``: the program's :func:`dag_nodes`, if already known.
+    Slots count from 1, 0 is no slot. ``nodes``: the program's :func:`dag_nodes`, if
+    already known.
     """
     nodes = nodes if nodes is not None else dag_nodes(program)
     level = nodes.level
@@ -142,14 +143,27 @@ def block_layout(program: Program, width: int,
     order = np.argsort(level, kind="stable")
     rank[order] = np.arange(len(level)) - (np.cumsum(level_sizes) - level_sizes)[level[order]]
     slot = ((np.cumsum(level_blocks) - level_blocks)[level] * width + rank + 1).astype(np.int32)
-
     slot_pred = np.zeros((1 + num_blocks * width, nodes.most_preds), np.int32)
     slot_pred[slot[nodes.owner], nodes.col] = slot[nodes.pred]
-    task_slot = slot[: program.num_tasks]
-    duration_s = np.zeros(1 + num_blocks * width)
+    return (slot_pred[1:].reshape(num_blocks, width, nodes.most_preds),
+            slot[: program.num_tasks])
+
+
+def block_durations(program: Program, slot_pred: np.ndarray,
+                    task_slot: np.ndarray) -> np.ndarray:
+    """float64[B, W]: the contention-free duration of each slot's task (0 elsewhere)."""
+    blocks, width, _ = slot_pred.shape
+    duration_s = np.zeros(1 + blocks * width)
     duration_s[task_slot] = contention_free_durations(program)
-    return BlockedProgram(slot_pred[1:].reshape(num_blocks, width, nodes.most_preds),
-                          duration_s[1:].reshape(num_blocks, width), task_slot)
+    return duration_s[1:].reshape(blocks, width)
+
+
+def block_layout(program: Program, width: int,
+                 nodes: DagNodes | None = None) -> BlockedProgram:
+    """The bound's form of one program with ``width`` slots per block (numpy, unpadded,
+    durations in float64)."""
+    slot_pred, task_slot = block_slots(program, width, nodes)
+    return BlockedProgram(slot_pred, block_durations(program, slot_pred, task_slot), task_slot)
 
 
 def block_sizes(programs: Sequence[Program], forms: Sequence[tuple[int, int, int]]) -> np.ndarray:
@@ -193,9 +207,11 @@ def encode_blocks(layouts: Sequence[BlockedProgram], shape: BlockShape, *, dtype
                          f"{rows} variants of shape {tuple(shape)}")
     out = BlockedProgram(np.zeros((rows, B, W, D), np.int32), np.zeros((rows, B, W), dtype),
                          np.zeros((rows, T), np.int32))
-    for b, where in rows_by_object(layouts):  # a layout shared by several rows is copied once
-        blocks, _, preds = b.slot_pred.shape
-        out.slot_pred[where, :blocks, :, :preds] = b.slot_pred
-        out.slot_duration_s[where, :blocks] = b.slot_duration_s
-        out.task_slot[where, : b.task_slot.shape[0]] = b.task_slot
+    # a structure shared by several rows is copied once; durations row by row
+    for slot_pred, where in rows_by_object([b.slot_pred for b in layouts]):
+        blocks, _, preds = slot_pred.shape
+        out.slot_pred[where, :blocks, :, :preds] = slot_pred
+        out.task_slot[where, : layouts[where[0]].task_slot.shape[0]] = layouts[where[0]].task_slot
+    for row, b in enumerate(layouts):
+        out.slot_duration_s[row, : b.slot_duration_s.shape[0]] = b.slot_duration_s
     return out

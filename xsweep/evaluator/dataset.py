@@ -45,40 +45,69 @@ def _checked_coords(coords: Mapping[str, Sequence] | None, n: int) -> dict:
     return out
 
 
-def assemble(prepared: Sequence[Prepared], out: Mapping[str, np.ndarray], level: str,
-             dtype: str, cost: CostModel,
-             coords: Mapping[str, Sequence] | None = None) -> xr.Dataset:
-    """The Dataset of ``prepared`` plans from the driver's arrays ``out`` (with metrics).
+def table(prepared: Sequence[Prepared], out: Mapping[str, np.ndarray],
+          cost: CostModel) -> dict[str, np.ndarray]:
+    """Every variable of the Dataset for ``prepared`` plans, from the driver's arrays
+    ``out`` (with metrics), as arrays over those plans. Programs are not kept."""
+    n = len(prepared)
+    figures = [plan_figures(p.analysis, t, cost)
+               for p, t in zip(prepared, out["iteration_time_s"], strict=True)]
+    data: dict[str, np.ndarray] = {}
+    for name in metrics.plan_names():
+        data[name] = np.asarray(out[name] if name in out else
+                                np.array([f[name] for f in figures],
+                                         dtype=float if n == 0 else None))
+    for name in metrics.STREAM_METRICS:
+        data[name] = np.asarray(out.get(name, np.zeros((n, 0))))
+    status = np.asarray(out["status"], int)
+    fits = data["memory_fits"].astype(bool)
+    converged = status == Status.OK
+    names = np.array([STATUS_NAMES[s] for s in status], dtype=object)
+    data["status"] = names
+    data["feasible"] = fits & converged
+    data["reason"] = np.where(~fits, "does not fit in GPU memory",
+                              np.where(converged, "", names)).astype(object)
+    for name in DIAGNOSTICS:
+        data[name] = np.asarray(out[name])
+    data["name"] = np.array([p.name for p in prepared], dtype=object)
+    return data
+
+
+def _joined(tables: Sequence[dict[str, np.ndarray]], name: str) -> np.ndarray:
+    parts = [t[name] for t in tables]
+    if parts[0].ndim == 2:  # per stream: as wide as the widest part, zeros past a plan's own
+        width = max(p.shape[1] for p in parts)
+        parts = [np.pad(p, ((0, 0), (0, width - p.shape[1]))) for p in parts]
+    return np.concatenate(parts)
+
+
+def assemble(tables: Sequence[dict[str, np.ndarray]], level: str, dtype: str,
+             cost: CostModel, coords: Mapping[str, Sequence] | None = None,
+             attrs: Mapping[str, object] | None = None) -> xr.Dataset:
+    """The Dataset of the plans of ``tables`` (from :func:`table`), in their order.
 
     Args:
       coords: per-variant values that identify each variant (a sweep's axes, say),
         added as coordinates along ``variant``.
+      attrs: more attributes (timings, say).
     """
-    n = len(prepared)
-    figures = [plan_figures(p.analysis, t, cost)
-               for p, t in zip(prepared, out["iteration_time_s"], strict=True)]
+    columns = {name: _joined(tables, name) for name in tables[0]} if tables else None
+    n = len(columns["name"]) if columns else 0
     data: dict[str, tuple] = {}
     for name in metrics.plan_names():
-        values = (out[name] if name in out
-                  else np.array([f[name] for f in figures], dtype=float if n == 0 else None))
-        data[name] = (("variant",), np.asarray(values), _attrs(name))
+        data[name] = (("variant",), columns[name] if columns else np.zeros(0), _attrs(name))
     for name in metrics.STREAM_METRICS:
-        values = out.get(name, np.zeros((n, 0)))
-        data[name] = (("variant", "stream"), values, _attrs(name))
-    status = np.asarray(out["status"], int)
-    fits = np.asarray(data["memory_fits"][1], bool)
-    converged = status == Status.OK
-    reason = np.where(~fits, "does not fit in GPU memory",
-                      np.where(converged, "", np.array([STATUS_NAMES[s] for s in status], str)))
-    data["status"] = (("variant",), np.array([STATUS_NAMES[s] for s in status], str))
-    data["feasible"] = (("variant",), fits & converged)
-    data["reason"] = (("variant",), reason.astype(str))
+        data[name] = (("variant", "stream"), columns[name] if columns else np.zeros((0, 0)),
+                      _attrs(name))
+    for name in ("status", "feasible", "reason", *DIAGNOSTICS):
+        empty = np.zeros(0, bool if name == "feasible" else float)
+        values = columns[name] if columns else empty
+        data[name] = (("variant",), values.astype(str) if values.dtype == object else values)
     data["level"] = (("variant",), np.full(n, level))
-    for name in DIAGNOSTICS:
-        data[name] = (("variant",), np.asarray(out[name]))
+    names = columns["name"].astype(str) if columns else np.zeros(0, str)
     return xr.Dataset(
         data,
-        coords={"variant": np.arange(n), "name": (("variant",), [p.name for p in prepared]),
+        coords={"variant": np.arange(n), "name": (("variant",), names),
                 **_checked_coords(coords, n)},
-        attrs={"level": level, "dtype": dtype, "pricing": cost.pricing},
+        attrs={"level": level, "dtype": dtype, "pricing": cost.pricing, **(attrs or {})},
     )

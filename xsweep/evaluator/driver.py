@@ -7,31 +7,27 @@ program (the layout, the metrics' index) is kept per program object by the
 evaluator (``xsweep.evaluator.derived``), so a program seen again costs only its
 copy into a chunk.
 
-Programs are sorted by predicted size (exact: tasks + flows; bound: the work of
-its layout) and cut into chunks, so neighbours in size share a chunk: little
-padding, and the vmapped event loop waits little for its slowest member. Runs of
-neighbours share one rounded shape (a bucket) while it costs at most
-``REUSE_FACTOR`` times the work of the run's smallest member's own; a bucket holds
-at least 1/``MAX_BUCKETS`` of the call's variants and ``MIN_BUCKET`` of them, and a
-chunk at least ``MIN_ROWS`` rows; a later call reuses an already compiled shape that
-covers it within the same factor. All this keeps the number of compilations
-small. The variant axis is padded to a multiple of the device count and split
-over all devices with ``shard_map``: each device runs its share, vmapped or one
+Variants are grouped by shape: each variant's sizes and slots rounded up to powers
+of two (so shapes repeat across calls, and across processes through the disk cache
+of compiled kernels), then groups merged where that adds the least work until a call
+needs at most ``MAX_SHAPES`` new shapes (an already compiled shape that covers a
+variant at up to ``REUSE_FACTOR`` times its work is used as it is). Each group runs
+in chunks of rows; the variant axis is padded to a multiple of the device count and
+split over all devices with ``shard_map``: each device runs its share, vmapped or one
 variant after another (``VECTORIZED``), so one CPU, one GPU or eight run the same
 code. The exact level's slots (tasks and flows under way at once) are sized per
-variant from its bound schedule, and a bucket runs with the most any member needs
-(buckets are cut where slots too grow past ``REUSE_FACTOR``); variants that still
-overflow are rerun together, in a second pass with twice the slots of both kinds.
+variant from its bound schedule; variants that still overflow are rerun together,
+in a second pass with twice the slots of both kinds.
+
 The metrics of ``xsweep.timeline`` are computed on the device by a second,
 loop-free call on the task times, which never leave the device unless asked for;
-its index arrays share one size per bucket too. While the device works on one
+its index arrays share one size per group too. While the device works on one
 chunk, the host encodes the next.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -40,17 +36,15 @@ import numpy as np
 
 from xsweep import metrics
 from xsweep.errors import InputError
-from xsweep.evaluator.blocks import block_shapes, block_sizes, block_work, encode_blocks
+from xsweep.evaluator.blocks import block_sizes, block_work, encode_blocks
 from xsweep.evaluator.derived import Derived
 from xsweep.evaluator.encode import encode, metric_index_dims, pad_metric_index
 from xsweep.evaluator.executables import DIAGNOSTICS, REUSE_FACTOR, Executables
 from xsweep.evaluator.shapes import (
     BlockShape,
     Shape,
-    ladder,
     padding_overhead,
-    predicted_size,
-    program_shapes,
+    power_of_two,
     program_sizes,
 )
 from xsweep.evaluator.slots import exact_slots
@@ -77,19 +71,14 @@ VECTORIZED = {"cpu": {"bound": True, "exact": False}, "gpu": {"bound": True, "ex
 #: On CPU the rate of the Llama-2-7B plans barely moves between 8 and 512; the
 #: accelerator's (whose steps are kernel launches) is a first guess.
 BLOCK_STEP_COST = {"cpu": 32, "gpu": 1024}
-#: Shapes (compilations) one call uses at most, besides reruns after an overflow.
-MAX_BUCKETS = 8
-#: Variants of one bucket at least, by level. A bound chunk runs in milliseconds on
-#: CPU while a new shape compiles in 0.2-0.5 s (with the metrics): a shape of its
-#: own pays off only for tens of thousands of variants.
-MIN_BUCKET = {"bound": 16384, "exact": 1}
-#: Rows of a chunk at least (up to the chunk size), by level: 64 bound variants of
-#: up to 64 GPUs take a few ms on CPU, far less than compiling another row count, so
-#: small calls and large ones share executables. Larger programs get fewer rows: at
-#: least as many as ``MIN_CHUNK_WORK`` (the format's work units) holds, so a call of a
-#: few large programs does not run dozens of empty ones.
-MIN_ROWS = {"bound": 64, "exact": 1}
-MIN_CHUNK_WORK = {"bound": 64 * 16384, "exact": 0}
+#: Compiled shapes one call uses at most, by level, besides reruns after an overflow.
+#: Each new shape compiles once (about a second for the bound, ten seconds of CPU for
+#: the exact level) and is kept on disk after (``xsweep.runtime.use_compile_cache``);
+#: fewer shapes pad more.
+MAX_SHAPES = {"bound": 4, "exact": 3}
+#: Rows of a chunk at least (a multiple of the devices, up to the chunk size): few
+#: distinct row counts, so small calls and large ones share executables.
+MIN_ROWS = {"bound": 8, "exact": 1}
 _SCALARS = ("tokens_per_iteration", "model_flops_per_iteration", "peak_flops_per_s")
 
 
@@ -98,21 +87,21 @@ class _Format(NamedTuple):
 
     shape: type  # Shape or BlockShape
     sizes: Callable  # programs -> int[N, fields of shape]
-    rounded: Callable  # rows of sizes -> the rounded shapes that fit them
-    work: Callable  # rows of rounded shapes -> work of one variant at that shape
-    order: Callable  # rows of sizes -> sort key (neighbours share chunks)
+    work: Callable  # rows of (shape, task slots, flow slots) -> work of one variant there
     encode: Callable  # (programs, shape, *, dtype, num_variants) -> the kernel's arrays
 
 
-def _exact_work(shapes: np.ndarray) -> np.ndarray:
-    """Per-event work grows with tasks, edges and flows."""
-    return shapes[..., 0] + shapes[..., 1] + shapes[..., 2]
+def _exact_work(keys: np.ndarray) -> np.ndarray:
+    """Per-event work grows with the slots; larger arrays cost memory and encoding."""
+    return 64 * (keys[..., -2] + keys[..., -1]) + keys[..., 0] + keys[..., 1] + keys[..., 2]
 
 
 def _format(level: str, step_cost: int, derived: Derived) -> _Format:
     if level == "exact":
-        return _Format(Shape, program_sizes, program_shapes, _exact_work, predicted_size, encode)
-    work = functools.partial(block_work, step_cost=step_cost)
+        return _Format(Shape, program_sizes, _exact_work, encode)
+
+    def work(keys):
+        return block_work(keys[..., :-2], step_cost)
 
     def sizes(programs):
         return block_sizes(programs, [derived.form(p, step_cost) for p in programs])
@@ -120,7 +109,7 @@ def _format(level: str, step_cost: int, derived: Derived) -> _Format:
     def encoded(programs, shape, **kwargs):
         return encode_blocks([derived.layout(p, shape.width) for p in programs], shape, **kwargs)
 
-    return _Format(BlockShape, sizes, block_shapes, work, work, encoded)
+    return _Format(BlockShape, sizes, work, encoded)
 
 
 class _Config(NamedTuple):
@@ -133,25 +122,45 @@ class _Config(NamedTuple):
     step_cost: int
 
 
-def _buckets(sizes: np.ndarray, slots: np.ndarray, order: np.ndarray, min_members: int,
-             fmt: _Format) -> list[np.ndarray]:
-    """Cut the size-sorted variants into runs that each share one shape and slots.
+def _shape_groups(keys: np.ndarray, work: Callable, max_shapes: int,
+                  fixed: list[tuple[int, ...]]) -> list[tuple[tuple[int, ...], np.ndarray]]:
+    """Variants grouped by the shape they run at: ``(shape key, variant indices)``.
 
-    A run grows while its shape costs at most ``REUSE_FACTOR`` times its first
-    member's own and so do its slots (the most any member needs), and always to
-    ``min_members``, which bounds the number of shapes (compilations) of one call.
+    ``keys`` are each variant's own shape key (sizes and slots, each a power of two, so
+    that shapes repeat across calls and processes). A variant whose key an already
+    compiled key of ``fixed`` covers at most ``REUSE_FACTOR`` times its work runs there;
+    the rest keep their own keys, and while they need more than ``max_shapes`` new
+    shapes the two groups whose merging (their elementwise largest key) adds the least
+    work are merged.
     """
-    runs, begin = [], 0
-    while begin < len(order):
-        grown = np.maximum.accumulate(sizes[order[begin:]], axis=0)  # shape if the run ends here
-        cost = fmt.work(fmt.rounded(grown))
-        slot_cost = np.maximum.accumulate(slots[order[begin:]], axis=0).sum(axis=1)
-        too_big = (cost > REUSE_FACTOR * cost[0]) | (slot_cost > REUSE_FACTOR * slot_cost[0])
-        too_big[:min_members] = False
-        end = begin + (int(np.argmax(too_big)) if too_big.any() else len(grown))
-        runs.append(order[begin:end])
-        begin = end
-    return runs
+    order = np.lexsort(keys.T[::-1])
+    unique, first, counts = np.unique(keys[order], axis=0, return_index=True,
+                                      return_counts=True)
+    members = np.split(order, first[1:])
+    groups: dict[tuple[int, ...], list[np.ndarray]] = {}
+    new: list[tuple[np.ndarray, list[np.ndarray]]] = []
+    for key, who in zip(unique, members, strict=True):
+        cost = float(work(key))
+        covering = [k for k in fixed if all(a >= b for a, b in zip(k, key.tolist(), strict=True))
+                    and float(work(np.array(k))) <= REUSE_FACTOR * cost]
+        if covering:
+            best = min(covering, key=lambda k: float(work(np.array(k))))
+            groups.setdefault(best, []).append(who)
+        else:
+            new.append((key, [who]))
+    while len(new) > max_shapes:
+        stacked = np.stack([k for k, _ in new])
+        sizes = np.array([sum(len(w) for w in who) for _, who in new], float)
+        merged = np.maximum(stacked[:, None], stacked[None, :])
+        own = work(stacked) * sizes
+        extra = work(merged) * (sizes[:, None] + sizes[None, :]) - own[:, None] - own[None, :]
+        np.fill_diagonal(extra, np.inf)
+        i, j = np.unravel_index(np.argmin(extra), extra.shape)
+        joined = (merged[i, j], new[i][1] + new[j][1])
+        new = [g for k, g in enumerate(new) if k not in (i, j)] + [joined]
+    for key, who in new:
+        groups.setdefault(tuple(int(n) for n in key), []).extend(who)
+    return [(key, np.sort(np.concatenate(who))) for key, who in groups.items()]
 
 
 class _Run:
@@ -186,25 +195,24 @@ class _Run:
         overhead = padding_overhead(sizes, shape, rows)
         return out | {"padding_overhead": np.full(len(programs), overhead)}
 
-    def chunks(self, programs: Sequence[Program], sizes: np.ndarray, order: np.ndarray,
+    def chunks(self, programs: Sequence[Program], sizes: np.ndarray, pending: np.ndarray,
                need: np.ndarray, chunk_size: int):
-        """(variant indices, key, metric dims, slots) of every call: buckets of one shape
-        and one number of slots (the most any member needs), in chunks."""
+        """(variant indices, key, metric dims, slots) of every call: groups of one shape
+        and one number of slots, in chunks of rows."""
         cfg, fmt = self.cfg, self.fmt
         devices = len(self.executables.devices)
-        min_members = max(-(-len(order) // MAX_BUCKETS), MIN_BUCKET[cfg.level])
-        for run in _buckets(sizes, need, order, min_members, fmt):
-            slots = tuple(int(n) for n in need[run].max(axis=0))
-            shape = fmt.rounded(sizes[run].max(axis=0))
-            least = min(MIN_ROWS[cfg.level], MIN_CHUNK_WORK[cfg.level] // int(fmt.work(shape)))
-            rows = min(chunk_size, max(ladder(len(run)), least))
+        keys = power_of_two(np.concatenate([sizes[pending], need[pending]], axis=1))
+        config = (cfg.level, np.dtype(cfg.dtype).name, cfg.max_rounds, cfg.with_metrics)
+        for key, local in _shape_groups(keys, fmt.work, MAX_SHAPES[cfg.level],
+                                        self.executables.compiled(config)):
+            run = pending[local]
+            rows = min(chunk_size, max(power_of_two(len(run)), MIN_ROWS[cfg.level]))
             rows = -(-rows // devices) * devices
-            key = self.executables.fit(cfg, (rows, *(int(n) for n in shape), *slots), fmt.work)
-            key, slots = key[:-2], key[-2:]
+            self.executables.remember(config, key)
             metric_dims = (metric_index_dims([self.derived.metric_index(programs[i])
                                               for i in run]) if cfg.with_metrics else ())
-            for begin in range(0, len(run), key[0]):
-                yield run[begin: begin + key[0]], key, metric_dims, slots
+            for begin in range(0, len(run), rows):
+                yield run[begin: begin + rows], (rows, *key[:-2]), metric_dims, key[-2:]
 
 
 def _put(target: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
@@ -259,7 +267,7 @@ def run_programs(programs: Sequence[Program], level: str, *, executables: Execut
                   VECTORIZED[platform][level], BLOCK_STEP_COST[platform])
     run = _Run(cfg, _format(level, cfg.step_cost, derived), executables, derived)
     sizes = run.fmt.sizes(programs)
-    order = np.argsort(run.fmt.order(sizes), kind="stable")
+    order = np.arange(n)
     widths = dict.fromkeys(("start_s", "end_s"), max([p.num_tasks for p in programs] + [1]))
     widths |= dict.fromkeys(metrics.STREAM_METRICS,
                             max([p.num_streams for p in programs] + [1]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -9,26 +10,34 @@ import numpy as np
 import xarray as xr
 
 from xsweep.cost import DEFAULT_COST, CostModel
-from xsweep.devices import use_cpu_devices
 from xsweep.errors import InputError
-from xsweep.evaluator.dataset import assemble
+from xsweep.evaluator.compiles import compile_count
+from xsweep.evaluator.dataset import assemble, table
 from xsweep.evaluator.derived import Derived
 from xsweep.evaluator.driver import DTYPES, run_programs
 from xsweep.evaluator.executables import Executables
 from xsweep.kernels import MAX_ROUNDS
 from xsweep.pipeline import Prepared, prepare, resolve_inputs
+from xsweep.plan.lower import TemplateCache
 from xsweep.plan.program import Program
+from xsweep.runtime import use_compile_cache, use_cpu_devices
 from xsweep.spec.catalog import Catalog
 from xsweep.spec.profile import Profile
+
+#: Plans prepared, evaluated and reduced to their results at a time, so that a call over
+#: any number of plans holds only this many programs in memory.
+HOST_CHUNK = 4096
 
 
 class Evaluator:
     """Evaluates many deployment plans at once with the JAX kernels.
 
     It holds what repeated calls share: the devices it shards over, the compiled
-    kernels (one per shape; later calls reuse shapes that cover theirs), what it
-    derived from programs already seen, and its defaults (dtype, chunk size,
-    catalog, profile, cost). Several evaluators may live in one process.
+    kernels (one per shape; later calls reuse shapes that cover theirs), the program
+    structures it lowered (numeric variants of a plan shape are refilled, not
+    lowered again) and what it derived from them for the kernels, and its defaults
+    (dtype, chunk size, catalog, profile, cost). Several evaluators may live in one
+    process.
 
     Args:
       devices: JAX devices to shard over (default: all of ``jax.devices()``).
@@ -37,14 +46,17 @@ class Evaluator:
       max_rounds: water-filling round cap per event of the exact level.
       catalog, profile, cost: defaults of :meth:`evaluate`.
       cpu_devices: CPU devices to split the host into before JAX starts (see
-        :func:`xsweep.devices.use_cpu_devices`: default one per core); without effect
+        :func:`xsweep.runtime.use_cpu_devices`: default one per core); without effect
         once JAX has started or when ``devices`` is given.
+      compile_cache: keep compiled kernels on disk across processes
+        (:func:`xsweep.runtime.use_compile_cache`: a per-user directory by default).
     """
 
     def __init__(self, *, devices: Sequence | None = None, dtype: str = "float32",
                  chunk_size: int | None = None, max_rounds: int = MAX_ROUNDS,
                  catalog: Catalog | None = None, profile: Profile | str | Path | None = None,
-                 cost: CostModel = DEFAULT_COST, cpu_devices: int | None = None):
+                 cost: CostModel = DEFAULT_COST, cpu_devices: int | None = None,
+                 compile_cache: bool = True):
         if dtype not in DTYPES:
             raise InputError(None, "dtype", dtype, f"must be one of {', '.join(DTYPES)}")
         if chunk_size is not None and chunk_size < 1:
@@ -54,6 +66,7 @@ class Evaluator:
             import jax
 
             devices = jax.devices()
+        self.cache_dir = use_compile_cache() if compile_cache else None
         self.devices = tuple(devices)
         self.dtype = dtype
         self.chunk_size = chunk_size
@@ -62,6 +75,7 @@ class Evaluator:
         self.cost = cost
         self._executables = Executables(self.devices)
         self._derived = Derived()
+        self._templates = TemplateCache()
 
     def prepare(self, plans: Sequence, catalog: Catalog | None = None,
                 profile: Profile | str | Path | None = None) -> list[Prepared]:
@@ -74,7 +88,8 @@ class Evaluator:
             catalog, profile = self.catalog, self.profile
         else:
             catalog, profile = resolve_inputs(catalog or self.catalog, profile)
-        return [prepare(plan, catalog, profile) for plan in plans]
+        return [prepare(plan, catalog, profile, templates=self._templates, names=False)
+                for plan in plans]
 
     def run(self, programs: Sequence[Program], level: str = "exact", *,
             dtype: str | None = None, chunk_size: int | None = None,
@@ -111,13 +126,47 @@ class Evaluator:
           A Dataset over ``variant`` (and ``stream`` for the per-stream metrics) with the
           names of ``xsweep.metrics``, ``status`` (ok, not_converged, overflow,
           infeasible), ``feasible``, ``reason`` (why a plan is infeasible), ``level`` and
-          the solver's diagnostics.
+          the solver's diagnostics. Its attributes say where the time went: ``prepare_s``
+          (validate, analyse, lower), ``kernels_s`` (encode and run, compilations
+          included), ``results_s`` (memory, cost, the Dataset), ``compile_s`` and
+          ``compiles`` (kernels compiled or loaded from the disk cache, and
+          ``compile_cache_hits`` of those loaded).
+
+        Plans are taken ``HOST_CHUNK`` at a time: prepared, evaluated and reduced to
+        their results before the next, so memory stays bounded however many there are.
         """
-        prepared = self.prepare(plans, catalog, profile)
+        if isinstance(plans, str | Path) or not isinstance(plans, Sequence):
+            raise InputError(None, "plans", type(plans).__name__,
+                             "expected a list of DeploymentPlan messages or plan paths")
         dtype = dtype or self.dtype
-        out = self.run([p.program for p in prepared], level, dtype=dtype,
-                       chunk_size=chunk_size, progress=progress)
-        return assemble(prepared, out, level, dtype, cost or self.cost, coords)
+        cost = cost or self.cost
+        n = len(plans)
+        seconds = dict.fromkeys(("prepare_s", "kernels_s", "results_s"), 0.0)
+        compiled = compile_count().snapshot()
+        tables = []
+        for begin in range(0, n, HOST_CHUNK):
+            start = time.perf_counter()
+            prepared = self.prepare(plans[begin: begin + HOST_CHUNK], catalog, profile)
+            seconds["prepare_s"] += time.perf_counter() - start
+
+            def step(done: int, total: int, begin=begin) -> None:
+                if progress is not None:
+                    progress(begin + done, n)
+
+            start = time.perf_counter()
+            out = self.run([p.program for p in prepared], level, dtype=dtype,
+                           chunk_size=chunk_size, progress=step)
+            seconds["kernels_s"] += time.perf_counter() - start
+            start = time.perf_counter()
+            tables.append(table(prepared, out, cost))
+            seconds["results_s"] += time.perf_counter() - start
+        compiled = compile_count() - compiled
+        start = time.perf_counter()
+        ds = assemble(tables, level, dtype, cost, coords, {
+            **seconds, "compile_s": compiled.seconds, "compiles": compiled.compiles,
+            "compile_cache_hits": compiled.cache_hits})
+        ds.attrs["results_s"] += time.perf_counter() - start
+        return ds
 
 
 _default: Evaluator | None = None

@@ -3,8 +3,8 @@
 An :class:`Executables` belongs to one :class:`~xsweep.evaluator.evaluator.Evaluator`:
 it holds the jitted, sharded functions (each keeps its compiled executables, one per
 input shape) and remembers which shapes were compiled, so that later calls (an
-optimizer's successive batches, a sweep's rounds) reuse a compiled shape that covers
-theirs at little extra cost instead of compiling their own.
+optimizer's successive batches, a sweep's rounds) can run at a compiled shape that
+covers theirs at little extra cost instead of compiling their own.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from xsweep.kernels import blocked_bound, exact
 
 #: Diagnostics of the kernels, int32 per variant.
 DIAGNOSTICS = ("status", "steps", "max_active_flows", "waterfill_rounds")
-#: A chunk may run at an already compiled shape that costs up to this many times its own.
+#: A variant may run at an already compiled shape that costs up to this many times its own.
 REUSE_FACTOR = 2.0
 #: Compiled shapes kept at most; past that the functions compiled here are dropped and
 #: compiled again as needed (each holds code and memory mappings; chunks come in
@@ -95,29 +95,20 @@ class Executables:
             self._metrics = _sharded(_metrics_one, self.devices)
         return self._metrics
 
-    def fit(self, config: tuple, required: tuple[int, ...],
-            work: Callable[[np.ndarray], np.ndarray]) -> tuple[int, ...]:
-        """A compiled ``(rows, *shape, task slots, flow slots)`` that covers ``required``
-        at little cost, else ``required`` (which is then remembered as compiled).
+    def compiled(self, config: tuple) -> list[tuple[int, ...]]:
+        """The shape keys (sizes, task slots, flow slots) compiled so far for ``config``."""
+        return list(self._shapes.get(config, []))
 
-        Args:
-          config: what else the compiled call depends on (level, dtype, ...).
-          work: work of one variant at rows of a shape, to weigh a larger shape.
-        """
-        def cost(key: tuple[int, ...]) -> int:
-            return key[0] * int(work(np.array(key[1:-2])))
-
+    def remember(self, config: tuple, key: tuple[int, ...]) -> None:
+        """Note that ``key`` is (about to be) compiled for ``config``; past
+        ``max_compiled`` shapes, every jitted function is dropped first."""
         known = self._shapes.setdefault(config, [])
-        fits = [k for k in known if all(a >= b for a, b in zip(k, required, strict=True))
-                and cost(k) <= REUSE_FACTOR * cost(required)
-                and sum(k[-2:]) <= REUSE_FACTOR * sum(required[-2:])]
-        if fits:
-            return min(fits, key=cost)
+        if key in known:
+            return
         if sum(len(shapes) for shapes in self._shapes.values()) >= self.max_compiled:
             self.clear()  # the jitted functions, and with them their executables
             known = self._shapes.setdefault(config, [])
-        known.append(required)
-        return required
+        known.append(key)
 
     def clear(self) -> None:
         """Drop every jitted function and the record of compiled shapes."""

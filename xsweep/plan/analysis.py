@@ -96,6 +96,23 @@ class PlanAnalysis:
         return self._transfer_map[src, dst]
 
 
+# Memos of the pure functions an analysis calls: variants of a sweep repeat their
+# arguments (the same GPU, TP degree and layers; the same cluster), and each result is
+# an immutable value. Bounded, so a long search does not grow them without end.
+_stage_cost = functools.lru_cache(maxsize=16384)(stage_cost)
+_memory_per_gpu = functools.lru_cache(maxsize=16384)(memory_per_gpu)
+_optimizer_time_s = functools.lru_cache(maxsize=16384)(optimizer_time_s)
+_build_topology = functools.lru_cache(maxsize=1024)(build_topology)
+_iteration_model_flops = functools.lru_cache(maxsize=1024)(iteration_model_flops)
+_segment_grad_bytes = functools.lru_cache(maxsize=16384)(segment_grad_bytes)
+_reshard = functools.lru_cache(maxsize=16384)(reshard_mod.reshard)
+
+
+@functools.lru_cache(maxsize=4096)
+def _dp_groups(spans: tuple[groups_mod.GroupSpan, ...]) -> tuple:
+    return tuple(groups_mod.dp_groups(spans))
+
+
 def _topology(plan, catalog) -> tuple[Topology, list[GpuSpec]]:
     nodes, rank_gpu = [], []
     for node in plan.cluster.nodes:
@@ -120,7 +137,7 @@ def _topology(plan, catalog) -> tuple[Topology, list[GpuSpec]]:
     if fab.HasField("inter_cluster"):
         kwargs["inter_cluster_gbps"] = fab.inter_cluster.bandwidth_gbps
         kwargs["inter_cluster_latency_ns"] = fab.inter_cluster.latency_ns
-    return build_topology(nodes, FabricHw(kind=fabric_name(plan), **kwargs)), rank_gpu
+    return _build_topology(tuple(nodes), FabricHw(kind=fabric_name(plan), **kwargs)), rank_gpu
 
 
 def analyze(plan, catalog, *, profile=None) -> PlanAnalysis:
@@ -135,8 +152,9 @@ def analyze(plan, catalog, *, profile=None) -> PlanAnalysis:
     stages_of = {}
     for d in dgs:
         stages_of.setdefault(d.dp_replica, []).append(d)
-    spans = [groups_mod.GroupSpan(d.id, d.first_layer, d.last_layer, tuple(d.ranks)) for d in dgs]
-    dp = groups_mod.dp_groups(spans)
+    spans = tuple(groups_mod.GroupSpan(d.id, d.first_layer, d.last_layer, tuple(d.ranks))
+                  for d in dgs)
+    dp = _dp_groups(spans)
     replicas_over = {d.id: 1 for d in dgs}
     for g in dp:
         for gid in g.device_groups:
@@ -147,9 +165,9 @@ def analyze(plan, catalog, *, profile=None) -> PlanAnalysis:
         gpu = rank_gpu[d.ranks[0]]
         tp = len(d.ranks)
         p = len(stages_of[d.dp_replica])
-        cost = stage_cost(model, gpu, tp, d.micro_batch_size, d.first_layer, d.last_layer,
+        cost = _stage_cost(model, gpu, tp, d.micro_batch_size, d.first_layer, d.last_layer,
                           recompute=recompute, profile=profile)
-        mem = memory_per_gpu(
+        mem = _memory_per_gpu(
             model, gpu, tp, d.micro_batch_size, d.first_layer, d.last_layer,
             stage_index=d.pp_stage, num_stages=p, schedule=schedule,
             num_micro_batches=d.num_micro_batches, recompute=recompute, zero_stage=zero,
@@ -160,7 +178,7 @@ def analyze(plan, catalog, *, profile=None) -> PlanAnalysis:
             first_layer=d.first_layer, last_layer=d.last_layer,
             micro_batch_size=d.micro_batch_size, num_micro_batches=d.num_micro_batches,
             gpu=gpu, cost=cost, memory=mem, fits=fits(mem, gpu),
-            optimizer_time_s=optimizer_time_s(model, gpu, tp, d.first_layer, d.last_layer,
+            optimizer_time_s=_optimizer_time_s(model, gpu, tp, d.first_layer, d.last_layer,
                                               replicas_over[d.id], zero),
         ))
     replicas = {}
@@ -172,8 +190,8 @@ def analyze(plan, catalog, *, profile=None) -> PlanAnalysis:
         for a, b in zip(members, members[1:], strict=False):
             src, dst = infos[a], infos[b]
             nbytes = src.cost.activation_bytes
-            forward = reshard_mod.reshard(scheme, src.ranks, dst.ranks, nbytes)
-            back = reshard_mod.reshard(scheme, dst.ranks, src.ranks, dst.cost.activation_bytes)
+            forward = _reshard(scheme, src.ranks, dst.ranks, nbytes)
+            back = _reshard(scheme, dst.ranks, src.ranks, dst.cost.activation_bytes)
             reshards.append(Reshard(src.id, dst.id, scheme, nbytes, tuple(forward), tuple(back),
                                     tp_equal=src.tp == dst.tp))
 
@@ -185,13 +203,13 @@ def analyze(plan, catalog, *, profile=None) -> PlanAnalysis:
         groups=tuple(infos), replicas={r: tuple(v) for r, v in replicas.items()},
         dp_groups=tuple(dp),
         dp_segment_bytes=tuple(
-            float(segment_grad_bytes(model, g.first_layer, g.last_layer, model.num_layers))
+            float(_segment_grad_bytes(model, g.first_layer, g.last_layer, model.num_layers))
             for g in dp
         ),
         reshards=tuple(reshards), topology=topology,
         tokens_per_iteration=float(training.global_batch_size * seq),
         model_flops_per_iteration=float(
-            iteration_model_flops(model, int(training.global_batch_size), recompute=False)
+            _iteration_model_flops(model, int(training.global_batch_size), recompute=False)
         ),
         peak_flops_per_s=float(sum(g.gpu.peak_flops * g.tp for g in infos)),
         total_tokens=float(training.total_tokens),

@@ -46,9 +46,13 @@ def pipelined_allreduce(ranks: Sequence[int], size_bytes: float,
     if k == 1 or count <= 0:
         return []
     _checked_group(ranks, size_bytes)
-    total = count * size_bytes
-    return [(int(ranks[i]), int(ranks[(i + 1) % k]), 2 * (k - 1) / k * total,
-             2 * (k - 1) * count) for i in range(k)]
+    nbytes, hops = pipelined_allreduce_flow(k, size_bytes, count)
+    return [(int(ranks[i]), int(ranks[(i + 1) % k]), nbytes, hops) for i in range(k)]
+
+
+def pipelined_allreduce_flow(k: int, size_bytes: float, count: float) -> tuple[float, float]:
+    """``(bytes, hops)`` of each flow of :func:`pipelined_allreduce` over ``k`` ranks."""
+    return 2 * (k - 1) / k * (count * size_bytes), 2 * (k - 1) * count
 
 
 def _ring(ranks: Sequence[int], size_bytes: float, passes: int) -> list[Step]:

@@ -126,8 +126,9 @@ class Topology:
         """The routes of many (``src``, ``dst``) pairs as CSR: ``(ptr, links)``."""
         if len(src) == 0:
             return np.zeros(1, np.int64), np.zeros(0, np.int64)
-        pairs, inverse = np.unique(np.stack([src, dst], axis=1), axis=0, return_inverse=True)
-        routes = [self.path(s, d) for s, d in pairs.tolist()]
+        n = self.num_ranks
+        pairs, inverse = np.unique(np.asarray(src, np.int64) * n + dst, return_inverse=True)
+        routes = [self.path(p // n, p % n) for p in pairs.tolist()]
         lengths = np.array([len(r) for r in routes], np.int64)
         flat = np.fromiter((x for r in routes for x in r), np.int64, int(lengths.sum()))
         starts = np.concatenate([[0], np.cumsum(lengths)])

@@ -49,7 +49,7 @@ _TOP_KEYS = ("model", "measurements")
 Points = tuple[tuple[int, float, float], ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: it keys memos
 class Profile:
     """Measured block times keyed by (lower-case GPU name, TP degree)."""
 
