@@ -65,8 +65,8 @@ def evaluate(plans: Sequence, level: str = "exact", *, catalog=None, profile=Non
         else:
             data[name] = (("variant",), value)
     fits = np.array([all(g.fits for g in a.groups) for a in analyses])
-    data["memory_per_gpu_gb"] = (("variant",), np.array(
-        [max(g.memory.total_gb for g in a.groups) for a in analyses]))
+    data["memory_per_gpu_gib"] = (("variant",), np.array(
+        [max(g.memory.total_gib for g in a.groups) for a in analyses]))
     data["memory_fits"] = (("variant",), fits)
     per_plan_cost = [_costs(a, t, cost) for a, t in zip(analyses, out["iteration_time_s"],
                                                         strict=True)]

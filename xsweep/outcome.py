@@ -16,7 +16,7 @@ def memory_and_cost(a: PlanAnalysis, iteration_time_s, cost: CostModel = DEFAULT
     runs = run_costs(iteration_time_s, a.tokens_per_iteration, a.total_tokens,
                      rates["capex_usd"], rates["cost_rate_usd_per_hour"])
     return {
-        "memory_per_gpu_gb": max(g.memory.total_gb for g in a.groups),
+        "memory_per_gpu_gib": max(g.memory.total_gib for g in a.groups),
         "memory_fits": all(g.fits for g in a.groups),
         **rates,
         **{k: float(v) for k, v in runs.items()},
@@ -48,7 +48,7 @@ def format_outcome(doc: dict) -> str:
     lines = [
         f"plan {doc['name']!r}: iteration {t:.4f} s, {doc['tokens_per_s']:,.0f} tokens/s, "
         f"MFU {doc['mfu']:.1%}",
-        f"memory: largest {doc['memory_per_gpu_gb']:.1f} GB per GPU"
+        f"memory: largest {doc['memory_per_gpu_gib']:.1f} GiB per GPU"
         + ("" if doc["memory_fits"] else "  (DOES NOT FIT)"),
         f"cost: capex {doc['capex_usd']:,.0f} USD, {doc['cost_rate_usd_per_hour']:,.2f} USD/h"
         + (f", {doc['cost_per_run_usd']:,.0f} USD per run ({doc['training_time_s'] / 86400:.1f}"
