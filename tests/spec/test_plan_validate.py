@@ -26,7 +26,7 @@ def reject(plan, catalog, field: str, reason: str) -> InputError:
 
 
 def test_shipped_examples_are_valid(spaces_dir, catalog):
-    for path in sorted(spaces_dir.glob("*.pbtxt")):
+    for path in sorted(spaces_dir.rglob("*.pbtxt")):
         validate_plan(load_plan(path, catalog), catalog, str(path))
 
 
