@@ -75,6 +75,18 @@ def layouts(catalog) -> dict:
     ratio = times["llama2-7b-tp8"] / times["llama2-7b-tp2pp2dp2"]
     print(f"TP8 / TP2 PP2 DP2 iteration time: xsweep {ratio:.3f}, Calculon "
           f"{13.95 / 9.15:.3f}, xsweep 0.1.0 {11.31 / 10.42:.3f}")
+    default = {}
+    for name in ("llama2-7b-tp8", "llama2-7b-tp2pp2dp2"):
+        plan = load_plan(PEERS_DIR / f"{name}.pbtxt", catalog)
+        for field in ("sequence_parallel", "flash_attention", "dropout"):
+            (plan.model if field == "dropout" else plan.training).ClearField(field)
+        default[name] = run(catalog, plan)[0]
+    tp8, mixed = default["llama2-7b-tp8"], default["llama2-7b-tp2pp2dp2"]
+    print(f"with Megatron-LM's default stack (sequence parallelism, flash attention, Llama "
+          f"without dropout): TP8 {tp8['iteration_time_s']:.2f} s ({tp8['mfu']:.1%}, "
+          f"{tp8['memory_gib']:.1f} GiB), TP2 PP2 DP2 {mixed['iteration_time_s']:.2f} s "
+          f"({mixed['mfu']:.1%}, {mixed['memory_gib']:.1f} GiB), ratio "
+          f"{tp8['iteration_time_s'] / mixed['iteration_time_s']:.3f}")
     return times
 
 

@@ -16,7 +16,7 @@
 
 Every file opens with a comment block stating where each number comes from and what
 is assumed. The benchmarks (``reproduce_paper.py``, ``compare_peers.py``,
-``megatron_check.py``) read the files, not this module, so the files are the record.
+``real_runs.py``) read the files, not this module, so the files are the record.
 """
 
 from __future__ import annotations
