@@ -28,7 +28,7 @@ def test_dataset_has_the_design_metrics(exact):
     assert exact.sizes["variant"] == len(EXAMPLES)
     assert list(exact["name"].values) == list(EXAMPLES)
     for name in ("iteration_time_s", "tokens_per_s", "mfu", "busy_s_mean", "bubble_s_max",
-                 "straggler_wait_s_mean", "exposed_dp_s_max", "memory_per_gpu_gb",
+                 "straggler_wait_s_mean", "exposed_dp_s_max", "memory_per_gpu_gib",
                  "memory_fits", "capex_usd", "cost_rate_usd_per_hour", "cost_per_run_usd",
                  "status", "feasible", "reason"):
         assert name in exact, name
@@ -46,7 +46,7 @@ def test_exact_level_matches_the_simulator(plans, exact, catalog):
             assert float(exact[key][i]) == pytest.approx(ref[key], rel=1e-4, abs=1e-6), key
         costs = plan_figures(prepared.analysis, ref["iteration_time_s"])
         assert float(exact["capex_usd"][i]) == costs["capex_usd"]
-        assert float(exact["memory_per_gpu_gb"][i]) == pytest.approx(costs["memory_per_gpu_gb"])
+        assert float(exact["memory_per_gpu_gib"][i]) == pytest.approx(costs["memory_per_gpu_gib"])
 
 
 def test_bound_is_below_exact(plans, exact):

@@ -23,7 +23,7 @@ def test_every_name_is_listed_once_with_a_unit_and_a_scope():
     names = [m.name for m in metrics.TABLE]
     assert len(names) == len(set(names))
     assert all(m.unit and m.per in (metrics.PLAN, metrics.STREAM) for m in metrics.TABLE)
-    assert all(name.endswith(("_s", "_usd", "_gb", "_per_hour", "_per_s")) or
+    assert all(name.endswith(("_s", "_usd", "_gib", "_per_hour", "_per_s")) or
                metrics.BY_NAME[name].unit in ("1", "bool", "USD/h")
                for name in names)
     for name in metrics.plan_names():

@@ -26,7 +26,7 @@ def plan_figures(a: PlanAnalysis, iteration_time_s, cost: CostModel = DEFAULT_CO
         runs = {name: np.full_like(value, np.nan) for name, value in runs.items()}
     scalar = np.ndim(iteration_time_s) == 0
     return {
-        "memory_per_gpu_gb": max(g.memory.total_gb for g in a.groups),
+        "memory_per_gpu_gib": max(g.memory.total_gib for g in a.groups),
         "memory_fits": all(g.fits for g in a.groups),
         **rates,
         **{name: float(value) if scalar else value for name, value in runs.items()},

@@ -60,7 +60,7 @@ TABLE: tuple[Metric, ...] = (
            "part of bubble_s spent waiting on a resharding transfer"),
     Metric("exposed_dp_s", "s", STREAM, MINIMIZE,
            "idle after the DP barrier until the optimizer can start"),
-    Metric("memory_per_gpu_gb", "GB", PLAN, MINIMIZE, "largest memory of one GPU, 1e9 bytes"),
+    Metric("memory_per_gpu_gib", "GiB", PLAN, MINIMIZE, "largest memory of one GPU, 2^30 bytes"),
     Metric("memory_fits", "bool", PLAN, None, "every GPU holds what it needs"),
     Metric("capex_usd", "USD", PLAN, MINIMIZE, "purchase price of every GPU and NIC port"),
     Metric("cost_rate_usd_per_hour", "USD/h", PLAN, MINIMIZE,

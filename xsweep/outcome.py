@@ -43,7 +43,7 @@ def format_outcome(doc: dict) -> str:
     lines = [
         f"plan {doc['name']!r}: iteration {t:.4f} s, {doc['tokens_per_s']:,.0f} tokens/s, "
         f"MFU {doc['mfu']:.1%}",
-        f"memory: largest {doc['memory_per_gpu_gb']:.1f} GB per GPU"
+        f"memory: largest {doc['memory_per_gpu_gib']:.1f} GiB per GPU"
         + ("" if doc["memory_fits"] else "  (DOES NOT FIT)"),
         f"cost: capex {doc['capex_usd']:,.0f} USD, {doc['cost_rate_usd_per_hour']:,.2f} USD/h"
         + (f", {doc['cost_per_run_usd']:,.0f} USD per run ({doc['training_time_s'] / 86400:.1f}"

@@ -10,7 +10,7 @@ from tests.cli.test_bad_inputs import CASES
 
 PLAN_CASES = {k: v for k, v in CASES.items() if v[0].endswith(".pbtxt")}
 METRICS = ("iteration_time_s", "tokens_per_s", "mfu", "busy_s_mean", "bubble_s_max",
-           "straggler_wait_s_max", "memory_per_gpu_gb", "memory_fits", "capex_usd",
+           "straggler_wait_s_max", "memory_per_gpu_gib", "memory_fits", "capex_usd",
            "cost_rate_usd_per_hour", "cost_per_run_usd", "paper_tco")
 
 

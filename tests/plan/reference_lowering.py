@@ -14,6 +14,8 @@ Granularity (what one task stands for):
   of ``2(k-1)/k * n * S`` bytes to its ring successor, after ``2(k-1) * n`` hop
   latencies. With nothing else on the scale-up links this takes exactly the time
   of ``n`` back-to-back ring all-reduces, ``n * 2(k-1)(alpha + S/(kB))``;
+  NCCL's bus efficiency and launch latency (per operation: two per all-reduce under
+  sequence parallelism) come on top, as numbers (:mod:`xsweep.plan.transport`);
 * activations (forward) and their gradients (backward) between consecutive
   stages move as explicit transfers, one COMM task per resharding phase;
 * the last backward pass of every group is cut at the sweep-line segment
@@ -21,6 +23,7 @@ Granularity (what one task stands for):
   as soon as every member has produced the gradients of its segment;
 * DP synchronisation is one ring all-reduce per LCM chunk ring, lowered step by
   step (``2(k-1)`` COMM tasks of concurrent flows), all rings of a group at once;
+  its first step waits the launch latency;
 * the optimizer step is one COMPUTE task per group after all its DP groups.
 """
 
@@ -32,6 +35,7 @@ from xsweep.plan.collectives import ring_allreduce
 from xsweep.plan.groups import chunk_bytes_per_rank
 from xsweep.plan.program import Category, Program, ProgramBuilder
 from xsweep.plan.schedule import stage_order
+from xsweep.plan.transport import flow_numbers
 
 
 class _Lowering:
@@ -50,9 +54,10 @@ class _Lowering:
         self.piece_end: dict[tuple[int, int], int] = {}  # (group id, first layer) -> task
 
     # -- flows ---------------------------------------------------------------------------
-    def _flow(self, src, dst, nbytes, hops=1):
+    def _flow(self, src, dst, nbytes, hops=1, launches=0, p2p=False):
         path = self.topo.path(src, dst)
-        return (src, dst, nbytes, hops * self.topo.path_latency_s(path), path)
+        wire, extra_s = flow_numbers(self.topo, path, nbytes, launches=launches, p2p=p2p)
+        return (src, dst, wire, hops * self.topo.path_latency_s(path) + extra_s, path)
 
     def _tp_flows(self, g: GroupInfo, count: float):
         k = g.tp
@@ -60,7 +65,8 @@ class _Lowering:
             return []
         size = count * g.cost.tp_allreduce_bytes
         return [self._flow(g.ranks[i], g.ranks[(i + 1) % k], 2 * (k - 1) / k * size,
-                           hops=2 * (k - 1) * count) for i in range(k)]
+                           hops=2 * (k - 1) * count,
+                           launches=count * g.cost.tp_ops_per_allreduce) for i in range(k)]
 
     # -- passes --------------------------------------------------------------------------
     def _on_stream(self, gi: int, category, duration, deps, tp_count, mb, name):
@@ -81,7 +87,8 @@ class _Lowering:
         category = Category.PP if src.tp == dst.tp else Category.RESHARD
         phases: dict[int, list] = {}
         for tr in transfers:
-            phases.setdefault(tr.phase, []).append(self._flow(tr.src, tr.dst, tr.bytes))
+            phases.setdefault(tr.phase, []).append(self._flow(tr.src, tr.dst, tr.bytes,
+                                                              p2p=True))
         t = after
         direction = "grad" if backward else "act"
         for phase in sorted(phases):
@@ -163,7 +170,8 @@ class _Lowering:
             for ring in dpg.rings:
                 t = barrier
                 for step, pairs in enumerate(ring_allreduce(list(ring.ranks), chunk)):
-                    t = self.b.add_comm(Category.DP, [self._flow(*x) for x in pairs], [t],
+                    flows = [self._flow(*x, launches=step == 0) for x in pairs]
+                    t = self.b.add_comm(Category.DP, flows, [t],
                                         phase=step,
                                         name=f"dp L{dpg.first_layer}-{dpg.last_layer} "
                                              f"ring{ring.chunk} step{step}")
@@ -187,5 +195,5 @@ class _Lowering:
 
 
 def reference_lower(analysis: PlanAnalysis) -> Program:
-    """Build the program IR of one iteration of an analysed plan."""
+    """Build the program IR of one iteration of an analysed plan, one task at a time."""
     return _Lowering(analysis).run()

@@ -21,6 +21,7 @@ from xsweep.plan.builder import GPU_TYPES, NICS, random_plan
 from xsweep.plan.lower import TemplateCache, lower, structure_key
 from xsweep.plan.program import Program
 from xsweep.spec import validate_plan
+from xsweep.spec import xsweep_pb2 as pb
 
 
 def assert_identical(got: Program, want: Program) -> None:
@@ -37,7 +38,7 @@ def assert_identical(got: Program, want: Program) -> None:
 
 def numeric_variant(plan, rng: random.Random):
     """The same structure with other numbers: GPU and NIC models, micro-batch size, recompute,
-    ZeRO stage, oversubscription."""
+    sequence parallelism, flash attention, ZeRO stage, oversubscription."""
     out = type(plan)()
     out.CopyFrom(plan)
     for node in out.cluster.nodes:
@@ -48,7 +49,9 @@ def numeric_variant(plan, rng: random.Random):
         group.micro_batch_size = size
     out.training.global_batch_size = size * sum(
         g.num_micro_batches for g in out.device_groups if g.pp_stage == 0)
-    out.training.activation_recompute = rng.random() < 0.5
+    out.training.recompute = rng.choice((pb.NO_RECOMPUTE, pb.SELECTIVE, pb.FULL))
+    out.training.sequence_parallel = rng.random() < 0.5
+    out.training.flash_attention = rng.random() < 0.5
     out.training.zero_stage = rng.choice((0, 1))
     out.cluster.fabric.oversubscription = rng.choice((1.0, 2.0, 3.0))
     return out

@@ -15,22 +15,14 @@ from xsweep.plan.topology import (
     NodeHw,
     build_topology,
 )
-from xsweep.spec.catalog import GpuSpec, NicSpec
+from xsweep.spec.catalog import GpuSpec, NicSpec, load_catalog
 
-# Scale-up, PCIe and NIC figures: the paper's Table 5 (PCIe delay "2 x 143.75 ns" and
-# "2 x 287.5 ns" taken as one traversal of the PCIe path). Peak and HBM: NVIDIA
-# datasheets; capex: DESIGN (Figure 19 of the paper). The rest is unused by routing.
-H100 = GpuSpec(name="H100-SXM", peak_bf16_tflops=989.0, hbm_gb=80.0, hbm_tb_per_s=3.35,
-               scale_up_gbps=3600.0, scale_up_latency_ns=20.44, pcie_gbps=512.0,
-               pcie_latency_ns=2 * 143.75, default_nic="CX7", capex_usd=26_250.0,
-               power_w=700.0, cloud_usd_per_hour=0.0, efficiency=0.5)
-A100 = GpuSpec(name="A100-40", peak_bf16_tflops=312.0, hbm_gb=40.0, hbm_tb_per_s=1.555,
-               scale_up_gbps=2400.0, scale_up_latency_ns=30.66, pcie_gbps=256.0,
-               pcie_latency_ns=2 * 287.5, default_nic="CX6", capex_usd=10_375.0,
-               power_w=400.0, cloud_usd_per_hour=0.0, efficiency=0.5)
-# ConnectX-7 is a 400 Gb/s NIC; 368 ns is Table 5's NIC delay for the ConnectX-7 nodes.
-CX7 = NicSpec(name="CX7", bandwidth_gbps=400.0, latency_ns=368.0)
-CX6 = NicSpec(name="CX6", bandwidth_gbps=200.0, latency_ns=368.0)
+# Scale-up, PCIe and NIC figures of the catalog: the paper's Table 5 (PCIe delay
+# "2 x 143.75 ns" and "2 x 287.5 ns" taken as one traversal of the PCIe path);
+# ConnectX-7 is a 400 Gb/s NIC, ConnectX-6 200 Gb/s, both 368 ns.
+CATALOG = load_catalog()
+H100, A100 = CATALOG.gpu("H100-SXM"), CATALOG.gpu("A100-40GB")
+CX7, CX6 = CATALOG.nic("cx7"), CATALOG.nic("cx6")
 
 NS = 1e-9
 SWITCH_S = DEFAULT_SWITCH_LATENCY_NS * NS
@@ -38,7 +30,9 @@ SWITCH_S = DEFAULT_SWITCH_LATENCY_NS * NS
 
 def node(gpu: GpuSpec = H100, nic: NicSpec = CX7, num_gpus: int = 8, cluster: int = 0) -> NodeHw:
     return NodeHw(gpu=gpu, nic=nic, num_gpus=num_gpus, scale_up_gbps=gpu.scale_up_gbps,
-                  scale_up_latency_ns=gpu.scale_up_latency_ns, cluster=cluster)
+                  scale_up_latency_ns=gpu.scale_up_latency_ns,
+                  scale_up_link=CATALOG.link(gpu.scale_up_link),
+                  pcie_link=CATALOG.link(gpu.pcie_link), cluster=cluster)
 
 
 def names(topo, path) -> list[str]:
@@ -204,3 +198,15 @@ def test_every_path_is_a_walk_from_source_to_destination(spec, kind, per_rack, d
     assert (len(path) == 2) == same_node
     assert len(path) in (2, 4, 6, 7)
     assert topo.path_latency_s(path) > 0
+
+
+def test_links_carry_what_nccl_makes_of_their_kind():
+    topo = build_topology([node(), node(A100, CX6)], FabricHw(RAIL_OPTIMIZED))
+    nvlink4, nvlink3 = CATALOG.link("nvlink4"), CATALOG.link("nvlink3")
+    for name, kind in (("gpu0->su0", nvlink4), ("su1->gpu9", nvlink3),
+                       ("gpu8->nic8", CATALOG.link("pcie4")), ("nic0->tor0.rail0", CX7)):
+        assert topo.bus_efficiency[link(topo, name)] == kind.bus_efficiency
+        assert topo.launch_latency_s[link(topo, name)] == kind.launch_latency_us * 1e-6
+    # a ToR shared by both nodes' NICs carries the least efficient of them
+    up = link(topo, "tor0.rail0->spine0")
+    assert topo.bus_efficiency[up] == min(CX7.bus_efficiency, CX6.bus_efficiency)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from xsweep.plan import groups as groups_mod
 from xsweep.plan import reshard as reshard_mod
 from xsweep.plan.memory import MemoryBreakdown, fits, memory_per_gpu
+from xsweep.plan.stack import DEFAULT_STACK, Stack
 from xsweep.plan.topology import FabricHw, NodeHw, Topology, build_topology
 from xsweep.plan.workload import (
     StageCost,
@@ -18,7 +19,13 @@ from xsweep.plan.workload import (
     stage_cost,
 )
 from xsweep.spec.catalog import GpuSpec, ModelSpec
-from xsweep.spec.plan_io import fabric_name, resharding_name, resolve_model, schedule_name
+from xsweep.spec.plan_io import (
+    fabric_name,
+    recompute_name,
+    resharding_name,
+    resolve_model,
+    schedule_name,
+)
 
 
 @dataclass(frozen=True)
@@ -64,8 +71,7 @@ class PlanAnalysis:
     model: ModelSpec
     schedule: str
     resharding: str
-    recompute: bool
-    zero_stage: int
+    stack: Stack
     global_batch_size: int
     groups: tuple[GroupInfo, ...]  # ordered by (replica, stage); index = stream id
     replicas: dict[int, tuple[int, ...]]  # replica -> group indices by stage
@@ -113,6 +119,25 @@ def _dp_groups(spans: tuple[groups_mod.GroupSpan, ...]) -> tuple:
     return tuple(groups_mod.dp_groups(spans))
 
 
+def training_stack(plan) -> Stack:
+    """The plan's training-stack options, unset ones at Megatron-LM's recipe defaults.
+
+    The plan must be validated (:func:`xsweep.spec.validate.validate_plan`).
+    """
+    t = plan.training
+    return Stack(
+        sequence_parallel=t.sequence_parallel if t.HasField("sequence_parallel")
+        else DEFAULT_STACK.sequence_parallel,
+        flash_attention=t.flash_attention if t.HasField("flash_attention")
+        else DEFAULT_STACK.flash_attention,
+        recompute=recompute_name(plan),
+        zero_stage=int(t.zero_stage),
+        virtual_pipeline_stages=max(1, int(t.virtual_pipeline_stages)),
+        dp_overlap=bool(t.dp_overlap),
+        dp_bucket_params=int(t.dp_bucket_params),
+    )
+
+
 def _topology(plan, catalog) -> tuple[Topology, list[GpuSpec]]:
     nodes, rank_gpu = [], []
     for node in plan.cluster.nodes:
@@ -123,6 +148,8 @@ def _topology(plan, catalog) -> tuple[Topology, list[GpuSpec]]:
             gpu=gpu, nic=nic, num_gpus=node.num_gpus,
             scale_up_gbps=up.bandwidth_gbps or gpu.scale_up_gbps,
             scale_up_latency_ns=up.latency_ns or gpu.scale_up_latency_ns,
+            scale_up_link=catalog.link(up.link or gpu.scale_up_link),
+            pcie_link=catalog.link(gpu.pcie_link),
             cluster=node.cluster,
         ))
         rank_gpu += [gpu] * node.num_gpus
@@ -145,7 +172,7 @@ def analyze(plan, catalog, *, profile=None) -> PlanAnalysis:
     model = resolve_model(plan, catalog)
     schedule, scheme = schedule_name(plan), resharding_name(plan)
     training = plan.training
-    recompute, zero = bool(training.activation_recompute), int(training.zero_stage)
+    stack = training_stack(plan)
     topology, rank_gpu = _topology(plan, catalog)
 
     dgs = sorted(plan.device_groups, key=lambda d: (d.dp_replica, d.pp_stage))
@@ -166,12 +193,11 @@ def analyze(plan, catalog, *, profile=None) -> PlanAnalysis:
         tp = len(d.ranks)
         p = len(stages_of[d.dp_replica])
         cost = _stage_cost(model, gpu, tp, d.micro_batch_size, d.first_layer, d.last_layer,
-                          recompute=recompute, profile=profile)
+                           stack=stack, profile=profile)
         mem = _memory_per_gpu(
             model, gpu, tp, d.micro_batch_size, d.first_layer, d.last_layer,
             stage_index=d.pp_stage, num_stages=p, schedule=schedule,
-            num_micro_batches=d.num_micro_batches, recompute=recompute, zero_stage=zero,
-            dp=replicas_over[d.id],
+            num_micro_batches=d.num_micro_batches, stack=stack, dp=replicas_over[d.id],
         )
         infos.append(GroupInfo(
             id=d.id, ranks=tuple(d.ranks), stage=d.pp_stage, replica=d.dp_replica,
@@ -179,7 +205,7 @@ def analyze(plan, catalog, *, profile=None) -> PlanAnalysis:
             micro_batch_size=d.micro_batch_size, num_micro_batches=d.num_micro_batches,
             gpu=gpu, cost=cost, memory=mem, fits=fits(mem, gpu),
             optimizer_time_s=_optimizer_time_s(model, gpu, tp, d.first_layer, d.last_layer,
-                                              replicas_over[d.id], zero),
+                                               replicas_over[d.id], stack.zero_stage),
         ))
     replicas = {}
     for i, g in enumerate(infos):
@@ -197,8 +223,7 @@ def analyze(plan, catalog, *, profile=None) -> PlanAnalysis:
 
     seq = model.seq_length
     return PlanAnalysis(
-        name=plan.name, model=model, schedule=schedule, resharding=scheme,
-        recompute=recompute, zero_stage=zero,
+        name=plan.name, model=model, schedule=schedule, resharding=scheme, stack=stack,
         global_batch_size=int(training.global_batch_size),
         groups=tuple(infos), replicas={r: tuple(v) for r, v in replicas.items()},
         dp_groups=tuple(dp),

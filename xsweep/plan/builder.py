@@ -11,9 +11,11 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from xsweep.plan.stack import DEFAULT_STACK, Stack
 from xsweep.spec import xsweep_pb2 as pb
 
 SCHEDULE = {"gpipe": pb.GPIPE, "1f1b": pb.ONE_F_ONE_B}
+RECOMPUTE = {"none": pb.NO_RECOMPUTE, "selective": pb.SELECTIVE, "full": pb.FULL}
 RESHARDING = {"lcm": pb.LCM, "hetauto": pb.HETAUTO, "alpacomm": pb.ALPACOMM}
 FABRIC = {"rail_optimized": pb.RAIL_OPTIMIZED, "fat_tree": pb.FAT_TREE}
 
@@ -39,10 +41,11 @@ class ReplicaReq:
     num_micro_batches: int
 
 
-def build_plan(name: str, model: str, nodes, replicas, *, schedule="gpipe", resharding="lcm",
-               fabric="rail_optimized", oversubscription=1.0, recompute=False, zero_stage=0,
+def build_plan(name: str, model: str, nodes, replicas, *, schedule="1f1b", resharding="lcm",
+               fabric="rail_optimized", oversubscription=1.0, stack: Stack = DEFAULT_STACK,
                seq_length=0, num_layers=0, total_tokens=1e9) -> pb.DeploymentPlan:
-    """A DeploymentPlan with TP groups placed first-fit on nodes of the requested GPU."""
+    """A DeploymentPlan with TP groups placed first-fit on nodes of the requested GPU;
+    every training-stack option is written out."""
     plan = pb.DeploymentPlan(name=name)
     plan.model.preset = model
     if seq_length:
@@ -51,7 +54,11 @@ def build_plan(name: str, model: str, nodes, replicas, *, schedule="gpipe", resh
         plan.model.num_layers = num_layers
     t = plan.training
     t.schedule, t.resharding = SCHEDULE[schedule], RESHARDING[resharding]
-    t.activation_recompute, t.zero_stage, t.total_tokens = recompute, zero_stage, total_tokens
+    t.recompute, t.zero_stage, t.total_tokens = (RECOMPUTE[stack.recompute], stack.zero_stage,
+                                                 total_tokens)
+    t.sequence_parallel, t.flash_attention = stack.sequence_parallel, stack.flash_attention
+    t.virtual_pipeline_stages, t.dp_overlap = stack.virtual_pipeline_stages, stack.dp_overlap
+    t.dp_bucket_params = stack.dp_bucket_params
     t.global_batch_size = sum(r.micro_batch_size * r.num_micro_batches for r in replicas)
     plan.cluster.fabric.kind = FABRIC[fabric]
     plan.cluster.fabric.oversubscription = oversubscription
@@ -100,7 +107,7 @@ NICS = ("cx5", "cx6", "cx7", "cx8")
 def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers: int = 8,
                 model: str = "llama2-7b", seq_length: int = 1024) -> pb.DeploymentPlan:
     """A seeded, valid, heterogeneous plan (GPU and NIC mixes, TP/PP/DP mixes, schedules,
-    resharding schemes and fabrics drawn at random).
+    resharding schemes, fabrics and the lowered training-stack options drawn at random).
 
     The model keeps the preset's width but only ``num_layers`` layers and a shorter
     sequence, so that programs stay small enough for agreement corpora.
@@ -132,9 +139,12 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
             tuple(StageReq(k, tp, n) for (k, tp), n in zip(stages, parts, strict=True)),
             micro_batch_size=rng.choice((1, 2, 4)), num_micro_batches=rng.randint(1, 6),
         ))
+    stack = Stack(sequence_parallel=rng.random() < 0.7, flash_attention=rng.random() < 0.7,
+                  recompute=rng.choice(("none", "none", "selective", "full")),
+                  zero_stage=rng.choice((0, 0, 1)))
     return build_plan(
         f"random-{seed}", model, nodes, replicas,
         schedule=rng.choice(tuple(SCHEDULE)), resharding=rng.choice(tuple(RESHARDING)),
         fabric=rng.choice(tuple(FABRIC)), oversubscription=rng.choice((1.0, 1.0, 2.0, 4.0)),
-        recompute=rng.random() < 0.3, seq_length=seq_length, num_layers=num_layers,
+        stack=stack, seq_length=seq_length, num_layers=num_layers,
     )

@@ -5,7 +5,9 @@ Granularity (what one task stands for):
 * one forward or backward pass of one device group on one micro-batch is one
   COMPUTE task on that group's stream, followed by one blocking TP task;
 * the TP all-reduces of that pass (Megatron: two per block and direction) are
-  lowered as one pipelined ring (``collectives.pipelined_allreduce``);
+  lowered as one pipelined ring (``collectives.pipelined_allreduce``); NCCL's bus
+  efficiency and launch latency (per operation: two per all-reduce under sequence
+  parallelism) come on top, as numbers (``xsweep.plan.transport``);
 * activations (forward) and their gradients (backward) between consecutive
   stages move as explicit transfers, one COMM task per resharding phase;
 * the last backward pass of every group is cut at the sweep-line segment
@@ -13,6 +15,7 @@ Granularity (what one task stands for):
   as soon as every member has produced the gradients of its segment;
 * DP synchronisation is one ring all-reduce per LCM chunk ring, lowered step by
   step (``2(k-1)`` COMM tasks of concurrent flows), all rings of a group at once;
+  its first step waits the launch latency;
 * the optimizer step is one COMPUTE task per group after all its DP groups.
 
 How it is built. The variants of a sweep share structure: the DAG, the flows and
@@ -41,6 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from xsweep.errors import InputError
 from xsweep.plan.analysis import PlanAnalysis
 from xsweep.plan.collectives import pipelined_allreduce_flow, ring_allreduce
 from xsweep.plan.groups import chunk_bytes_per_rank
@@ -92,6 +96,8 @@ VALUES: dict[str, Callable] = {
     "optimizer_s": lambda a, gi: a.groups[gi].optimizer_time_s,
     "tp_bytes": lambda a, *args: _tp_flow(a, *args)[0],
     "tp_hops": lambda a, *args: _tp_flow(a, *args)[1],
+    "tp_launches": lambda a, gi, *args: (_tp_count(a, gi, *args)
+                                         * a.groups[gi].cost.tp_ops_per_allreduce),
     "transfer_bytes": lambda a, src, dst, i: a.transfers(src, dst)[i].bytes,
     "dp_bytes": _dp_step_bytes,
 }
@@ -121,7 +127,7 @@ class _Tasks:
         self.keys: dict[tuple, int] = {}  # distinct value keys, numbered as they come
         self.value: list[int] = []  # duration key per task
         self.names: list[str] = []
-        self.flows: list[tuple] = []  # (task, src, dst, bytes key, hops key)
+        self.flows: list[tuple] = []  # (task, src, dst, bytes, hops and launches keys, p2p)
 
     def key(self, value: tuple) -> int:
         return self.keys.setdefault(value, len(self.keys))
@@ -132,8 +138,8 @@ class _Tasks:
         self.deps.append(tuple(sorted(set(deps))))
         self.value.append(self.key(value))
         self.names.append(name)
-        self.flows.extend((t, src, dst, self.key(nbytes), self.key(hops))
-                          for src, dst, nbytes, hops in flows)
+        self.flows.extend((t, src, dst, self.key(nbytes), self.key(hops), self.key(launches),
+                           p2p) for src, dst, nbytes, hops, launches, p2p in flows)
         return t
 
 
@@ -155,8 +161,10 @@ class _ReplicaBlock:
     flow_task: np.ndarray
     flow_src: np.ndarray  # int64[F, 2]: (stage, TP index)
     flow_dst: np.ndarray
-    flow_bytes: np.ndarray  # index into keys
+    flow_bytes: np.ndarray  # index into keys: the payload
     flow_hops: np.ndarray
+    flow_launches: np.ndarray
+    flow_p2p: np.ndarray  # bool: a point-to-point send
     last: tuple[int, ...]  # last task on each stage's stream
     piece_end: dict[tuple[int, int], int]
 
@@ -179,8 +187,8 @@ def _replica_block(schedule: str, scheme: str, stages: tuple, boundaries: tuple)
         deps = [d for d in [last[s], *deps] if d is not None]
         t = tasks.add(_COMPUTE, category, s, deps, value, labels, name)
         if tp_k > 1:
-            kind = ("tp_bytes", s, *tp)
-            flows = [((s, i), (s, (i + 1) % tp_k), kind, ("tp_hops", s, *tp)) for i in range(tp_k)]
+            flows = [((s, i), (s, (i + 1) % tp_k), ("tp_bytes", s, *tp), ("tp_hops", s, *tp),
+                      ("tp_launches", s, *tp), False) for i in range(tp_k)]
             t = tasks.add(_COMM, Category.TP, s, [t], _ZERO, labels, f"tp {name}", flows)
         last[s] = t
         return t
@@ -197,7 +205,8 @@ def _replica_block(schedule: str, scheme: str, stages: tuple, boundaries: tuple)
             by_phase: dict[int, list] = {}
             for i, tr in enumerate(moves):
                 by_phase.setdefault(tr.phase, []).append(
-                    (local(tr.src), local(tr.dst), ("transfer_bytes", a, b, i), _ONE))
+                    (local(tr.src), local(tr.dst), ("transfer_bytes", a, b, i), _ONE, _ZERO,
+                     True))
             phases[a, b] = [by_phase[k] for k in sorted(by_phase)]
 
     def transfer(src, dst, mb, after, backward):
@@ -265,6 +274,8 @@ def _replica_block(schedule: str, scheme: str, stages: tuple, boundaries: tuple)
         flow_dst=np.array([f[2] for f in flows], np.int64).reshape(-1, 2),
         flow_bytes=np.array([f[3] for f in flows], np.int64),
         flow_hops=np.array([f[4] for f in flows], np.int64),
+        flow_launches=np.array([f[5] for f in flows], np.int64),
+        flow_p2p=np.array([f[6] for f in flows], bool),
         last=tuple(-1 if t is None else t for t in last), piece_end=piece_end)
 
 
@@ -298,21 +309,25 @@ class _Builder:
         self.flow_dst: list[np.ndarray] = []
         self.flow_bytes: list[np.ndarray] = []
         self.flow_hops: list[np.ndarray] = []
+        self.flow_launches: list[np.ndarray] = []
+        self.flow_p2p: list[np.ndarray] = []
         self.num_tasks = 0
 
     def key(self, value: tuple) -> int:
         return self.keys.setdefault(value, len(self.keys))
 
     def extend(self, cols, dep_counts, dep_idx, value, names, flow_task, flow_src, flow_dst,
-               flow_bytes, flow_hops) -> int:
+               flow_bytes, flow_hops, flow_launches, flow_p2p) -> int:
         """Append tasks (ids already global, keys already indices); return the first id."""
         first = self.num_tasks
         self.cols.append(np.asarray(cols, np.int64).reshape(-1, 8))
         for column, data in ((self.dep_counts, dep_counts), (self.dep_idx, dep_idx),
                              (self.value, value), (self.flow_task, flow_task),
                              (self.flow_src, flow_src), (self.flow_dst, flow_dst),
-                             (self.flow_bytes, flow_bytes), (self.flow_hops, flow_hops)):
+                             (self.flow_bytes, flow_bytes), (self.flow_hops, flow_hops),
+                             (self.flow_launches, flow_launches)):
             column.append(np.asarray(data, np.int64))
+        self.flow_p2p.append(np.asarray(flow_p2p, bool))
         self.names.append(names)
         self.num_tasks += len(self.cols[-1])
         return first
@@ -321,7 +336,7 @@ class _Builder:
         """One COMPUTE task without flows."""
         deps = sorted(set(deps))
         return self.extend([(_COMPUTE, int(category), stream, *labels)], [len(deps)], deps,
-                           [self.key(value)], lambda: [name], [], [], [], [], [])
+                           [self.key(value)], lambda: [name], [], [], [], [], [], [], [])
 
 
 def _add_replica(out: _Builder, a: PlanAnalysis, members: tuple[int, ...],
@@ -347,7 +362,8 @@ def _add_replica(out: _Builder, a: PlanAnalysis, members: tuple[int, ...],
                lambda: [n.format(**fill) for n in block.names], block.flow_task + base,
                rank_table[offset[block.flow_src[:, 0]] + block.flow_src[:, 1]],
                rank_table[offset[block.flow_dst[:, 0]] + block.flow_dst[:, 1]],
-               remap[block.flow_bytes], remap[block.flow_hops])
+               remap[block.flow_bytes], remap[block.flow_hops], remap[block.flow_launches],
+               block.flow_p2p)
     for s, gi in enumerate(members):
         last[gi] = block.last[s] + base if block.last[s] >= 0 else -1
     for (s, lo), t in block.piece_end.items():
@@ -381,7 +397,9 @@ def _add_dp_sync(out: _Builder, a: PlanAnalysis, piece_end: dict) -> dict[int, l
                        f"dp {span} ring{c} step{i}" for c in chunks for i in range(steps)],
                    np.repeat(ids.ravel(), k), np.repeat(rings, steps, axis=0).ravel(),
                    np.repeat(np.roll(rings, -1, axis=1), steps, axis=0).ravel(),
-                   np.full(flows, out.key(("dp_bytes", d))), np.full(flows, 1))
+                   np.full(flows, out.key(("dp_bytes", d))), np.full(flows, 1),
+                   np.repeat(np.tile(np.arange(steps) == 0, num_rings), k).astype(np.int64),
+                   np.zeros(flows, bool))
         ends = [barrier, *ids[:, -1].tolist()]
         for dg in dpg.device_groups:
             finals.setdefault(dg, []).extend(ends)
@@ -400,19 +418,39 @@ class Template:
     arrays: dict  # the structural fields of Program
     keys: tuple[tuple, ...]  # distinct value keys; index 0 is ("zero",), 1 is ("one",)
     task_value: np.ndarray  # int32[T]: duration key of each task
-    flow_bytes_value: np.ndarray  # int32[F]
+    flow_bytes_value: np.ndarray  # int32[F]: the payload
     flow_hops_value: np.ndarray  # int32[F]
+    flow_launches_value: np.ndarray  # int32[F]: NCCL operations the flow waits for
+    flow_p2p: np.ndarray  # bool[F]: a point-to-point send (its launch occupies the path)
     path_matrix: np.ndarray  # int64[F, longest path]: each flow's links, L (none) after them
     _names: tuple  # per block of tasks: a function that makes their names
+
+    def _along_paths(self, per_link: np.ndarray, pad: float) -> np.ndarray:
+        """float64[F, longest path]: a per-link figure at each hop of each flow."""
+        return np.append(per_link, pad)[self.path_matrix]
 
     def path_latency_s(self, latency_s: np.ndarray) -> np.ndarray:
         """float64[F]: the sum of the latencies along each flow's path, added link by link
         in path order (as a sequential sum does: the same bits)."""
-        padded = np.append(latency_s, 0.0)[self.path_matrix]
-        total = np.zeros(len(padded))
-        for column in padded.T:
+        total = np.zeros(len(self.path_matrix))
+        for column in self._along_paths(latency_s, 0.0).T:
             total += column
         return total
+
+    def flow_numbers(self, topo, payload: np.ndarray, hops: np.ndarray,
+                     launches: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Bytes and latency of every flow, as ``xsweep.plan.transport.flow_numbers`` gives
+        them one flow at a time: the payload over the bus efficiency of the path's
+        narrowest link (plus, for a point-to-point send, its launch time at that link's
+        rate), and the path's latency per hop plus the launches it waits for."""
+        capacity = self._along_paths(topo.capacity, np.inf)
+        rows = np.arange(len(capacity))
+        narrowest = np.argmin(capacity, axis=1)
+        efficiency = self._along_paths(topo.bus_efficiency, 1.0)[rows, narrowest]
+        launch_s = self._along_paths(topo.launch_latency_s, -np.inf).max(axis=1, initial=0.0)
+        wire = payload / efficiency
+        wire = np.where(self.flow_p2p, wire + launch_s * capacity[rows, narrowest], wire)
+        return wire, hops * self.path_latency_s(topo.latency_s) + launches * launch_s
 
     def values(self, a: PlanAnalysis) -> np.ndarray:
         """float64[len(keys)]: the number behind every value key, for ``a``."""
@@ -429,12 +467,14 @@ class Template:
         """
         values = self.values(a)
         topo = a.topology
+        flow_bytes, flow_latency_s = self.flow_numbers(
+            topo, values[self.flow_bytes_value], values[self.flow_hops_value],
+            values[self.flow_launches_value])
         return Program(
             link_capacity=topo.capacity, link_latency_s=topo.latency_s,
             link_names=topo.names,
             task_duration_s=values[self.task_value],
-            flow_bytes=values[self.flow_bytes_value],
-            flow_latency_s=values[self.flow_hops_value] * self.path_latency_s(topo.latency_s),
+            flow_bytes=flow_bytes, flow_latency_s=flow_latency_s,
             tokens_per_iteration=a.tokens_per_iteration,
             model_flops_per_iteration=a.model_flops_per_iteration,
             peak_flops_per_s=a.peak_flops_per_s,
@@ -494,7 +534,9 @@ def _freeze(a: PlanAnalysis, out: _Builder) -> Template:
     return Template(structure_key(a), arrays, tuple(out.keys),
                     np.concatenate(out.value).astype(np.int32),
                     np.concatenate(out.flow_bytes).astype(np.int32),
-                    np.concatenate(out.flow_hops).astype(np.int32), path_matrix, tuple(out.names))
+                    np.concatenate(out.flow_hops).astype(np.int32),
+                    np.concatenate(out.flow_launches).astype(np.int32),
+                    np.concatenate(out.flow_p2p), path_matrix, tuple(out.names))
 
 
 class TemplateCache:
@@ -518,6 +560,16 @@ class TemplateCache:
         return template
 
 
+#: Options the schema and memory model accept whose task graph is not lowered yet:
+#: (field, value that needs it, what the lowering lacks).
+_NOT_LOWERED = (
+    ("virtual_pipeline_stages", lambda s: s.virtual_pipeline_stages > 1,
+     "the interleaved 1F1B schedule"),
+    ("dp_overlap", lambda s: s.dp_overlap, "bucketed gradient reduction during the backward pass"),
+    ("zero_stage", lambda s: s.zero_stage == 3, "the per-layer all-gathers of FSDP"),
+)
+
+
 def lower(analysis: PlanAnalysis, *, templates: TemplateCache | None = None,
           names: bool = True) -> Program:
     """Build the program IR of one iteration of an analysed plan.
@@ -525,7 +577,15 @@ def lower(analysis: PlanAnalysis, *, templates: TemplateCache | None = None,
     Args:
       templates: where structures are kept between calls (default: built afresh).
       names: give every task a readable name (for traces).
+
+    Raises:
+      InputError: the plan sets a training-stack option whose tasks are not lowered yet.
     """
+    stack = analysis.stack
+    for name, needs, what in _NOT_LOWERED:
+        if needs(stack):
+            raise InputError(None, f"training.{name}", getattr(stack, name),
+                             f"{what} is not lowered yet; the memory model accepts it")
     template = templates.get(analysis) if templates is not None else build_template(analysis)
     return template.fill(analysis, names=names)
 

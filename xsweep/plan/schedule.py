@@ -26,10 +26,17 @@ def stage_order(schedule: str, stage: int, num_stages: int, num_micro_batches: i
     return order
 
 
-def in_flight(schedule: str, stage: int, num_stages: int, num_micro_batches: int) -> int:
+def in_flight(schedule: str, stage: int, num_stages: int, num_micro_batches: int,
+              virtual_stages: int = 1) -> float:
     """The largest number of micro-batches whose activations one stage holds at once:
     all ``m`` under GPipe, ``min(m, num_stages - stage)`` under 1F1B (the peak of
-    :func:`stage_order`'s forwards not yet matched by a backward)."""
+    :func:`stage_order`'s forwards not yet matched by a backward).
+
+    Interleaved 1F1B (``virtual_stages`` model chunks per stage, Megatron-LM) runs
+    ``2(p - i - 1) + (v - 1)p`` warm-up chunk passes before its first backward, each
+    holding ``1/v`` of the stage's layers: ``(warm-up + 1) / v`` micro-batches' worth,
+    at most ``m`` (fractional).
+    """
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     if not 0 <= stage < num_stages:
@@ -38,4 +45,7 @@ def in_flight(schedule: str, stage: int, num_stages: int, num_micro_batches: int
         raise ValueError(f"num_micro_batches must be at least 1, got {num_micro_batches}")
     if schedule == "gpipe":
         return num_micro_batches
-    return min(num_micro_batches, num_stages - stage)
+    if virtual_stages == 1:
+        return min(num_micro_batches, num_stages - stage)
+    warmup = 2 * (num_stages - stage - 1) + (virtual_stages - 1) * num_stages
+    return min(num_micro_batches, (warmup + 1) / virtual_stages)

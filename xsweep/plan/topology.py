@@ -12,6 +12,12 @@ Latency placement: a link carries the delay of the medium it models (scale-up,
 PCIe, NIC) plus ``switch_latency_ns`` when it enters a ToR or spine switch, so a
 path's latency counts each traversed scale-out switch exactly once. The scale-up
 switch has no extra delay: the scale-up latency already stands for it.
+
+Every link also carries what NCCL makes of its kind (:mod:`xsweep.plan.transport`
+reads them): the bus-bandwidth fraction of its line rate and the fixed time of one
+NCCL operation, from the catalog's link kinds (scale-up and PCIe) and NICs. ToR
+uplinks and inter-site links carry the network's figures (the lowest efficiency and
+the highest launch latency of the NICs below them).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import NamedTuple
 import numpy as np
 
 from xsweep.errors import InputError
-from xsweep.spec.catalog import GpuSpec, NicSpec
+from xsweep.spec.catalog import GpuSpec, LinkSpec, NicSpec
 
 RAIL_OPTIMIZED = "rail_optimized"
 FAT_TREE = "fat_tree"
@@ -48,6 +54,8 @@ class NodeHw:
     num_gpus: int
     scale_up_gbps: float  # per GPU, Gb/s (the node's override, else the GPU's catalog value)
     scale_up_latency_ns: float
+    scale_up_link: LinkSpec  # link kind of the scale-up fabric (the node's override, else the GPU's)
+    pcie_link: LinkSpec  # link kind of the GPU's PCIe path
     cluster: int = 0  # index of the site the node sits in
 
 
@@ -85,6 +93,8 @@ class Topology:
 
     capacity: np.ndarray  # float64[L], bytes/s
     latency_s: np.ndarray  # float64[L], s
+    bus_efficiency: np.ndarray  # float64[L], fraction of capacity NCCL's bus bandwidth reaches
+    launch_latency_s: np.ndarray  # float64[L], fixed time of one NCCL operation over the link
     names: tuple[str, ...]
     nodes: tuple[NodeHw, ...]
     fabric: FabricHw
@@ -171,19 +181,39 @@ class Topology:
         return (s.pcie_out, s.nic_out, *middle, d.nic_in, d.pcie_in)
 
 
+class _Kind(NamedTuple):
+    """What NCCL makes of a link: bus-bandwidth fraction and launch latency in us."""
+
+    bus_efficiency: float
+    launch_latency_us: float
+
+
 class _LinkTable:
-    """Accumulates links, converting Gb/s to bytes/s and ns to s in one place."""
+    """Accumulates links, converting Gb/s to bytes/s and ns, us to s in one place."""
 
     def __init__(self) -> None:
         self.capacity: list[float] = []
         self.latency_s: list[float] = []
+        self.efficiency: list[float] = []
+        self.launch_s: list[float] = []
         self.names: list[str] = []
 
-    def add(self, tail: str, head: str, gbps: float, latency_ns: float) -> int:
+    def add(self, tail: str, head: str, gbps: float, latency_ns: float, kind: _Kind) -> int:
         self.capacity.append(gbps * 1e9 / 8)
         self.latency_s.append(latency_ns * 1e-9)
+        self.efficiency.append(kind.bus_efficiency)
+        self.launch_s.append(kind.launch_latency_us * 1e-6)
         self.names.append(f"{tail}->{head}")
         return len(self.names) - 1
+
+
+def _kind(spec: LinkSpec | NicSpec) -> _Kind:
+    return _Kind(spec.bus_efficiency, spec.launch_latency_us)
+
+
+def _network_kind(kinds: list[_Kind]) -> _Kind:
+    """A fabric link shared by several NICs: the least efficient, slowest to launch."""
+    return _Kind(min(k.bus_efficiency for k in kinds), max(k.launch_latency_us for k in kinds))
 
 
 def build_topology(nodes: Sequence[NodeHw], fabric: FabricHw) -> Topology:
@@ -197,6 +227,7 @@ def build_topology(nodes: Sequence[NodeHw], fabric: FabricHw) -> Topology:
     rank_tor_key: list[tuple[int, int]] = []
     per_rank: list[tuple[int, ...]] = []
     tor_port_gbps: dict[tuple[int, int], float] = {}
+    tor_kinds: dict[tuple[int, int], list[_Kind]] = {}
     nodes_seen_in_site: dict[int, int] = {}
     for n, node in enumerate(nodes):
         rack = nodes_seen_in_site.get(node.cluster, 0) // fabric.nodes_per_rack
@@ -207,15 +238,17 @@ def build_topology(nodes: Sequence[NodeHw], fabric: FabricHw) -> Topology:
             key = (node.cluster, local if fabric.kind == RAIL_OPTIMIZED else rack)
             tor = _tor_name(fabric.kind, key)
             nic_gbps = node.nic.bandwidth_gbps
+            up, pcie, net = _kind(node.scale_up_link), _kind(node.pcie_link), _kind(node.nic)
             per_rank.append((
-                links.add(gpu, su, node.scale_up_gbps, node.scale_up_latency_ns),
-                links.add(su, gpu, node.scale_up_gbps, node.scale_up_latency_ns),
-                links.add(gpu, nic, node.gpu.pcie_gbps, node.gpu.pcie_latency_ns),
-                links.add(nic, gpu, node.gpu.pcie_gbps, node.gpu.pcie_latency_ns),
-                links.add(nic, tor, nic_gbps, node.nic.latency_ns + switch_ns),
-                links.add(tor, nic, nic_gbps, node.nic.latency_ns),
+                links.add(gpu, su, node.scale_up_gbps, node.scale_up_latency_ns, up),
+                links.add(su, gpu, node.scale_up_gbps, node.scale_up_latency_ns, up),
+                links.add(gpu, nic, node.gpu.pcie_gbps, node.gpu.pcie_latency_ns, pcie),
+                links.add(nic, gpu, node.gpu.pcie_gbps, node.gpu.pcie_latency_ns, pcie),
+                links.add(nic, tor, nic_gbps, node.nic.latency_ns + switch_ns, net),
+                links.add(tor, nic, nic_gbps, node.nic.latency_ns, net),
             ))
             tor_port_gbps[key] = tor_port_gbps.get(key, 0.0) + nic_gbps
+            tor_kinds.setdefault(key, []).append(net)
             rank_node.append(n)
             rank_local.append(local)
             rank_tor_key.append(key)
@@ -226,21 +259,26 @@ def build_topology(nodes: Sequence[NodeHw], fabric: FabricHw) -> Topology:
     for key in tor_keys:
         tor, spine = _tor_name(fabric.kind, key), _spine_name(key[0])
         uplink_gbps = tor_port_gbps[key] / fabric.oversubscription
-        tor_up.append(links.add(tor, spine, uplink_gbps, switch_ns))
-        tor_down.append(links.add(spine, tor, uplink_gbps, switch_ns))
+        kind = _network_kind(tor_kinds[key])
+        tor_up.append(links.add(tor, spine, uplink_gbps, switch_ns, kind))
+        tor_down.append(links.add(spine, tor, uplink_gbps, switch_ns, kind))
+    network = _network_kind([k for kinds in tor_kinds.values() for k in kinds])
     inter_cluster = {
         (a, b): links.add(_spine_name(a), _spine_name(b), fabric.inter_cluster_gbps,
-                          fabric.inter_cluster_latency_ns + switch_ns)
+                          fabric.inter_cluster_latency_ns + switch_ns, network)
         for a, b in permutations(sorted(nodes_seen_in_site), 2)
     }
 
-    capacity = np.array(links.capacity, dtype=np.float64)
-    latency_s = np.array(links.latency_s, dtype=np.float64)
-    capacity.setflags(write=False)
-    latency_s.setflags(write=False)
+    arrays = [np.array(values, dtype=np.float64) for values in
+              (links.capacity, links.latency_s, links.efficiency, links.launch_s)]
+    for array in arrays:
+        array.setflags(write=False)
+    capacity, latency_s, efficiency, launch_s = arrays
     return Topology(
         capacity=capacity,
         latency_s=latency_s,
+        bus_efficiency=efficiency,
+        launch_latency_s=launch_s,
         names=tuple(links.names),
         nodes=nodes,
         fabric=fabric,

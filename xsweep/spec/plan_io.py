@@ -106,13 +106,23 @@ def resolve_model(plan: DeploymentPlan, catalog: Catalog, file: str | None = Non
         values["mlp"] = xsweep_pb2.Mlp.Name(model.mlp).lower()
     else:
         values["mlp"] = preset.mlp if preset is not None else "gelu"
+    if model.HasField("dropout"):
+        values["dropout"] = model.dropout
+    elif preset is not None:
+        values["dropout"] = preset.dropout
     name = preset.name if preset is not None else (plan.name or "custom")
     return ModelSpec(name=name, **values)
 
 
 def schedule_name(plan: DeploymentPlan) -> str:
-    """``"gpipe"`` or ``"1f1b"`` (unspecified means GPipe)."""
-    return "1f1b" if plan.training.schedule == xsweep_pb2.ONE_F_ONE_B else "gpipe"
+    """``"gpipe"`` or ``"1f1b"`` (unspecified means 1F1B, as in Megatron-LM)."""
+    return "gpipe" if plan.training.schedule == xsweep_pb2.GPIPE else "1f1b"
+
+
+def recompute_name(plan: DeploymentPlan) -> str:
+    """``"none"``, ``"selective"`` or ``"full"`` (unspecified means none)."""
+    return {xsweep_pb2.SELECTIVE: "selective",
+            xsweep_pb2.FULL: "full"}.get(plan.training.recompute, "none")
 
 
 def resharding_name(plan: DeploymentPlan) -> str:
@@ -143,6 +153,10 @@ def rank_layout(plan: DeploymentPlan, catalog: Catalog, file: str | None = None)
             overrides["scale_up_gbps"] = node.scale_up.bandwidth_gbps
         if node.scale_up.latency_ns:
             overrides["scale_up_latency_ns"] = node.scale_up.latency_ns
+        if node.scale_up.link:
+            link = catalog.link(node.scale_up.link, file=file,
+                                field=f"cluster.nodes[{index}].scale_up.link")
+            overrides["scale_up_link"] = link.name
         if overrides:
             gpu = dataclasses.replace(gpu, **overrides)
         nic_name, nic_field = ((node.nic, f"cluster.nodes[{index}].nic") if node.nic

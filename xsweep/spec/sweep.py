@@ -55,7 +55,7 @@ NonNegativeInt = Annotated[int, Field(ge=0, strict=True)]
 OBJECTIVE_DIRECTIONS = directions()
 _OBJECTIVE_SHORT = {"iteration_time": "iteration_time_s", "cost_per_run": "cost_per_run_usd",
                     "cost_rate": "cost_rate_usd_per_hour", "capex": "capex_usd",
-                    "memory_per_gpu": "memory_per_gpu_gb"}
+                    "memory_per_gpu": "memory_per_gpu_gib"}
 
 
 def _objective(value: object) -> object:
@@ -70,11 +70,18 @@ class _Strict(BaseModel):
 
 
 class Training(_Strict):
+    """Training settings; the stack options default to Megatron-LM's common recipe."""
+
     global_batch_size: Axis[PositiveInt]
-    schedule: Axis[Literal["gpipe", "1f1b"]] = ["gpipe"]
+    schedule: Axis[Literal["gpipe", "1f1b"]] = ["1f1b"]
     resharding: Axis[Literal["lcm", "hetauto", "alpacomm"]] = ["lcm"]
-    activation_recompute: Axis[bool] = [False]
-    zero_stage: Axis[Literal[0, 1]] = [0]
+    recompute: Axis[Literal["none", "selective", "full"]] = ["none"]
+    sequence_parallel: Axis[bool] = [True]
+    flash_attention: Axis[bool] = [True]
+    virtual_pipeline_stages: Axis[PositiveInt] = [1]
+    dp_overlap: Axis[bool] = [False]
+    dp_bucket_params: Axis[NonNegativeInt] = [0]  # 0: max(40M, 1M x DP), as Megatron-LM
+    zero_stage: Axis[Literal[0, 1, 3]] = [0]  # 1: distributed optimizer; 3: FSDP
     total_tokens: Annotated[float, Field(gt=0)] | None = None  # whole run, for cost per run
 
 
@@ -204,6 +211,11 @@ def _cross_check(sweep: Sweep, file: str | None) -> None:
                              f"names no pool's gpu (pools: {', '.join(pools)})")
     if len(set(sweep.objectives)) != len(sweep.objectives):
         raise InputError(file, "objectives", sweep.objectives, "a metric is repeated")
+    training = sweep.training
+    if training.schedule == ["gpipe"] and max(training.virtual_pipeline_stages) > 1:
+        raise InputError(file, "training.virtual_pipeline_stages",
+                         training.virtual_pipeline_stages,
+                         "interleaving needs the 1f1b schedule")
     if "cost_per_run_usd" in sweep.objectives and sweep.training.total_tokens is None:
         raise InputError(file, "training.total_tokens", None,
                          "required by the objective cost_per_run_usd")

@@ -17,6 +17,7 @@ def validate_plan(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str |
     _check_training(plan.training, file)
     node_of_rank = _check_cluster(plan, catalog, file)
     _check_groups(plan, num_layers, num_heads, node_of_rank, file)
+    _check_virtual_stages(plan, file)
 
 
 def _positive(value: float, file: str | None, field: str) -> None:
@@ -38,11 +39,48 @@ def _check_model(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog,
 
 def _check_training(training: xsweep_pb2.Training, file: str | None) -> None:
     _positive(training.global_batch_size, file, "training.global_batch_size")
-    if training.zero_stage not in (0, 1):
-        raise InputError(file, "training.zero_stage", training.zero_stage, "must be 0 or 1")
+    if training.zero_stage not in (0, 1, 3):
+        raise InputError(file, "training.zero_stage", training.zero_stage,
+                         "must be 0, 1 (distributed optimizer) or 3 (FSDP)")
     if training.total_tokens < 0:
         raise InputError(file, "training.total_tokens", training.total_tokens,
                          "must not be negative")
+    for name, enum in (("schedule", xsweep_pb2.Schedule), ("resharding", xsweep_pb2.Resharding),
+                       ("recompute", xsweep_pb2.Recompute)):
+        if getattr(training, name) not in enum.values():
+            raise InputError(file, f"training.{name}", getattr(training, name),
+                             f"must be one of {', '.join(enum.keys()[1:])}")
+    for name in ("virtual_pipeline_stages", "dp_bucket_params"):
+        if getattr(training, name) < 0:
+            raise InputError(file, f"training.{name}", getattr(training, name),
+                             "must not be negative")
+
+
+def _check_virtual_stages(plan: xsweep_pb2.DeploymentPlan, file: str | None) -> None:
+    """Interleaved 1F1B, as Megatron-LM requires it: 1F1B, several stages, each stage's
+    layers split evenly into the chunks, micro-batches a multiple of the stages."""
+    v = plan.training.virtual_pipeline_stages
+    if v <= 1:
+        return
+    field = "training.virtual_pipeline_stages"
+    if plan.training.schedule == xsweep_pb2.GPIPE:
+        raise InputError(file, field, v, "interleaving needs the ONE_F_ONE_B schedule")
+    stages: dict[int, int] = defaultdict(int)
+    for group in plan.device_groups:
+        stages[group.dp_replica] += 1
+    for index, group in enumerate(plan.device_groups):
+        p = stages[group.dp_replica]
+        if p < 2:
+            raise InputError(file, field, v, f"replica {group.dp_replica} has one pipeline "
+                             "stage; interleaving needs at least two")
+        layers = group.last_layer - group.first_layer + 1
+        if layers % v:
+            raise InputError(file, f"device_groups[{index}].last_layer", group.last_layer,
+                             f"the stage's {layers} layers do not split into {v} virtual stages")
+        if group.num_micro_batches % p:
+            raise InputError(file, f"device_groups[{index}].num_micro_batches",
+                             group.num_micro_batches,
+                             f"interleaving needs a multiple of the {p} pipeline stages")
 
 
 def _check_cluster(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog,
