@@ -5,7 +5,7 @@ Two families for end-to-end measurements:
 * **sweep-like** (:func:`sweep_like`): each structure (TP, PP, micro-batches, schedule,
   pool kind) in several numeric variants, as a sweep over hardware options produces
   them: the GPU model within its kind (A100-40GB/A100-80GB, H100/H200), the NIC
-  generation (CX6/CX7/CX8) and activation recompute;
+  generation (CX6/CX7/CX8) and activation recompute (none or full);
 * **all-distinct** (:func:`distinct`): every plan its own structure: TP, PP,
   micro-batch counts, schedules, resharding schemes and cluster mixes (one kind, or
   half the nodes of another) varied, plus seeded random heterogeneous plans.
@@ -17,6 +17,7 @@ import itertools
 import random
 
 from xsweep.plan.builder import NodeReq, ReplicaReq, StageReq, build_plan, random_plan
+from xsweep.plan.stack import Stack
 
 GPUS_PER_NODE = 8
 #: GPU models by kind: a numeric variant swaps the model, never the structure.
@@ -27,7 +28,7 @@ NICS = ("cx6", "cx7", "cx8")
 def llama7b_plan(num_gpus: int, mix: str = "h100", *, tp: int = 4, pp: int = 4,
                  micro_batches: int = 16, schedule: str = "1f1b", resharding: str = "lcm",
                  micro_batch_size: int = 1, fast: str = "H100-SXM", slow: str = "A100-40GB",
-                 nic: str = "", recompute: bool = False):
+                 nic: str = "", recompute: str = "none"):
     """Llama-2-7B, TP x PP per replica, as many replicas as the GPUs hold.
 
     ``mix="h100"``: every node is ``fast``. ``mix="half-a100"``: half the nodes are
@@ -54,9 +55,9 @@ def llama7b_plan(num_gpus: int, mix: str = "h100", *, tp: int = 4, pp: int = 4,
     return build_plan(
         f"llama2-7b-{num_gpus}-{mix}-{fast}-{slow}-tp{tp}-pp{pp}-m{micro_batches}"
         f"x{micro_batch_size}-{schedule}-{resharding}-{nic or 'default'}"
-        f"{'-recompute' if recompute else ''}", "llama2-7b",
+        f"-recompute-{recompute}", "llama2-7b",
         nodes, [ReplicaReq(stages, micro_batch_size, micro_batches)] * replicas,
-        schedule=schedule, resharding=resharding, recompute=recompute,
+        schedule=schedule, resharding=resharding, stack=Stack(recompute=recompute),
     )
 
 
@@ -94,7 +95,7 @@ def sweep_like(gpu_counts=(8, 16, 32, 64), global_batch: int = 128) -> list:
     plans = []
     for gpus, tp, pp, size, m, schedule in _structures(gpu_counts, global_batch):
         for models in KINDS.values():
-            for gpu, nic, recompute in itertools.product(models, NICS, (False, True)):
+            for gpu, nic, recompute in itertools.product(models, NICS, ("none", "full")):
                 plans.append(llama7b_plan(gpus, "h100", tp=tp, pp=pp, micro_batches=m,
                                           schedule=schedule, micro_batch_size=size, fast=gpu,
                                           nic=nic, recompute=recompute))
@@ -118,7 +119,8 @@ def distinct(gpu_counts=(8, 16, 32, 64), global_batch: int = 128, *, seed: int =
                 plans.append(llama7b_plan(gpus, mix, tp=tp, pp=pp, micro_batches=m,
                                           schedule=schedule, resharding=scheme,
                                           micro_batch_size=size, fast=fast, slow=slow,
-                                          nic=rng.choice(NICS), recompute=rng.random() < 0.5))
+                                          nic=rng.choice(NICS),
+                                          recompute=rng.choice(("none", "selective", "full"))))
             except ValueError:  # the mix leaves no node of a stage's GPU with room for it
                 continue
     plans += [random_plan(10_000 * seed + i, max_gpus=64, num_layers=32, seq_length=4096)

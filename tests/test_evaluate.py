@@ -9,6 +9,7 @@ import xsweep
 import xsweep.errors
 from xsweep.figures import plan_figures
 from xsweep.pipeline import prepare
+from xsweep.plan.builder import random_plan
 from xsweep.sim import simulate, summary
 
 EXAMPLES = ("appendix-b", "figure1-llama2-7b", "h100x8-baseline")
@@ -88,3 +89,16 @@ def test_evaluators_on_other_devices_live_side_by_side(plans, exact):
     again = one_device.evaluate(plans, level="exact")
     np.testing.assert_allclose(again["iteration_time_s"], exact["iteration_time_s"], rtol=1e-5)
     assert again.attrs["dtype"] == "float64" and exact.attrs["dtype"] == "float32"
+
+
+def test_worker_processes_give_the_same_results(catalog):
+    plans = [random_plan(seed) for seed in range(6)]
+    pool = xsweep.Evaluator(processes=2, parallel_min=1)
+    try:
+        shared = pool.evaluate(plans, level="bound")
+    finally:
+        pool.close()
+    alone = xsweep.Evaluator(processes=1).evaluate(plans, level="bound")
+    for name in ("iteration_time_s", "bubble_s", "cost_per_run_usd", "memory_per_gpu_gib"):
+        np.testing.assert_array_equal(shared[name].values, alone[name].values, err_msg=name)
+    assert list(shared["name"].values) == [p.name for p in plans]

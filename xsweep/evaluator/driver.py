@@ -9,9 +9,10 @@ copy into a chunk.
 
 Variants are grouped by shape: each variant's sizes and slots rounded up to powers
 of two (so shapes repeat across calls, and across processes through the disk cache
-of compiled kernels), then groups merged where that adds the least work until a call
-needs at most ``MAX_SHAPES`` new shapes (an already compiled shape that covers a
-variant at up to ``REUSE_FACTOR`` times its work is used as it is). Each group runs
+of compiled kernels); neighbouring groups share a shape while that costs at most
+``MERGE_FACTOR`` times their own work, and a call needs at most ``MAX_SHAPES`` new
+shapes (an already compiled shape that covers a variant at up to ``REUSE_FACTOR``
+times its work is used as it is). Each group runs
 in chunks of rows; the variant axis is padded to a multiple of the device count and
 split over all devices with ``shard_map``: each device runs its share, vmapped or one
 variant after another (``VECTORIZED``), so one CPU, one GPU or eight run the same
@@ -19,10 +20,9 @@ code. The exact level's slots (tasks and flows under way at once) are sized per
 variant from its bound schedule; variants that still overflow are rerun together,
 in a second pass with twice the slots of both kinds.
 
-The metrics of ``xsweep.timeline`` are computed on the device by a second,
-loop-free call on the task times, which never leave the device unless asked for;
-its index arrays share one size per group too. While the device works on one
-chunk, the host encodes the next.
+The metrics of ``xsweep.timeline`` are computed in the same compiled call, from task
+times that never leave the device unless asked for; their index arrays share one size
+per group too. While the device works on one chunk, the host encodes the next.
 """
 
 from __future__ import annotations
@@ -71,11 +71,13 @@ VECTORIZED = {"cpu": {"bound": True, "exact": False}, "gpu": {"bound": True, "ex
 #: On CPU the rate of the Llama-2-7B plans barely moves between 8 and 512; the
 #: accelerator's (whose steps are kernel launches) is a first guess.
 BLOCK_STEP_COST = {"cpu": 32, "gpu": 1024}
-#: Compiled shapes one call uses at most, by level, besides reruns after an overflow.
-#: Each new shape compiles once (about a second for the bound, ten seconds of CPU for
-#: the exact level) and is kept on disk after (``xsweep.runtime.use_compile_cache``);
-#: fewer shapes pad more.
-MAX_SHAPES = {"bound": 4, "exact": 3}
+#: New compiled shapes one call uses at most, by level, besides reruns after an
+#: overflow: each compiles once (kept on disk after, ``xsweep.runtime.use_compile_cache``).
+MAX_SHAPES = {"bound": 8, "exact": 3}
+#: Two groups of variants share one shape (the larger of each size) only while that
+#: costs each at most this many times its own work, unless a call would need more than
+#: ``MAX_SHAPES`` new shapes: padding stays below it in all but the most varied calls.
+MERGE_FACTOR = 2.0
 #: Rows of a chunk at least (a multiple of the devices, up to the chunk size): few
 #: distinct row counts, so small calls and large ones share executables.
 MIN_ROWS = {"bound": 8, "exact": 1}
@@ -87,18 +89,25 @@ class _Format(NamedTuple):
 
     shape: type  # Shape or BlockShape
     sizes: Callable  # programs -> int[N, fields of shape]
-    work: Callable  # rows of (shape, task slots, flow slots) -> work of one variant there
+    load: Callable  # rows of sizes -> each variant's weight in the kernel's time
+    work: Callable  # rows of (shape, task slots, flow slots) -> work per unit of load there
     encode: Callable  # (programs, shape, *, dtype, num_variants) -> the kernel's arrays
 
 
+def _exact_events(sizes: np.ndarray) -> np.ndarray:
+    """Events of each program at most: every task and every flow's start and end."""
+    return (sizes[:, 0] + 2 * sizes[:, 2]).astype(float)
+
+
 def _exact_work(keys: np.ndarray) -> np.ndarray:
-    """Per-event work grows with the slots; larger arrays cost memory and encoding."""
-    return 64 * (keys[..., -2] + keys[..., -1]) + keys[..., 0] + keys[..., 1] + keys[..., 2]
+    """Work per event: a fixed part, and a part that grows with the slots (measured on CPU:
+    about 12 us per event at 64 task and 256 flow slots, 55 us at 256 and 1024)."""
+    return 100.0 + keys[..., -2] + keys[..., -1]
 
 
 def _format(level: str, step_cost: int, derived: Derived) -> _Format:
     if level == "exact":
-        return _Format(Shape, program_sizes, _exact_work, encode)
+        return _Format(Shape, program_sizes, _exact_events, _exact_work, encode)
 
     def work(keys):
         return block_work(keys[..., :-2], step_cost)
@@ -109,7 +118,7 @@ def _format(level: str, step_cost: int, derived: Derived) -> _Format:
     def encoded(programs, shape, **kwargs):
         return encode_blocks([derived.layout(p, shape.width) for p in programs], shape, **kwargs)
 
-    return _Format(BlockShape, sizes, work, encoded)
+    return _Format(BlockShape, sizes, lambda sizes: np.ones(len(sizes)), work, encoded)
 
 
 class _Config(NamedTuple):
@@ -122,43 +131,48 @@ class _Config(NamedTuple):
     step_cost: int
 
 
-def _shape_groups(keys: np.ndarray, work: Callable, max_shapes: int,
+def _shape_groups(keys: np.ndarray, load: np.ndarray, work: Callable, max_shapes: int,
                   fixed: list[tuple[int, ...]]) -> list[tuple[tuple[int, ...], np.ndarray]]:
     """Variants grouped by the shape they run at: ``(shape key, variant indices)``.
 
     ``keys`` are each variant's own shape key (sizes and slots, each a power of two, so
-    that shapes repeat across calls and processes). A variant whose key an already
-    compiled key of ``fixed`` covers at most ``REUSE_FACTOR`` times its work runs there;
-    the rest keep their own keys, and while they need more than ``max_shapes`` new
-    shapes the two groups whose merging (their elementwise largest key) adds the least
-    work are merged.
+    that shapes repeat across calls and processes) and ``load`` its weight in the
+    kernel's time (the variant costs ``load * work(key)``). A variant whose key an
+    already compiled key of ``fixed`` covers at most ``REUSE_FACTOR`` times its work runs
+    there. The rest are grouped by key; two groups are merged (their elementwise largest
+    key) while some merge costs each member at most ``MERGE_FACTOR`` times its work, and
+    while more than ``max_shapes`` groups are left, the merge that adds the least work.
     """
     order = np.lexsort(keys.T[::-1])
-    unique, first, counts = np.unique(keys[order], axis=0, return_index=True,
-                                      return_counts=True)
+    unique, first = np.unique(keys[order], axis=0, return_index=True)
     members = np.split(order, first[1:])
     groups: dict[tuple[int, ...], list[np.ndarray]] = {}
-    new: list[tuple[np.ndarray, list[np.ndarray]]] = []
+    new_keys, new_members = [], []
     for key, who in zip(unique, members, strict=True):
         cost = float(work(key))
         covering = [k for k in fixed if all(a >= b for a, b in zip(k, key.tolist(), strict=True))
                     and float(work(np.array(k))) <= REUSE_FACTOR * cost]
         if covering:
-            best = min(covering, key=lambda k: float(work(np.array(k))))
-            groups.setdefault(best, []).append(who)
+            groups.setdefault(min(covering, key=lambda k: float(work(np.array(k)))), []).append(who)
         else:
-            new.append((key, [who]))
-    while len(new) > max_shapes:
-        stacked = np.stack([k for k, _ in new])
-        sizes = np.array([sum(len(w) for w in who) for _, who in new], float)
+            new_keys.append(key)
+            new_members.append([who])
+    while len(new_keys) > 1:
+        stacked = np.stack(new_keys)
+        weight = np.array([sum(load[w].sum() for w in who) for who in new_members], float)
         merged = np.maximum(stacked[:, None], stacked[None, :])
-        own = work(stacked) * sizes
-        extra = work(merged) * (sizes[:, None] + sizes[None, :]) - own[:, None] - own[None, :]
+        own = work(stacked)
+        extra = work(merged) * (weight[:, None] + weight[None, :]) - (own * weight)[:, None] \
+            - (own * weight)[None, :]
         np.fill_diagonal(extra, np.inf)
         i, j = np.unravel_index(np.argmin(extra), extra.shape)
-        joined = (merged[i, j], new[i][1] + new[j][1])
-        new = [g for k, g in enumerate(new) if k not in (i, j)] + [joined]
-    for key, who in new:
+        ratio = work(merged[i, j]) / min(own[i], own[j])
+        if ratio > MERGE_FACTOR and len(new_keys) <= max_shapes:
+            break
+        new_keys = [k for n, k in enumerate(new_keys) if n not in (i, j)] + [merged[i, j]]
+        new_members = [m for n, m in enumerate(new_members) if n not in (i, j)] + [
+            new_members[i] + new_members[j]]
+    for key, who in zip(new_keys, new_members, strict=True):
         groups.setdefault(tuple(int(n) for n in key), []).extend(who)
     return [(key, np.sort(np.concatenate(who))) for key, who in groups.items()]
 
@@ -172,15 +186,16 @@ class _Run:
 
     def dispatch(self, programs: Sequence[Program], sizes: np.ndarray, with_metrics: bool,
                  slots: tuple[int, int], key: tuple, metric_dims: tuple) -> dict:
-        """Encode one chunk at the (rows, *shape) ``key`` and start the kernels on it."""
+        """Encode one chunk at the (rows, *shape) ``key`` and start the kernel on it."""
         cfg, fmt, devices = self.cfg, self.fmt, self.executables.devices
         rows, shape = key[0], fmt.shape(*key[1:])
         if cfg.level == "exact":
             slots = (min(slots[0], shape.tasks + 1), min(slots[1], shape.flows))  # no more is used
-        schedule, sharding = self.executables.scheduler(
-            cfg.level, slots, cfg.max_rounds, cfg.vectorized and rows > len(devices))
+        kernel, sharding = self.executables.kernel(
+            cfg.level, slots, cfg.max_rounds, cfg.vectorized and rows > len(devices),
+            with_metrics)
         arrays = fmt.encode(programs, shape, dtype=cfg.dtype, num_variants=rows)
-        out = schedule(jax.device_put(arrays, sharding))
+        index = scalars = None
         if with_metrics:
             index = pad_metric_index([self.derived.metric_index(p) for p in programs],
                                      shape.tasks, metric_dims, dtype=cfg.dtype,
@@ -188,8 +203,7 @@ class _Run:
             scalars = tuple(np.array([getattr(p, name) for p in programs]
                                      + [0.0] * (rows - len(programs)), cfg.dtype)
                             for name in _SCALARS)
-            read, sharding = self.executables.metrics()
-            out |= read(out["start_s"], out["end_s"], *jax.device_put((index, scalars), sharding))
+        out = kernel(*jax.device_put((arrays, index, scalars), sharding))
         if not cfg.task_times:
             del out["start_s"], out["end_s"]
         overhead = padding_overhead(sizes, shape, rows)
@@ -203,8 +217,8 @@ class _Run:
         devices = len(self.executables.devices)
         keys = power_of_two(np.concatenate([sizes[pending], need[pending]], axis=1))
         config = (cfg.level, np.dtype(cfg.dtype).name, cfg.max_rounds, cfg.with_metrics)
-        for key, local in _shape_groups(keys, fmt.work, MAX_SHAPES[cfg.level],
-                                        self.executables.compiled(config)):
+        for key, local in _shape_groups(keys, fmt.load(sizes[pending]), fmt.work,
+                                        MAX_SHAPES[cfg.level], self.executables.compiled(config)):
             run = pending[local]
             rows = min(chunk_size, max(power_of_two(len(run)), MIN_ROWS[cfg.level]))
             rows = -(-rows // devices) * devices

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from xsweep.evaluator.shapes import Shape, batch_shape, ladder, program_sizes
+from xsweep.evaluator.shapes import Shape, batch_shape, power_of_two, program_sizes
 from xsweep.kernels.types import ProgramArrays
 from xsweep.plan.program import Program, TaskKind
 from xsweep.ragged import owners_and_places, ptr_counts
@@ -77,12 +77,12 @@ def encode(programs: Sequence[Program], shape: Shape | None = None, *,
 
 
 def metric_index_dims(indices: Sequence[MetricIndex]) -> tuple[int, ...]:
-    """Rounded sizes that fit every index, all fields but ``task_valid`` in a row."""
+    """Sizes (powers of two) that fit every index, all fields but ``task_valid`` in a row."""
     dims = []
     for name in MetricIndex._fields:
         if name != "task_valid":
             shapes = np.array([getattr(ix, name).shape for ix in indices])
-            dims += [ladder(int(n)) for n in shapes.max(axis=0)]
+            dims += [power_of_two(int(n)) for n in shapes.max(axis=0)]
     return tuple(dims)
 
 

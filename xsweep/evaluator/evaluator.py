@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -16,17 +17,21 @@ from xsweep.evaluator.dataset import assemble, table
 from xsweep.evaluator.derived import Derived
 from xsweep.evaluator.driver import DTYPES, run_programs
 from xsweep.evaluator.executables import Executables
+from xsweep.evaluator.workers import WorkerPool
 from xsweep.kernels import MAX_ROUNDS
 from xsweep.pipeline import Prepared, prepare, resolve_inputs
 from xsweep.plan.lower import TemplateCache
 from xsweep.plan.program import Program
-from xsweep.runtime import use_compile_cache, use_cpu_devices
+from xsweep.runtime import usable_cores, use_compile_cache, use_cpu_devices
 from xsweep.spec.catalog import Catalog
 from xsweep.spec.profile import Profile
 
 #: Plans prepared, evaluated and reduced to their results at a time, so that a call over
 #: any number of plans holds only this many programs in memory.
 HOST_CHUNK = 4096
+#: Plans a call needs at least before worker processes take it (starting them costs
+#: seconds once; a small call is quicker here).
+PARALLEL_MIN = 256
 
 
 class Evaluator:
@@ -50,13 +55,17 @@ class Evaluator:
         once JAX has started or when ``devices`` is given.
       compile_cache: keep compiled kernels on disk across processes
         (:func:`xsweep.runtime.use_compile_cache`: a per-user directory by default).
+      processes: worker processes that prepare and evaluate shares of a call's plans
+        (:mod:`xsweep.evaluator.workers`); default one per core on a CPU host, 1 on an
+        accelerator. Calls of fewer than ``parallel_min`` plans run in this process.
     """
 
     def __init__(self, *, devices: Sequence | None = None, dtype: str = "float32",
                  chunk_size: int | None = None, max_rounds: int = MAX_ROUNDS,
                  catalog: Catalog | None = None, profile: Profile | str | Path | None = None,
                  cost: CostModel = DEFAULT_COST, cpu_devices: int | None = None,
-                 compile_cache: bool = True):
+                 compile_cache: bool = True, processes: int | None = None,
+                 parallel_min: int = PARALLEL_MIN):
         if dtype not in DTYPES:
             raise InputError(None, "dtype", dtype, f"must be one of {', '.join(DTYPES)}")
         if chunk_size is not None and chunk_size < 1:
@@ -76,6 +85,20 @@ class Evaluator:
         self._executables = Executables(self.devices)
         self._derived = Derived()
         self._templates = TemplateCache()
+        self.parallel_min = parallel_min
+        if processes is None:
+            processes = usable_cores() if self.devices[0].platform == "cpu" else 1
+        self._workers = WorkerPool(processes, dict(
+            dtype=dtype, chunk_size=chunk_size, max_rounds=max_rounds, catalog=self.catalog,
+            profile=self.profile, cost=cost, compile_cache=compile_cache)) \
+            if processes > 1 else None
+        if self._workers is not None:
+            weakref.finalize(self, self._workers.close)
+
+    def close(self) -> None:
+        """Stop the worker processes, if any were started."""
+        if self._workers is not None:
+            self._workers.close()
 
     def prepare(self, plans: Sequence, catalog: Catalog | None = None,
                 profile: Profile | str | Path | None = None) -> list[Prepared]:
@@ -133,14 +156,44 @@ class Evaluator:
           ``compile_cache_hits`` of those loaded).
 
         Plans are taken ``HOST_CHUNK`` at a time: prepared, evaluated and reduced to
-        their results before the next, so memory stays bounded however many there are.
+        their results before the next, so memory stays bounded however many there are;
+        with worker processes, each takes shares of the plans.
         """
         if isinstance(plans, str | Path) or not isinstance(plans, Sequence):
             raise InputError(None, "plans", type(plans).__name__,
                              "expected a list of DeploymentPlan messages or plan paths")
-        dtype = dtype or self.dtype
-        cost = cost or self.cost
-        n = len(plans)
+        dtype, cost, n = dtype or self.dtype, cost or self.cost, len(plans)
+        options = dict(catalog=catalog, profile=profile, cost=cost, dtype=dtype,
+                       chunk_size=chunk_size)
+        if self._workers is not None and n >= self.parallel_min:
+            share = min(HOST_CHUNK, -(-n // (4 * self._workers.processes)))
+            pieces = [plans[begin: begin + share] for begin in range(0, n, share)]
+            finished = [0]
+
+            def done(count: int) -> None:
+                finished[0] += count
+                if progress is not None:
+                    progress(finished[0], n)
+
+            tables, seconds = [], dict.fromkeys(_SECONDS, 0.0)
+            for part, spent in self._workers.map(pieces, level, options, done):
+                tables += part
+                seconds = {k: seconds[k] + spent[k] for k in seconds}
+        else:
+            tables, seconds = self.tables(plans, level, progress=progress, **options)
+        start = time.perf_counter()
+        ds = assemble(tables, level, dtype, cost, coords, seconds)
+        ds.attrs["results_s"] += time.perf_counter() - start
+        return ds
+
+    def tables(self, plans: Sequence, level: str, *, catalog: Catalog | None = None,
+               profile: Profile | str | Path | None = None, cost: CostModel | None = None,
+               dtype: str | None = None, chunk_size: int | None = None,
+               progress: Callable[[int, int], None] | None = None,
+               ) -> tuple[list[dict], dict]:
+        """Evaluate ``plans`` here, ``HOST_CHUNK`` at a time: their result tables (see
+        :func:`xsweep.evaluator.dataset.table`) and where the time went."""
+        dtype, cost, n = dtype or self.dtype, cost or self.cost, len(plans)
         seconds = dict.fromkeys(("prepare_s", "kernels_s", "results_s"), 0.0)
         compiled = compile_count().snapshot()
         tables = []
@@ -161,12 +214,13 @@ class Evaluator:
             tables.append(table(prepared, out, cost))
             seconds["results_s"] += time.perf_counter() - start
         compiled = compile_count() - compiled
-        start = time.perf_counter()
-        ds = assemble(tables, level, dtype, cost, coords, {
-            **seconds, "compile_s": compiled.seconds, "compiles": compiled.compiles,
-            "compile_cache_hits": compiled.cache_hits})
-        ds.attrs["results_s"] += time.perf_counter() - start
-        return ds
+        return tables, {**seconds, "compile_s": compiled.seconds, "compiles": compiled.compiles,
+                        "compile_cache_hits": compiled.cache_hits}
+
+
+#: Where an evaluation's time went (Dataset attributes).
+_SECONDS = ("prepare_s", "kernels_s", "results_s", "compile_s", "compiles",
+            "compile_cache_hits")
 
 
 _default: Evaluator | None = None

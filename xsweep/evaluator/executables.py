@@ -51,23 +51,25 @@ def _sharded(fn: Callable, devices: tuple,
     return jax.jit(sharded), NamedSharding(mesh, spec)
 
 
-def _schedule_one(level: str, slots: tuple[int, int], max_rounds: int, batched: bool,
-                  arrays) -> dict:
+def _evaluate_one(level: str, slots: tuple[int, int], max_rounds: int, batched: bool,
+                  arrays, index: timeline.MetricIndex | None, scalars: tuple | None) -> dict:
+    """One variant's schedule at ``level``, its diagnostics and, given the metrics' index
+    and scalars, its metrics: one compiled call, the task times never leave the device."""
     schedule = (blocked_bound(arrays) if level == "bound"
                 else exact(arrays, slots, max_rounds, batched))
     out = dict(zip(DIAGNOSTICS, (schedule.status, schedule.steps, schedule.max_active_flows,
                                  schedule.max_rounds), strict=True))
-    return out | {"iteration_time_s": schedule.iteration_time_s, "start_s": schedule.start_s,
-                  "end_s": schedule.end_s}
-
-
-def _metrics_one(start_s, end_s, index: timeline.MetricIndex, scalars: tuple) -> dict:
+    out |= {"iteration_time_s": schedule.iteration_time_s, "start_s": schedule.start_s,
+            "end_s": schedule.end_s}
+    if index is None:
+        return out
+    start_s, end_s = schedule.start_s, schedule.end_s
     per_stream = timeline.stream_metrics(jnp, index, start_s, end_s)
     per_stream = {name: jnp.where(index.stream_weight > 0, value, 0)  # 0 past the streams
                   for name, value in per_stream.items()}
     summary = timeline.summarize(jnp, index, per_stream, start_s, end_s, *scalars)
     del summary["iteration_time_s"]  # the kernel's own, which also covers the bound
-    return per_stream | summary
+    return out | per_stream | summary
 
 
 class Executables:
@@ -76,24 +78,20 @@ class Executables:
     def __init__(self, devices: tuple, max_compiled: int = MAX_COMPILED):
         self.devices = tuple(devices)
         self.max_compiled = max_compiled
-        self._schedulers: dict[tuple, tuple[Callable, NamedSharding]] = {}
-        self._metrics: tuple[Callable, NamedSharding] | None = None
+        self._kernels: dict[tuple, tuple[Callable, NamedSharding]] = {}
         self._shapes: dict[tuple, list[tuple[int, ...]]] = {}
 
-    def scheduler(self, level: str, slots: tuple[int, int], max_rounds: int,
-                  vectorized: bool) -> tuple[Callable, NamedSharding]:
-        """The kernel of ``level`` over a variant axis, and the sharding of its inputs."""
-        key = (level, slots, max_rounds, vectorized)
-        if key not in self._schedulers:
-            one = lambda arrays: _schedule_one(level, slots, max_rounds, vectorized, arrays)  # noqa: E731
-            self._schedulers[key] = _sharded(one, self.devices, vectorized)
-        return self._schedulers[key]
-
-    def metrics(self) -> tuple[Callable, NamedSharding]:
-        """The metrics of ``xsweep.timeline`` over a variant axis, from task times."""
-        if self._metrics is None:
-            self._metrics = _sharded(_metrics_one, self.devices)
-        return self._metrics
+    def kernel(self, level: str, slots: tuple[int, int], max_rounds: int, vectorized: bool,
+               with_metrics: bool) -> tuple[Callable, NamedSharding]:
+        """The kernel of ``level`` (and the metrics) over a variant axis, and the sharding
+        of its inputs: ``(arrays, index, scalars)``, the last two None without metrics."""
+        key = (level, slots, max_rounds, vectorized, with_metrics)
+        if key not in self._kernels:
+            def one(arrays, index, scalars):
+                return _evaluate_one(level, slots, max_rounds, vectorized, arrays, index,
+                                     scalars)
+            self._kernels[key] = _sharded(one, self.devices, vectorized)
+        return self._kernels[key]
 
     def compiled(self, config: tuple) -> list[tuple[int, ...]]:
         """The shape keys (sizes, task slots, flow slots) compiled so far for ``config``."""
@@ -112,6 +110,5 @@ class Executables:
 
     def clear(self) -> None:
         """Drop every jitted function and the record of compiled shapes."""
-        self._schedulers.clear()
-        self._metrics = None
+        self._kernels.clear()
         self._shapes.clear()
