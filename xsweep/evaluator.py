@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import numpy as np
 import xarray as xr
@@ -14,19 +13,11 @@ from xsweep.cost import DEFAULT_COST, CostModel, node_rates, run_costs
 from xsweep.kernels import Status
 from xsweep.plan.analysis import PlanAnalysis, analyze
 from xsweep.plan.lower import lower
-from xsweep.spec import load_catalog, load_plan
+from xsweep.spec import load_catalog
+from xsweep.spec.arguments import evaluation_plans
 
 STATUS_NAMES = (*Status.NAMES, "pruned")
 PRUNED = len(Status.NAMES)
-
-
-def _analyses(plans, catalog, profile) -> list[PlanAnalysis]:
-    out = []
-    for plan in plans:
-        if isinstance(plan, str | Path):
-            plan = load_plan(plan, catalog)
-        out.append(analyze(plan, catalog, profile=profile))
-    return out
 
 
 def evaluate(plans: Sequence, level: str = "exact", *, catalog=None, profile=None,
@@ -53,7 +44,9 @@ def evaluate(plans: Sequence, level: str = "exact", *, catalog=None, profile=Non
       solver diagnostics (steps, padding overhead).
     """
     catalog = catalog if catalog is not None else load_catalog()
-    analyses = _analyses(plans, catalog, profile)
+    plans = evaluation_plans(plans, catalog, profile=profile, cost=cost, chunk_size=chunk_size,
+                             progress=progress)
+    analyses = [analyze(plan, catalog, profile=profile) for plan in plans]
     programs = [lower(a) for a in analyses]
     out = evaluate_programs(programs, level, dtype=dtype, chunk_size=chunk_size,
                             progress=progress)

@@ -8,9 +8,10 @@ Each subcommand is a module of this package (``xsweep/cli/<name>.py``) that defi
   (0 ok, 1 a check failed, 2 bad input).
 
 Modules are discovered at start-up, so adding a subcommand means adding a
-module; nothing here changes. ``run`` may raise ``InputError`` (or OSError,
-YAML and protobuf parse errors): the dispatcher prints the one-line reason on
-stderr and exits with 2 (see ``xsweep.cli.common``).
+module; nothing here changes. ``run`` may raise ``InputError`` (or OSError): the
+dispatcher prints the one-line reason on stderr and exits with 2 (see
+``xsweep.cli.common``). Ctrl-C at any moment, start-up included, ends the
+command with one line on stderr and exit code 130.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import signal
 import sys
 from collections.abc import Sequence
 
 import xsweep
 import xsweep.cli
-from xsweep.cli.common import run_guarded
+from xsweep.cli.common import interrupted, run_guarded
 
 _NOT_COMMANDS = {"main", "common"}
 
@@ -54,6 +56,25 @@ def build_parser(modules: Sequence[str] | None = None) -> argparse.ArgumentParse
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (default: ``sys.argv[1:]``), run the subcommand, return its exit code."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # while a command's modules load, before run_guarded
+        return interrupted()
+
+
+def entry() -> None:
+    """The ``xsweep`` program: :func:`main`, then exit with its code.
+
+    Once the command has finished, its output is complete: a Ctrl-C while the
+    interpreter shuts down is ignored rather than reported as a traceback.
+    """
+    code = main()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.stdout.flush()
+    sys.exit(code)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Import only the named command's module when it has one: start-up stays fast
     # however heavy the other commands' imports are.
@@ -67,4 +88,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

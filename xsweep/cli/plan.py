@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-
+from xsweep.cli.common import emit, json_text
 from xsweep.plan.analysis import analyze
 from xsweep.plan.lower import lower
 from xsweep.plan.profile import load_profile
@@ -40,5 +39,5 @@ def register(subparsers) -> None:
 def run(args) -> int:
     analysis, program = read_plan(args)
     summary = plan_summary(analysis, program)
-    print(json.dumps(summary, indent=2) if args.json else format_plan(summary))
+    emit(json_text(summary) if args.json else format_plan(summary))
     return 0

@@ -12,10 +12,7 @@ import random
 from dataclasses import dataclass
 
 from xsweep.spec import xsweep_pb2 as pb
-
-SCHEDULE = {"gpipe": pb.GPIPE, "1f1b": pb.ONE_F_ONE_B}
-RESHARDING = {"lcm": pb.LCM, "hetauto": pb.HETAUTO, "alpacomm": pb.ALPACOMM}
-FABRIC = {"rail_optimized": pb.RAIL_OPTIMIZED, "fat_tree": pb.FAT_TREE}
+from xsweep.spec.enums import FABRIC, RESHARDING, SCHEDULE
 
 
 @dataclass(frozen=True)
@@ -50,10 +47,10 @@ def build_plan(name: str, model: str, nodes, replicas, *, schedule="gpipe", resh
     if num_layers:
         plan.model.num_layers = num_layers
     t = plan.training
-    t.schedule, t.resharding = SCHEDULE[schedule], RESHARDING[resharding]
+    t.schedule, t.resharding = SCHEDULE.value(schedule), RESHARDING.value(resharding)
     t.activation_recompute, t.zero_stage, t.total_tokens = recompute, zero_stage, total_tokens
     t.global_batch_size = sum(r.micro_batch_size * r.num_micro_batches for r in replicas)
-    plan.cluster.fabric.kind = FABRIC[fabric]
+    plan.cluster.fabric.kind = FABRIC.value(fabric)
     plan.cluster.fabric.oversubscription = oversubscription
     free, first_rank = [], 0
     for n in nodes:
@@ -134,7 +131,7 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
         ))
     return build_plan(
         f"random-{seed}", model, nodes, replicas,
-        schedule=rng.choice(tuple(SCHEDULE)), resharding=rng.choice(tuple(RESHARDING)),
-        fabric=rng.choice(tuple(FABRIC)), oversubscription=rng.choice((1.0, 1.0, 2.0, 4.0)),
+        schedule=rng.choice(SCHEDULE.known()), resharding=rng.choice(RESHARDING.known()),
+        fabric=rng.choice(FABRIC.known()), oversubscription=rng.choice((1.0, 1.0, 2.0, 4.0)),
         recompute=rng.random() < 0.3, seq_length=seq_length, num_layers=num_layers,
     )

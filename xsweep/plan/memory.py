@@ -31,11 +31,11 @@ from dataclasses import dataclass
 
 from xsweep.plan.workload import BF16_BYTES, mlp_matrices, rank_params, tp_shard
 from xsweep.spec.catalog import GpuSpec, ModelSpec
+from xsweep.spec.enums import SCHEDULE
 
 GB = 1e9
 GRAD_BYTES_PER_PARAM = 2  # bf16
 ADAM_BYTES_PER_PARAM = 12  # fp32 master weight, m and v
-SCHEDULES = ("gpipe", "1f1b")
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,8 @@ def layer_activation_bytes(model: ModelSpec, tp: int, micro_batch_size: int) -> 
 def in_flight_micro_batches(schedule: str, num_micro_batches: int, stage_index: int,
                             num_stages: int) -> int:
     """Micro-batches whose activations a stage holds at its peak."""
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if schedule not in SCHEDULE.known():
+        raise ValueError(f"schedule must be one of {SCHEDULE.known()}, got {schedule!r}")
     if not 0 <= stage_index < num_stages:
         raise ValueError(f"stage_index {stage_index} is not inside 0..{num_stages - 1}")
     if num_micro_batches < 1:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-SCHEDULES = ("gpipe", "1f1b")
-
 
 def stage_order(schedule: str, stage: int, num_stages: int, num_micro_batches: int):
     """The passes of one stage in execution order, as ``("F" | "B", micro_batch)`` pairs.

@@ -20,9 +20,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-import yaml
-
 from xsweep.errors import InputError
+from xsweep.spec import ranges
+from xsweep.spec.enums import MLP
+from xsweep.spec.reader import parse_yaml, read_yaml_file
 
 
 @dataclass(frozen=True)
@@ -71,10 +72,8 @@ class ModelSpec:
     mlp: str  # "gelu" (two FFN matrices) or "swiglu" (three)
 
 
-MLP_KINDS = ("gelu", "swiglu")
 _SECTIONS = {"gpus": GpuSpec, "nics": NicSpec, "models": ModelSpec}
 _DEFAULT_FILES = ("gpus.yaml", "nics.yaml", "models.yaml")
-_ZERO_ALLOWED = {"capex_usd", "cloud_usd_per_hour"}  # prices may be unknown; sizes may not
 
 Spec = TypeVar("Spec", GpuSpec, NicSpec, ModelSpec)
 
@@ -130,7 +129,7 @@ def load_catalog(extra_files: Iterable[str | Path] = ()) -> Catalog:
     _check_default_nics(tables, "xsweep/spec/data/gpus.yaml")
     for path in extra_files:
         file = str(path)
-        _merge(tables, read_yaml(Path(path).read_text(encoding="utf-8"), file), file)
+        _merge(tables, read_yaml_file(path), file)
         _check_default_nics(tables, file)
     # The dicts are shared with the lookup tables, so an entry added to them is found too.
     return Catalog(
@@ -147,7 +146,7 @@ def _default_documents() -> tuple[tuple[str, Any], ...]:
     data_dir = resources.files("xsweep.spec") / "data"
     return tuple(
         (f"xsweep/spec/data/{name}",
-         read_yaml((data_dir / name).read_text(encoding="utf-8"), f"xsweep/spec/data/{name}"))
+         parse_yaml((data_dir / name).read_text(encoding="utf-8"), f"xsweep/spec/data/{name}"))
         for name in _DEFAULT_FILES
     )
 
@@ -155,17 +154,6 @@ def _default_documents() -> tuple[tuple[str, Any], ...]:
 def is_catalog_document(document: object) -> bool:
     """True when a parsed YAML document looks like a catalog (only catalog sections)."""
     return isinstance(document, Mapping) and bool(document) and set(document) <= set(_SECTIONS)
-
-
-def read_yaml(text: str, file: str) -> Any:
-    """Parse YAML with the safe loader; syntax errors become an InputError naming the line."""
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else None
-        problem = getattr(error, "problem", None) or str(error)
-        raise InputError(file, where, None, f"invalid YAML: {problem}") from None
 
 
 def _merge(tables: dict[str, _Table], document: object, file: str) -> None:
@@ -184,12 +172,13 @@ def _merge(tables: dict[str, _Table], document: object, file: str) -> None:
             raise InputError(file, section, type(entries).__name__,
                              "expected a mapping from names to entries")
         for name, values in entries.items():
-            _merge_entry(tables[section], _SECTIONS[section], str(name), values, file,
+            _merge_entry(tables[section], section, str(name), values, file,
                          f"{section}.{name}")
 
 
-def _merge_entry(table: _Table, spec_type: type, name: str, values: object, file: str,
+def _merge_entry(table: _Table, section: str, name: str, values: object, file: str,
                  path: str) -> None:
+    spec_type = _SECTIONS[section]
     if not isinstance(values, Mapping):
         raise InputError(file, path, values, "expected a mapping of fields")
     values = dict(values)
@@ -201,7 +190,7 @@ def _merge_entry(table: _Table, spec_type: type, name: str, values: object, file
         if key not in fields or key == "name":
             known = ", ".join(f for f in fields if f != "name")
             raise InputError(file, f"{path}.{key}", None, f"unknown field; known: {known}")
-    checked = {key: _check_value(spec_type, key, value, file, f"{path}.{key}")
+    checked = {key: _check_value(section, key, value, file, f"{path}.{key}")
                for key, value in values.items()}
     canonical = table.find(name)
     if canonical is not None:
@@ -221,22 +210,18 @@ def _merge_entry(table: _Table, spec_type: type, name: str, values: object, file
             raise InputError(file, f"{path}.aliases", key, f"name already used by {owner!r}")
 
 
-def _check_value(spec_type: type, key: str, value: object, file: str, path: str) -> object:
-    kind = {f.name: f.type for f in dataclasses.fields(spec_type)}[key]
+def _check_value(section: str, key: str, value: object, file: str, path: str) -> object:
+    kind = {f.name: f.type for f in dataclasses.fields(_SECTIONS[section])}[key]
     if kind == "str":
         if not isinstance(value, str) or not value.strip():
             raise InputError(file, path, value, "expected a non-empty string")
-        if key == "mlp" and value.lower() not in MLP_KINDS:
-            raise InputError(file, path, value, f"expected one of {', '.join(MLP_KINDS)}")
+        if key == "mlp" and value.lower() not in MLP.known():
+            raise InputError(file, path, value, f"expected one of {', '.join(MLP.known())}")
         return value.lower() if key == "mlp" else value
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InputError(file, path, value, "expected a number")
-    if kind == "int" and int(value) != value:
+    bounds = ranges.CATALOG[section][key]
+    bounds.check(value, file, path)
+    if kind == "int" and not float(value).is_integer():
         raise InputError(file, path, value, "expected an integer")
-    if value < 0 or (value == 0 and key not in _ZERO_ALLOWED):
-        raise InputError(file, path, value, "must be positive")
-    if key == "efficiency" and value > 1:
-        raise InputError(file, path, value, "is a fraction of peak, at most 1")
     return int(value) if kind == "int" else float(value)
 
 
