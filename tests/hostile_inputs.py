@@ -85,17 +85,17 @@ def _repeat(head: str, item: str, tail: str, size: int) -> str:
     return head + item * max(1, (size - len(head) - len(tail)) // len(item)) + tail
 
 
-def _many_nodes(size: int) -> bytes:
-    nodes = _repeat("", '  nodes { gpu: "H100-SXM" num_gpus: 8 }\n', "", size - len(PLAN))
+def _many_nodes(_size: int) -> bytes:
+    """8,193 nodes of 8 GPUs: one node past the default limit of 65,536 GPUs."""
+    nodes = '  nodes { gpu: "H100-SXM" num_gpus: 8 }\n' * 8193
     return plan_with('  nodes { gpu: "H100-SXM" num_gpus: 8 }\n', nodes).encode()
 
 
-def _many_groups(size: int) -> bytes:
-    group = ("device_groups { id: 9 ranks: [0] pp_stage: 0 dp_replica: 0 first_layer: 1 "
-             "last_layer: 32 micro_batch_size: 1 num_micro_batches: 1 }\n")
-    count = max(1, (size - len(PLAN)) // len(group))
-    groups = "".join(group.replace("id: 9", f"id: {100 + i}") for i in range(count))
-    return (PLAN + groups).encode()
+def _many_groups(_size: int) -> bytes:
+    """4,097 device groups: one past the default limit."""
+    group = ("device_groups {{ id: {} ranks: [0] pp_stage: 0 dp_replica: 0 first_layer: 1 "
+             "last_layer: 32 micro_batch_size: 1 num_micro_batches: 1 }}\n")
+    return (PLAN + "".join(group.format(100 + i) for i in range(4097 - 4))).encode()
 
 
 def _long_ranks(size: int) -> bytes:
