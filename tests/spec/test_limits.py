@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.hostile_inputs import PLAN
 from xsweep.errors import InputError
 from xsweep.plan.analysis import analyze
 from xsweep.plan.builder import NodeReq, ReplicaReq, StageReq, build_plan, random_plan
@@ -12,8 +13,6 @@ from xsweep.spec.limits import Limits, active_limits
 from xsweep.spec.plan_io import plan_from_text
 from xsweep.spec.program_size import estimate_program_size
 from xsweep.spec.validate import validate_plan
-
-from tests.hostile_inputs import PLAN
 
 
 def lowered_size(plan, catalog) -> int:
