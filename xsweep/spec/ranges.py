@@ -46,7 +46,7 @@ class Range:
 
 
 def _number(x: float) -> str:
-    if float(x).is_integer() and abs(x) < 1e7:
+    if float(x).is_integer() and abs(x) < 1e10:
         return f"{int(x):,}"
     return f"{x:g}"
 
