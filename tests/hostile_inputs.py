@@ -91,6 +91,11 @@ def _many_nodes(_size: int) -> bytes:
     return plan_with('  nodes { gpu: "H100-SXM" num_gpus: 8 }\n', nodes).encode()
 
 
+def _most_gpus(_size: int) -> bytes:
+    """Valid and large: 8,192 nodes, 65,536 GPUs (the default limit), eight of them used."""
+    return _many_nodes(0).replace(b"nodes { gpu: \"H100-SXM\" num_gpus: 8 }\n", b"", 1)
+
+
 def _many_groups(_size: int) -> bytes:
     """4,097 device groups: one past the default limit."""
     group = ("device_groups {{ id: {} ranks: [0] pp_stage: 0 dp_replica: 0 first_layer: 1 "
@@ -244,6 +249,7 @@ HOSTILE: tuple[Hostile, ...] = (
             _text(plan_with('preset: "llama2-7b"', f'preset: "llama2-7b" num_layers: {INT32_MAX}'))),
     # -- large but valid ----------------------------------------------------------------
     Hostile("many stages", ".pbtxt", _many_stages, valid=True),
+    Hostile("most GPUs", ".pbtxt", _most_gpus, valid=True),
     Hostile("large sweep axis", ".yaml", _large_sweep, valid=True),
     Hostile("large catalog", ".yaml", _large_catalog, valid=True),
 )

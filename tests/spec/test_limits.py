@@ -29,10 +29,10 @@ def test_defaults_and_environment(monkeypatch):
                                                                          Limits().device_groups)
 
 
-@pytest.mark.parametrize("value", ["0", "-5", "lots", "1e6", "9" * 40])
+@pytest.mark.parametrize("value", ["0", "-5", "lots", "1e6", "9" * 40, "²"])
 def test_a_bad_limit_in_the_environment_is_an_input_error(monkeypatch, value):
     monkeypatch.setenv("XSWEEP_MAX_GPUS", value)
-    with pytest.raises(InputError, match="XSWEEP_MAX_GPUS: must be a positive integer"):
+    with pytest.raises(InputError, match="^environment: XSWEEP_MAX_GPUS: must be a positive"):
         active_limits()
 
 

@@ -50,9 +50,10 @@ def active_limits() -> Limits:
         text = os.environ.get(name, "").strip().replace("_", "")
         if not text:
             continue
-        if not text.isdigit() or len(text) > MAX_INTEGER_DIGITS or int(text) < 1:
-            raise InputError(None, name, os.environ[name],
-                             "must be a positive integer (an environment variable)")
+        if not (text.isascii() and text.isdigit()) or len(text) > MAX_INTEGER_DIGITS \
+                or int(text) < 1:
+            raise InputError("environment", name, os.environ[name],
+                             "must be a positive integer")
         values[field.name] = int(text)
     return Limits(**values)
 
