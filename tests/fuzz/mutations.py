@@ -79,7 +79,8 @@ def _spot(draw, tree):
 
 @st.composite
 def mutated_tree(draw, base):
-    """``base`` (a JSON-like document) after one to three mutations (sometimes none)."""
+    """``base`` (a JSON-like document) after up to three mutations; now and then a
+    plain value instead of a document."""
     if draw(st.integers(0, 40)) == 0:  # not a mapping at all
         return draw(values)
     tree = copy.deepcopy(base)
