@@ -108,12 +108,13 @@ def main() -> None:
                     entry = worst.setdefault((command, code == 0), [0.0, 0.0])
                     entry[0], entry[1] = max(entry[0], wall_s), max(entry[1], peak_mb)
     print(f"\nworst per command over inputs of at most {args.size:,} bytes")
-    print(f"{'command':<10}{'inputs':<10}{'time s':>8}{'peak MB':>9}  within "
+    print(f"{'command':<10}{'inputs':<10}{'time s':>8}{'peak MB':>9}  refused within "
           f"{TIME_BAR_S:.0f} s and {MEMORY_BAR_MB:.0f} MB")
     for (command, accepted), (wall_s, peak_mb) in sorted(worst.items()):
         within = wall_s <= TIME_BAR_S and peak_mb <= MEMORY_BAR_MB
+        verdict = "(accepted: the work itself)" if accepted else "yes" if within else "NO"
         print(f"{command:<10}{'accepted' if accepted else 'refused':<10}{wall_s:>8.2f}"
-              f"{peak_mb:>9.0f}  {'yes' if within else 'NO'}")
+              f"{peak_mb:>9.0f}  {verdict}")
 
 
 if __name__ == "__main__":
