@@ -55,6 +55,14 @@ def load(plan: DeploymentPlan | str | Path, catalog: Catalog) -> tuple[Deploymen
     return plan, None
 
 
+def prepare_valid(plan: DeploymentPlan, catalog: Catalog, profile: Profile | None = None, *,
+                  templates: TemplateCache | None = None, names: bool = True,
+                  source: str | None = None) -> Prepared:
+    """Analyse and lower a plan that :func:`load` (or ``validate_plan``) already checked."""
+    analysis = analyze(plan, catalog, profile=profile)
+    return Prepared(plan, analysis, lower(analysis, templates=templates, names=names), source)
+
+
 def prepare(plan: DeploymentPlan | str | Path, catalog: Catalog | None = None,
             profile: Profile | str | Path | None = None, *,
             templates: TemplateCache | None = None, names: bool = True) -> Prepared:
@@ -72,6 +80,5 @@ def prepare(plan: DeploymentPlan | str | Path, catalog: Catalog | None = None,
     """
     catalog, profile = resolve_inputs(catalog, profile)
     message, source = load(plan, catalog)
-    analysis = analyze(message, catalog, profile=profile)
-    return Prepared(message, analysis, lower(analysis, templates=templates, names=names),
-                    source)
+    return prepare_valid(message, catalog, profile, templates=templates, names=names,
+                         source=source)

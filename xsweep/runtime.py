@@ -7,8 +7,8 @@ share in the calling thread of that device, so on a CPU host one device keeps on
 core busy while the others mostly wait (measured on 2 cores: one device per core
 evaluates the exact level at 2.2x the rate, for less CPU time). JAX fixes its CPU
 device count when it starts its backends, so :func:`use_cpu_devices` must run before
-the first JAX computation of the process; the command line and a new
-:class:`~xsweep.evaluator.Evaluator` call it, importing xsweep does not, and nothing
+the first JAX computation of the process; a new :class:`~xsweep.evaluator.Evaluator`
+calls it (so every command that evaluates), importing xsweep does not, and nothing
 here writes to ``os.environ``.
 
 **Compilation cache.** Compiling the kernels for a new shape takes seconds (tens of

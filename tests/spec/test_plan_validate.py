@@ -96,7 +96,7 @@ def test_unknown_enum_numbers(plan, catalog):
 @pytest.mark.parametrize("field", ["virtual_pipeline_stages", "dp_bucket_params"])
 def test_negative_stack_sizes(plan, catalog, field):
     setattr(plan.training, field, -1)
-    reject(plan, catalog, f"training.{field}", "not be negative")
+    reject(plan, catalog, f"training.{field}", "must be at least 1 (or 0 for the default)")
 
 
 def test_interleaving_needs_1f1b_several_stages_and_even_chunks(plan, catalog):

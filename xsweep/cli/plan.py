@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-
+from xsweep.cli.common import emit, json_text
 from xsweep.pipeline import prepare, resolve_inputs
 from xsweep.plan.summary import format_plan, plan_summary
 from xsweep.spec.catalog import load_catalog
@@ -34,5 +33,5 @@ def register(subparsers) -> None:
 def run(args) -> int:
     prepared = prepare_from(args)
     summary = plan_summary(prepared.analysis, prepared.program)
-    print(json.dumps(summary, indent=2) if args.json else format_plan(summary))
+    emit(json_text(summary) if args.json else format_plan(summary))
     return 0

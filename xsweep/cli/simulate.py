@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
+from xsweep.cli.common import check_output_path, emit, json_text
 from xsweep.cli.plan import add_plan_inputs, prepare_from
-from xsweep.metrics import jsonable
 from xsweep.outcome import format_outcome, simulate_plan
 from xsweep.sim import write_trace
 
@@ -20,14 +19,14 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    check_output_path(args.trace, "--trace")
     prepared = prepare_from(args)
     program = prepared.program
     print(f"simulating {program.num_tasks} tasks, {program.num_flows} flows ...",
           file=sys.stderr)
     result, doc = simulate_plan(prepared)
-    if args.trace:
+    if args.trace is not None:
         write_trace(program, result, args.trace)
         print(f"trace written to {args.trace}", file=sys.stderr)
-    print(json.dumps(jsonable(doc), indent=2, allow_nan=False) if args.json
-          else format_outcome(doc))
+    emit(json_text(doc) if args.json else format_outcome(doc))
     return 0

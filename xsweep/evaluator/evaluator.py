@@ -15,14 +15,15 @@ from xsweep.errors import InputError
 from xsweep.evaluator.compiles import compile_count
 from xsweep.evaluator.dataset import assemble, table
 from xsweep.evaluator.derived import Derived
-from xsweep.evaluator.driver import DTYPES, run_programs
+from xsweep.evaluator.driver import DTYPES, LEVELS, run_programs
 from xsweep.evaluator.executables import Executables
 from xsweep.evaluator.workers import WorkerPool
 from xsweep.kernels import MAX_ROUNDS
-from xsweep.pipeline import Prepared, prepare, resolve_inputs
+from xsweep.pipeline import Prepared, prepare_valid, resolve_inputs
 from xsweep.plan.lower import TemplateCache
 from xsweep.plan.program import Program
 from xsweep.runtime import usable_cores, use_compile_cache, use_cpu_devices
+from xsweep.spec.arguments import evaluation_plans
 from xsweep.spec.catalog import Catalog
 from xsweep.spec.profile import Profile
 
@@ -100,18 +101,24 @@ class Evaluator:
         if self._workers is not None:
             self._workers.close()
 
+    def inputs(self, catalog: Catalog | None = None,
+               profile: Profile | str | Path | None = None) -> tuple[Catalog, Profile | None]:
+        """The catalog and profile plans are read against (default: the evaluator's)."""
+        if catalog is None and profile is None:
+            return self.catalog, self.profile
+        return resolve_inputs(catalog or self.catalog, profile)
+
     def prepare(self, plans: Sequence, catalog: Catalog | None = None,
                 profile: Profile | str | Path | None = None) -> list[Prepared]:
         """Validate, analyse and lower every plan (messages or paths), against ``catalog``
         and ``profile`` (default: the evaluator's)."""
-        if isinstance(plans, str | Path) or not isinstance(plans, Sequence):
-            raise InputError(None, "plans", type(plans).__name__,
-                             "expected a list of DeploymentPlan messages or plan paths")
-        if catalog is None and profile is None:
-            catalog, profile = self.catalog, self.profile
-        else:
-            catalog, profile = resolve_inputs(catalog or self.catalog, profile)
-        return [prepare(plan, catalog, profile, templates=self._templates, names=False)
+        catalog, profile = self.inputs(catalog, profile)
+        return self._prepare_valid(evaluation_plans(plans, catalog, profile=profile),
+                                   catalog, profile)
+
+    def _prepare_valid(self, plans: Sequence, catalog: Catalog,
+                       profile: Profile | None) -> list[Prepared]:
+        return [prepare_valid(plan, catalog, profile, templates=self._templates, names=False)
                 for plan in plans]
 
     def run(self, programs: Sequence[Program], level: str = "exact", *,
@@ -159,10 +166,17 @@ class Evaluator:
         their results before the next, so memory stays bounded however many there are;
         with worker processes, each takes shares of the plans.
         """
-        if isinstance(plans, str | Path) or not isinstance(plans, Sequence):
-            raise InputError(None, "plans", type(plans).__name__,
-                             "expected a list of DeploymentPlan messages or plan paths")
-        dtype, cost, n = dtype or self.dtype, cost or self.cost, len(plans)
+        catalog, profile = self.inputs(catalog, profile)
+        dtype, cost = dtype or self.dtype, cost or self.cost
+        if level not in LEVELS:
+            raise InputError("xsweep.evaluate", "level", level,
+                             f"must be one of {', '.join(LEVELS)}")
+        if dtype not in DTYPES:
+            raise InputError("xsweep.evaluate", "dtype", dtype,
+                             f"must be one of {', '.join(DTYPES)}")
+        plans = evaluation_plans(plans, catalog, profile=profile, cost=cost,
+                                 chunk_size=chunk_size, progress=progress)
+        n = len(plans)
         options = dict(catalog=catalog, profile=profile, cost=cost, dtype=dtype,
                        chunk_size=chunk_size)
         if self._workers is not None and n >= self.parallel_min:
@@ -191,15 +205,16 @@ class Evaluator:
                dtype: str | None = None, chunk_size: int | None = None,
                progress: Callable[[int, int], None] | None = None,
                ) -> tuple[list[dict], dict]:
-        """Evaluate ``plans`` here, ``HOST_CHUNK`` at a time: their result tables (see
-        :func:`xsweep.evaluator.dataset.table`) and where the time went."""
+        """Evaluate validated ``plans`` (messages) here, ``HOST_CHUNK`` at a time: their
+        result tables (see :func:`xsweep.evaluator.dataset.table`) and where the time went."""
+        catalog, profile = self.inputs(catalog, profile)
         dtype, cost, n = dtype or self.dtype, cost or self.cost, len(plans)
         seconds = dict.fromkeys(("prepare_s", "kernels_s", "results_s"), 0.0)
         compiled = compile_count().snapshot()
         tables = []
         for begin in range(0, n, HOST_CHUNK):
             start = time.perf_counter()
-            prepared = self.prepare(plans[begin: begin + HOST_CHUNK], catalog, profile)
+            prepared = self._prepare_valid(plans[begin: begin + HOST_CHUNK], catalog, profile)
             seconds["prepare_s"] += time.perf_counter() - start
 
             def step(done: int, total: int, begin=begin) -> None:

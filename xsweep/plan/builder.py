@@ -13,11 +13,7 @@ from dataclasses import dataclass
 
 from xsweep.plan.stack import DEFAULT_STACK, Stack
 from xsweep.spec import xsweep_pb2 as pb
-
-SCHEDULE = {"gpipe": pb.GPIPE, "1f1b": pb.ONE_F_ONE_B}
-RECOMPUTE = {"none": pb.NO_RECOMPUTE, "selective": pb.SELECTIVE, "full": pb.FULL}
-RESHARDING = {"lcm": pb.LCM, "hetauto": pb.HETAUTO, "alpacomm": pb.ALPACOMM}
-FABRIC = {"rail_optimized": pb.RAIL_OPTIMIZED, "fat_tree": pb.FAT_TREE}
+from xsweep.spec.enums import FABRIC, RECOMPUTE, RESHARDING, SCHEDULE
 
 
 @dataclass(frozen=True)
@@ -53,14 +49,14 @@ def build_plan(name: str, model: str, nodes, replicas, *, schedule="1f1b", resha
     if num_layers:
         plan.model.num_layers = num_layers
     t = plan.training
-    t.schedule, t.resharding = SCHEDULE[schedule], RESHARDING[resharding]
-    t.recompute, t.zero_stage, t.total_tokens = (RECOMPUTE[stack.recompute], stack.zero_stage,
-                                                 total_tokens)
+    t.schedule, t.resharding = SCHEDULE.value(schedule), RESHARDING.value(resharding)
+    t.recompute, t.zero_stage, t.total_tokens = (RECOMPUTE.value(stack.recompute),
+                                                 stack.zero_stage, total_tokens)
     t.sequence_parallel, t.flash_attention = stack.sequence_parallel, stack.flash_attention
     t.virtual_pipeline_stages, t.dp_overlap = stack.virtual_pipeline_stages, stack.dp_overlap
     t.dp_bucket_params = stack.dp_bucket_params
     t.global_batch_size = sum(r.micro_batch_size * r.num_micro_batches for r in replicas)
-    plan.cluster.fabric.kind = FABRIC[fabric]
+    plan.cluster.fabric.kind = FABRIC.value(fabric)
     plan.cluster.fabric.oversubscription = oversubscription
     free, first_rank = [], 0
     for n in nodes:
@@ -144,7 +140,7 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
                   zero_stage=rng.choice((0, 0, 1)))
     return build_plan(
         f"random-{seed}", model, nodes, replicas,
-        schedule=rng.choice(tuple(SCHEDULE)), resharding=rng.choice(tuple(RESHARDING)),
-        fabric=rng.choice(tuple(FABRIC)), oversubscription=rng.choice((1.0, 1.0, 2.0, 4.0)),
+        schedule=rng.choice(SCHEDULE.known()), resharding=rng.choice(RESHARDING.known()),
+        fabric=rng.choice(FABRIC.known()), oversubscription=rng.choice((1.0, 1.0, 2.0, 4.0)),
         stack=stack, seq_length=seq_length, num_layers=num_layers,
     )

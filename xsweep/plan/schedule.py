@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEDULES = ("gpipe", "1f1b")
+from xsweep.spec.enums import SCHEDULE
 
 
 def stage_order(schedule: str, stage: int, num_stages: int, num_micro_batches: int):
@@ -37,8 +37,8 @@ def in_flight(schedule: str, stage: int, num_stages: int, num_micro_batches: int
     holding ``1/v`` of the stage's layers: ``(warm-up + 1) / v`` micro-batches' worth,
     at most ``m`` (fractional).
     """
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if schedule not in SCHEDULE.known():
+        raise ValueError(f"schedule must be one of {SCHEDULE.known()}, got {schedule!r}")
     if not 0 <= stage < num_stages:
         raise ValueError(f"stage {stage} is not inside 0..{num_stages - 1}")
     if num_micro_batches < 1:

@@ -21,9 +21,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-import yaml
-
 from xsweep.errors import InputError
+from xsweep.spec import ranges
+from xsweep.spec.enums import MLP
+from xsweep.spec.reader import parse_yaml, read_yaml_file
 
 GIB = 2**30  # bytes in a GiB
 
@@ -95,12 +96,8 @@ class ModelSpec:
     dropout: bool = False  # trained with dropout (masks are kept and applied)
 
 
-MLP_KINDS = ("gelu", "swiglu")
 _SECTIONS = {"gpus": GpuSpec, "nics": NicSpec, "links": LinkSpec, "models": ModelSpec}
 _DEFAULT_FILES = ("gpus.yaml", "nics.yaml", "links.yaml", "models.yaml")
-_ZERO_ALLOWED = {"capex_usd", "cloud_usd_per_hour", "launch_latency_us"}  # sizes may not be 0
-_FRACTIONS = {"gemm_efficiency", "flash_attention_efficiency", "hbm_efficiency",
-              "bus_efficiency"}
 
 Spec = TypeVar("Spec", GpuSpec, NicSpec, LinkSpec, ModelSpec)
 
@@ -161,7 +158,7 @@ def load_catalog(extra_files: Iterable[str | Path] = ()) -> Catalog:
     _check_gpu_references(tables, "xsweep/spec/data/gpus.yaml")
     for path in extra_files:
         file = str(path)
-        _merge(tables, read_yaml(Path(path).read_text(encoding="utf-8"), file), file)
+        _merge(tables, read_yaml_file(path), file)
         _check_gpu_references(tables, file)
     # The dicts are shared with the lookup tables, so an entry added to them is found too.
     return Catalog(
@@ -179,7 +176,7 @@ def _default_documents() -> tuple[tuple[str, Any], ...]:
     data_dir = resources.files("xsweep.spec") / "data"
     return tuple(
         (f"xsweep/spec/data/{name}",
-         read_yaml((data_dir / name).read_text(encoding="utf-8"), f"xsweep/spec/data/{name}"))
+         parse_yaml((data_dir / name).read_text(encoding="utf-8"), f"xsweep/spec/data/{name}"))
         for name in _DEFAULT_FILES
     )
 
@@ -187,17 +184,6 @@ def _default_documents() -> tuple[tuple[str, Any], ...]:
 def is_catalog_document(document: object) -> bool:
     """True when a parsed YAML document looks like a catalog (only catalog sections)."""
     return isinstance(document, Mapping) and bool(document) and set(document) <= set(_SECTIONS)
-
-
-def read_yaml(text: str, file: str) -> Any:
-    """Parse YAML with the safe loader; syntax errors become an InputError naming the line."""
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else None
-        problem = getattr(error, "problem", None) or str(error)
-        raise InputError(file, where, None, f"invalid YAML: {problem}") from None
 
 
 def _merge(tables: dict[str, _Table], document: object, file: str) -> None:
@@ -216,12 +202,13 @@ def _merge(tables: dict[str, _Table], document: object, file: str) -> None:
             raise InputError(file, section, type(entries).__name__,
                              "expected a mapping from names to entries")
         for name, values in entries.items():
-            _merge_entry(tables[section], _SECTIONS[section], str(name), values, file,
+            _merge_entry(tables[section], section, str(name), values, file,
                          f"{section}.{name}")
 
 
-def _merge_entry(table: _Table, spec_type: type, name: str, values: object, file: str,
+def _merge_entry(table: _Table, section: str, name: str, values: object, file: str,
                  path: str) -> None:
+    spec_type = _SECTIONS[section]
     if not isinstance(values, Mapping):
         raise InputError(file, path, values, "expected a mapping of fields")
     values = dict(values)
@@ -233,7 +220,7 @@ def _merge_entry(table: _Table, spec_type: type, name: str, values: object, file
         if key not in fields or key == "name":
             known = ", ".join(f for f in fields if f != "name")
             raise InputError(file, f"{path}.{key}", None, f"unknown field; known: {known}")
-    checked = {key: _check_value(spec_type, key, value, file, f"{path}.{key}")
+    checked = {key: _check_value(section, key, value, file, f"{path}.{key}")
                for key, value in values.items()}
     canonical = table.find(name)
     if canonical is not None:
@@ -253,8 +240,8 @@ def _merge_entry(table: _Table, spec_type: type, name: str, values: object, file
             raise InputError(file, f"{path}.aliases", key, f"name already used by {owner!r}")
 
 
-def _check_value(spec_type: type, key: str, value: object, file: str, path: str) -> object:
-    kind = {f.name: f.type for f in dataclasses.fields(spec_type)}[key]
+def _check_value(section: str, key: str, value: object, file: str, path: str) -> object:
+    kind = {f.name: f.type for f in dataclasses.fields(_SECTIONS[section])}[key]
     if kind == "bool":
         if not isinstance(value, bool):
             raise InputError(file, path, value, "expected true or false")
@@ -262,17 +249,13 @@ def _check_value(spec_type: type, key: str, value: object, file: str, path: str)
     if kind == "str":
         if not isinstance(value, str) or not value.strip():
             raise InputError(file, path, value, "expected a non-empty string")
-        if key == "mlp" and value.lower() not in MLP_KINDS:
-            raise InputError(file, path, value, f"expected one of {', '.join(MLP_KINDS)}")
+        if key == "mlp" and value.lower() not in MLP.known():
+            raise InputError(file, path, value, f"expected one of {', '.join(MLP.known())}")
         return value.lower() if key == "mlp" else value
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InputError(file, path, value, "expected a number")
-    if kind == "int" and int(value) != value:
+    bounds = ranges.CATALOG[section][key]
+    bounds.check(value, file, path)
+    if kind == "int" and not float(value).is_integer():
         raise InputError(file, path, value, "expected an integer")
-    if value < 0 or (value == 0 and key not in _ZERO_ALLOWED):
-        raise InputError(file, path, value, "must be positive")
-    if key in _FRACTIONS and value > 1:
-        raise InputError(file, path, value, "is a fraction, at most 1")
     return int(value) if kind == "int" else float(value)
 
 
