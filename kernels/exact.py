@@ -463,7 +463,11 @@ def exact(p: ProgramArrays, slots: int | tuple[int, int], max_rounds: int = MAX_
         would run both sides), no branches and all slots every time. Results are
         the same.
     """
-    cfg = _config(p, slots, max_rounds, _VMAPPED if batched else _ALONE)
+    return _schedule(_config(p, slots, max_rounds, _VMAPPED if batched else _ALONE), p)
+
+
+def _schedule(cfg: _Config, p: ProgramArrays) -> Schedule:
+    """The loop from the start to the last event, and its schedule."""
     t = _tables(cfg, p)
     cap = max_steps(cfg.num_tasks, cfg.num_flows)
     s, _ = lax.while_loop(functools.partial(_continues, t, cap),
