@@ -24,15 +24,27 @@ the bound level over ``--many`` variants (the first class repeated) reports
 variants/s and the process's peak resident memory. Ratios are measured within
 one run; each time is the fastest of ``--repeat`` runs, taken in turn, which keeps
 the ratios steady on a shared machine. Nothing here asserts absolute times.
+
+``--baseline GITREV`` runs a different comparison instead: the exact kernel of
+``kernels/`` as of that git revision against the working tree's (see
+:func:`compare_exact`).
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import functools
+import importlib.util
+import io
 import multiprocessing
 import os
 import resource
+import shutil
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 
 
@@ -54,6 +66,9 @@ def _parse() -> argparse.Namespace:
                         help="split the host CPU into this many XLA devices "
                              "(0: xsweep's default, one per core)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke run")
+    parser.add_argument("--baseline", metavar="GITREV",
+                        help="only time the exact kernel of kernels/ at GITREV against the "
+                             "working tree's, in turn on the same inputs, per class")
     return parser.parse_args()
 
 
@@ -240,10 +255,79 @@ def bench_many(distinct: list, count: int) -> None:
     print(f"peak resident memory of this process: {peak_gb:.2f} GB")
 
 
+def baseline_kernels(rev: str):
+    """``kernels/`` as of git revision ``rev``, imported as a package of its own."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    archive = subprocess.run(["git", "archive", rev, "kernels"], cwd=root, capture_output=True)
+    if archive.returncode:
+        raise SystemExit(f"--baseline {rev}: {archive.stderr.decode().strip()}")
+    where = tempfile.mkdtemp(prefix="kernels-baseline-")
+    atexit.register(shutil.rmtree, where)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(where, filter="data")
+    package = os.path.join(where, "kernels")
+    spec = importlib.util.spec_from_file_location(
+        "kernels_baseline", os.path.join(package, "__init__.py"),
+        submodule_search_locations=[package])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its relative imports look it up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def compare_exact(size_class: str, kernels: dict) -> None:
+    """Seconds of each version's exact kernel (``kernels``: name -> package), in turn.
+
+    The inputs are the same for all: the class's programs (or ``--count`` of them spread
+    over it: shorter calls fit more rounds) encoded at one shape, with
+    the slots the most demanding program needs by its simulated schedule. Two forms:
+    ``map``, the unbatched kernel over the variants one after another (``lax.map``,
+    the driver's form on CPU), and ``vmap``, the batched kernel in lockstep (its form
+    on accelerators). Neither compilation nor the inputs' transfer is timed.
+    """
+    programs = programs_of(size_class)
+    sims = [simulate(p) for p in programs]
+    slots = tuple(int(n) for n in np.max([exact_slots(p, s.task_start_s, s.task_end_s)
+                                          for p, s in zip(programs, sims, strict=True)], axis=0))
+    arrays = jax.device_put(encode(programs))  # once: time the kernels, not the copies
+    forms = {
+        "map": lambda exact: jax.jit(lambda a: jax.lax.map(
+            functools.partial(exact, slots=slots, batched=False), a)),
+        "vmap": lambda exact: jax.jit(jax.vmap(functools.partial(exact, slots=slots))),
+    }
+    calls = {(form, name): functools.partial(make(package.exact), arrays)
+             for form, make in forms.items() for name, package in kernels.items()}
+    values = {key: jax.block_until_ready(call()) for key, call in calls.items()}  # compiles
+    timers = {key: lambda call=call: jax.block_until_ready(call()) for key, call in calls.items()}
+    rounds = [timed_in_turn(timers, 1)[1] for _ in range(ARGS.repeat)]
+    seconds = {key: min(r[key] for r in rounds) for key in calls}
+    statuses = np.bincount(np.asarray(values["map", "tree"].status), minlength=4).tolist()
+    print(f"\n== {size_class}: {len(programs)} programs at one shape, slots {slots}, "
+          f"status counts {statuses}")
+    base, tree = kernels
+    for form in forms:
+        same = all(np.array_equal(np.asarray(a), np.asarray(b))
+                   for a, b in zip(values[form, base], values[form, tree], strict=True))
+        print(f"exact {form:4s}  {base} {seconds[form, base]:8.3f} s, {tree} "
+              f"{seconds[form, tree]:8.3f} s: {tree}/{base} = "
+              f"{seconds[form, tree] / seconds[form, base]:.3f} (median of the rounds' ratios "
+              f"{np.median([r[form, tree] / r[form, base] for r in rounds]):.3f}); "
+              f"identical results: {same}")
+
+
 def main() -> None:
     if ARGS.quick:
         ARGS.count, ARGS.many, ARGS.loop = ARGS.count or 6, min(ARGS.many, 1000), 2
     print(f"devices: {jax.devices()}")
+    if ARGS.baseline:
+        import xsweep.kernels
+
+        kernels = {"baseline": baseline_kernels(ARGS.baseline), "tree": xsweep.kernels}
+        print(f"exact kernel of kernels/ at {ARGS.baseline} (baseline) against the working "
+              f"tree's (tree); fastest of {ARGS.repeat} rounds, in turn")
+        for size_class in ARGS.classes:
+            compare_exact(size_class, kernels)
+        return
     first = None
     for size_class in ARGS.classes:
         programs = bench_class(size_class)
