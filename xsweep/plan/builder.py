@@ -125,7 +125,7 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
     kinds = rng.sample(GPU_TYPES, rng.choice((1, 2, 2, 3)))
     nodes = [NodeReq(kinds[i % len(kinds)], gpus_per_node, rng.choice(NICS))
              for i in range(total_nodes)]
-    free = {k: [n.num_gpus for n in nodes if n.gpu == k] for k in kinds}
+    free = {}
 
     def place():
         """A random (GPU kind, TP degree) with room left, taken; None if none has room."""
@@ -138,36 +138,44 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
         free[k][i] -= tp
         return k, tp
 
-    replicas = []
-    for _ in range(rng.randint(1, 4)):
-        if zero_stage == 3 and replicas:  # FSDP: the first replica's stages and micro-batches
-            first = replicas[0]
-            stages = [place() for _ in first.stages]
-            if None in stages:
+    def draw_replicas(v: int) -> list[ReplicaReq]:
+        free.update({k: [n.num_gpus for n in nodes if n.gpu == k] for k in kinds})
+        replicas = []
+        for _ in range(rng.randint(1, 4)):
+            if zero_stage == 3 and replicas:  # FSDP: the first replica's stages, micro-batches
+                first = replicas[0]
+                stages = [place() for _ in first.stages]
+                if None in stages:
+                    break
+                replicas.append(ReplicaReq(
+                    tuple(StageReq(k, tp, s.num_layers)
+                          for (k, tp), s in zip(stages, first.stages, strict=True)),
+                    micro_batch_size=rng.choice((1, 2, 4)),
+                    num_micro_batches=first.num_micro_batches))
+                continue
+            pp = rng.randint(2 if v > 1 else 1, min(4, num_layers // v))
+            stages = []
+            for _ in range(pp):
+                where = place()
+                if where is None:
+                    break
+                stages.append(where)
+            if len(stages) < (2 if v > 1 else 1):
                 break
+            parts = split_layers(num_layers // v, [rng.uniform(0.5, 2.0) for _ in stages])
+            m = rng.randint(1, 6)
+            if v > 1:  # interleaving: micro-batches in multiples of the stages
+                m = len(stages) * -(-m // len(stages))
             replicas.append(ReplicaReq(
-                tuple(StageReq(k, tp, s.num_layers)
-                      for (k, tp), s in zip(stages, first.stages, strict=True)),
-                micro_batch_size=rng.choice((1, 2, 4)),
-                num_micro_batches=first.num_micro_batches))
-            continue
-        pp = rng.randint(2 if v > 1 else 1, min(4, num_layers // v))
-        stages = []
-        for _ in range(pp):
-            where = place()
-            if where is None:
-                break
-            stages.append(where)
-        if len(stages) < (2 if v > 1 else 1):
-            break
-        parts = split_layers(num_layers // v, [rng.uniform(0.5, 2.0) for _ in stages])
-        m = rng.randint(1, 6)
-        if v > 1:  # interleaving: micro-batches in multiples of the stages
-            m = len(stages) * -(-m // len(stages))
-        replicas.append(ReplicaReq(
-            tuple(StageReq(k, tp, n * v) for (k, tp), n in zip(stages, parts, strict=True)),
-            micro_batch_size=rng.choice((1, 2, 4)), num_micro_batches=m,
-        ))
+                tuple(StageReq(k, tp, n * v) for (k, tp), n in zip(stages, parts, strict=True)),
+                micro_batch_size=rng.choice((1, 2, 4)), num_micro_batches=m,
+            ))
+        return replicas
+
+    replicas = draw_replicas(v)
+    if not replicas:  # no room for two interleaved stages: a plain pipeline instead
+        v = 1
+        replicas = draw_replicas(v)
     stack = Stack(sequence_parallel=rng.random() < 0.7, flash_attention=rng.random() < 0.7,
                   recompute=rng.choice(("none", "none", "selective", "full")),
                   zero_stage=zero_stage, virtual_pipeline_stages=v,
