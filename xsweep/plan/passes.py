@@ -265,6 +265,7 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
     scatter: dict[int, int | None] = dict.fromkeys(range(len(fsdp)))
     computes: list[list[int]] = [[] for _ in streams]
     ends: list[list[int]] = [[] for _ in streams]
+    reached: dict[int, list[int]] = {s: [] for s in range(len(fsdp))}  # members past piece i
 
     def collective(s, ring, layer, passes):
         return [(src, dst, ("ring_bytes", s, layer, layer, passes), ("ring_hops", s, passes),
@@ -275,7 +276,7 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
         s, ms, ring = members_of[st]
         if i < len(gathers[s]):
             return gathers[s][i]
-        if any(len(computes[m]) < i - 1 for m in ms):
+        if i >= 2 and reached[s][i - 2] < len(ms):
             return None
         kind, mb, _, lo, *_ = plans[st][i]
         deps = gathers[s][-1:] + ([computes[m][i - 2] for m in ms] if i >= 2 else [])
@@ -287,7 +288,7 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
     def scattered(st, i):
         """Reduce-scatter the gradients of backward piece ``i`` once every member has them."""
         s, ms, ring = members_of[st]
-        if any(len(ends[m]) <= i for m in ms):
+        if reached[s][i] < len(ms):
             return
         _, mb, _, lo, *_ = plans[st][i]
         deps = [ends[m][i] for m in ms]
@@ -331,6 +332,10 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
                 elif role == "layer":
                     computes[st].append(compute)
                     ends[st].append(t)
+                    count = reached[members_of[st][0]]
+                    if len(count) <= pos[st]:
+                        count.append(0)
+                    count[pos[st]] += 1
                     if kind == "B":
                         scattered(st, pos[st])
                 if j == n - 1:
