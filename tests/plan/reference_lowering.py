@@ -209,7 +209,7 @@ class _Lowering:
         finals: dict[int, list[int]] = {}
         passes, verb = (REDUCE_SCATTER, "rs") if self.zero1 else (ALLREDUCE, "dp")
         for d, dpg in enumerate(self.a.dp_groups):
-            for lo, hi in self._buckets(d):
+            for lo, hi in self.a.buckets(d):
                 members = [self.piece_end[(dg, lo)] for dg in dpg.device_groups]
                 barrier = self.b.add_compute(Category.BARRIER, -1, 0.0, members,
                                              name=f"dp barrier L{lo}-{hi}", phase=d)
@@ -219,17 +219,12 @@ class _Lowering:
                     finals.setdefault(dg, []).append(t)
         return finals
 
-    def _buckets(self, d: int):
-        starts = self.a.dp_buckets[d]
-        ends = [x - 1 for x in starts[1:]] + [self.a.dp_groups[d].last_layer]
-        return list(zip(starts, ends, strict=True))
-
     def _param_gathers(self, after: dict[int, int] | None):
         """ZeRO-1's parameter all-gather per DP group and bucket, after the optimizers or
         (``after`` None) at the start, bucket after bucket."""
         for d, dpg in enumerate(self.a.dp_groups):
             previous = []
-            for lo, hi in self._buckets(d):
+            for lo, hi in self.a.buckets(d):
                 deps = previous if after is None else [after[dg] for dg in dpg.device_groups]
                 t = self.b.add_comm(Category.DP, self._ring_flows(dpg, lo, hi, ALLGATHER), deps,
                                     name=f"ag L{lo}-{hi}")

@@ -93,6 +93,12 @@ class PlanAnalysis:
         """Parameters are gathered layer by layer (ZeRO-3 with data parallelism to shard over)."""
         return self.stack.zero_stage == 3 and bool(self.dp_groups)
 
+    def buckets(self, d: int) -> list[tuple[int, int]]:
+        """(first, last) layers of each gradient bucket of DP group ``d``, ascending."""
+        starts = self.dp_buckets[d]
+        ends = [x - 1 for x in starts[1:]] + [self.dp_groups[d].last_layer]
+        return list(zip(starts, ends, strict=True))
+
     def grad_bytes(self, first: int, last: int) -> float:
         """Unsharded bf16 gradient bytes (equally, parameter bytes) of layers first..last."""
         return float(_segment_grad_bytes(self.model, first, last, self.model.num_layers))

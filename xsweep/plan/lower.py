@@ -131,13 +131,6 @@ def structure_key(a: PlanAnalysis) -> tuple:
             s.virtual_pipeline_stages, s.zero_stage, s.dp_overlap, a.dp_buckets)
 
 
-def buckets(a: PlanAnalysis, d: int) -> list[tuple[int, int]]:
-    """(first, last) layers of each gradient bucket of DP group ``d``, ascending."""
-    starts = a.dp_buckets[d]
-    ends = [x - 1 for x in starts[1:]] + [a.dp_groups[d].last_layer]
-    return list(zip(starts, ends, strict=True))
-
-
 def cut_points(a: PlanAnalysis) -> tuple[int, ...]:
     """Where backward pieces end: every DP segment boundary and gradient-bucket start."""
     return tuple(sorted({g.first_layer for g in a.dp_groups}
@@ -286,7 +279,7 @@ def _add_dp_sync(out: _Builder, a: PlanAnalysis, piece_end: dict) -> dict[int, l
     passes, verb = (REDUCE_SCATTER, "rs") if zero1 else (ALLREDUCE, "dp")
     for d, dpg in enumerate(a.dp_groups):
         src, dst = _ring_arrays(dpg)
-        for lo, hi in buckets(a, d):
+        for lo, hi in a.buckets(d):
             barrier = out.add(Category.BARRIER, -1,
                               [piece_end[(dg, lo)] for dg in dpg.device_groups], ZERO,
                               (-1, -1, -1, -1, d), f"dp barrier L{lo}-{hi}")
@@ -310,7 +303,7 @@ def _add_param_gathers(out: _Builder, a: PlanAnalysis,
     for d, dpg in enumerate(a.dp_groups):
         src, dst = _ring_arrays(dpg)
         previous: list[int] = []
-        for lo, hi in buckets(a, d):
+        for lo, hi in a.buckets(d):
             deps = previous if after is None else [after[dg] for dg in dpg.device_groups]
             t = out.collective(deps, f"ag L{lo}-{hi}", src, dst,
                                ("ring_bytes", d, lo, hi, ALLGATHER), ("ring_hops", d, ALLGATHER))
