@@ -131,14 +131,14 @@ def structure_key(a: PlanAnalysis) -> tuple:
             s.virtual_pipeline_stages, s.zero_stage, s.dp_overlap, a.dp_buckets)
 
 
-def cut_points(a: PlanAnalysis) -> tuple[int, ...]:
+def _cut_points(a: PlanAnalysis) -> tuple[int, ...]:
     """Where backward pieces end: every DP segment boundary and gradient-bucket start."""
     return tuple(sorted({g.first_layer for g in a.dp_groups}
                         | {g.last_layer + 1 for g in a.dp_groups}
                         | {x for starts in a.dp_buckets for x in starts}))
 
 
-def fsdp_rings(a: PlanAnalysis, replicas: list[tuple[int, ...]]) -> tuple[tuple, tuple]:
+def _fsdp_rings(a: PlanAnalysis, replicas: list[tuple[int, ...]]) -> tuple[tuple, tuple]:
     """Under FSDP, per pipeline stage: its replicas in the ring order of its DP group, and
     that DP group's index."""
     replica_of = {a.groups[gi].id: r for r, members in enumerate(replicas) for gi in members}
@@ -222,7 +222,7 @@ def _add_block(out: _Builder, a: PlanAnalysis, replicas: list[tuple[int, ...]], 
     gathers dependencies on ``gather`` ((group id, layer) -> task)."""
     groups = a.groups
     members = [gi for rep in replicas for gi in rep]
-    orders, dp = fsdp_rings(a, replicas) if a.fsdp else ((), ())
+    orders, dp = _fsdp_rings(a, replicas) if a.fsdp else ((), ())
     shape = tuple(tuple((groups[gi].tp, groups[gi].first_layer, groups[gi].last_layer,
                          groups[gi].num_micro_batches) for gi in rep) for rep in replicas)
     block = cached_block(a.schedule, a.resharding, a.stack.virtual_pipeline_stages, shape,
@@ -400,7 +400,7 @@ def build_template(a: PlanAnalysis) -> Template:
     piece_end: dict[tuple[int, int], int] = {}
     finals: dict[int, list[int]] = {}
     replicas = list(a.replicas.values())
-    cuts = cut_points(a)
+    cuts = _cut_points(a)
     for block in [replicas] if a.fsdp else [[members] for members in replicas]:
         _add_block(out, a, block, cuts, gather, last, piece_end, finals)
     if not a.fsdp:
