@@ -7,7 +7,7 @@ Calculon's and xsweep 0.1.0's figures (peers.md); then one TP all-reduce in isol
 the best 8-GPU layout of a small search with Megatron-LM's default stack, and the
 published MFU range of real 7-8B runs on A100s. Peers are models, not ground truth.
 
-Run: ``python benchmarks/compare_peers.py`` (about two minutes on 2 cores).
+Run: ``python benchmarks/compare_peers.py`` (under a minute on 2 cores).
 """
 
 from __future__ import annotations

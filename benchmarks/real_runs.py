@@ -13,7 +13,7 @@
    uncatalogued GPU are not expressible.
 
 Every plan file states its sources and assumptions. Run:
-``python benchmarks/real_runs.py`` (about a minute on 2 cores).
+``python benchmarks/real_runs.py`` (seconds on 2 cores).
 """
 
 from __future__ import annotations
