@@ -7,7 +7,7 @@ Calculon's and xsweep 0.1.0's figures (peers.md); then one TP all-reduce in isol
 the best 8-GPU layout of a small search with Megatron-LM's default stack, and the
 published MFU range of real 7-8B runs on A100s. Peers are models, not ground truth.
 
-Run: ``python benchmarks/compare_peers.py`` (about a minute on 2 cores).
+Run: ``python benchmarks/compare_peers.py`` (under a minute on 2 cores).
 """
 
 from __future__ import annotations
@@ -107,16 +107,18 @@ def best_layout(catalog) -> None:
     """The fastest 8-GPU Llama-2-7B layout that fits, with Megatron-LM's default stack."""
     best = None
     tried = fitting = 0
-    for tp, pp, zero, recompute, mb in itertools.product(
-            (1, 2, 4, 8), (1, 2, 4), (0, 1), ("none", "selective", "full"), (1, 2)):
+    for tp, pp, zero, recompute, mb, overlap in itertools.product(
+            (1, 2, 4, 8), (1, 2, 4), (0, 1, 3), ("none", "selective", "full"), (1, 2),
+            (False, True)):
         dp = 8 // (tp * pp)
-        if dp < 1 or 64 % (dp * mb):
-            continue
+        if dp < 1 or 64 % (dp * mb) or (overlap and (dp == 1 or zero == 3)):
+            continue  # overlap needs data parallelism; FSDP always overlaps
         stages = tuple(StageReq("A100-80GB", tp, 32 // pp) for _ in range(pp))
         replica = ReplicaReq(stages, mb, 64 // dp // mb)
-        stack = Stack(recompute=recompute, zero_stage=zero)
-        plan = build_plan(f"tp{tp}-pp{pp}-dp{dp}-zero{zero}-{recompute}-mb{mb}", "llama2-7b",
-                          [NodeReq("A100-80GB", 8)], [replica] * dp, stack=stack)
+        stack = Stack(recompute=recompute, zero_stage=zero, dp_overlap=overlap)
+        name = f"tp{tp}-pp{pp}-dp{dp}-zero{zero}-{recompute}-mb{mb}" + ("-overlap" * overlap)
+        plan = build_plan(name, "llama2-7b", [NodeReq("A100-80GB", 8)], [replica] * dp,
+                          stack=stack)
         m, _ = run(catalog, plan)
         tried += 1
         if not m["fits"]:
@@ -125,18 +127,24 @@ def best_layout(catalog) -> None:
         if best is None or m["iteration_time_s"] < best[1]["iteration_time_s"]:
             best = (plan.name, m)
     name, m = best
-    print(f"best of {fitting} fitting layouts ({tried} tried; SP and flash attention on, no DP "
-          f"overlap): {name}: {m['iteration_time_s']:.2f} s, MFU {m['mfu']:.1%}, "
-          f"{m['memory_gib']:.1f} GiB/GPU")
+    print(f"best of {fitting} fitting layouts ({tried} tried; SP and flash attention on, ZeRO "
+          f"0/1/3, DP overlap off/on): {name}: {m['iteration_time_s']:.2f} s, MFU "
+          f"{m['mfu']:.1%}, {m['memory_gib']:.1f} GiB/GPU")
     print(f"  peer: {PEER_BEST}")
     print(f"  published MFU of real 7-8B runs on A100: {PUBLISHED_MFU}")
 
 
 def sixty_four_gpus(catalog) -> None:
-    m, _ = run(catalog, load_plan(PEERS_DIR / "llama2-7b-64gpu-tp4dp16.pbtxt", catalog))
-    print(f"64 GPUs, TP4 PP1 DP16: xsweep {m['iteration_time_s']:.3f} s (compute "
-          f"{m['busy_s_max']:.3f}, TP {m['exposed_tp_s_max']:.3f}, DP {m['exposed_dp_s_max']:.3f} "
-          "exposed); " + ", ".join(f"{k} {v:.3f} s" for k, v in PEER_64_GPUS.items()))
+    plan = load_plan(PEERS_DIR / "llama2-7b-64gpu-tp4dp16.pbtxt", catalog)
+    figures = []
+    for overlap in (False, True):
+        plan.training.dp_overlap = overlap
+        m, _ = run(catalog, plan)
+        figures.append(f"DP overlap {'on' if overlap else 'off'} {m['iteration_time_s']:.3f} s "
+                       f"(compute {m['busy_s_max']:.3f}, TP {m['exposed_tp_s_max']:.3f}, DP "
+                       f"{m['exposed_dp_s_max']:.3f} exposed)")
+    print("64 GPUs, TP4 PP1 DP16: xsweep " + ", ".join(figures) + "; "
+          + ", ".join(f"{k} {v:.3f} s" for k, v in PEER_64_GPUS.items()))
 
 
 def main() -> None:

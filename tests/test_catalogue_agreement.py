@@ -1,9 +1,11 @@
 """The batched kernels against the exact simulator on a seeded catalogue of plans.
 
 The catalogue is generated heterogeneous plans (``random_plan``: GPU mixes of
-A100/H100/H200/B200, NIC generations, TP/PP/DP mixes, GPipe and 1F1B, all three
-resharding schemes, rail-optimized and oversubscribed fat-tree fabrics, 8 to 256
-GPUs). A slice runs by default; the full 200 plans are marked slow (CI runs them).
+A100/H100/H200/B200, NIC generations, TP/PP/DP mixes, GPipe, 1F1B and interleaved
+1F1B, all three resharding schemes, rail-optimized and oversubscribed fat-tree
+fabrics, ZeRO-1 with and without overlapped buckets, FSDP, 8 to 256 GPUs). A slice
+runs by default, checked to hold every training-stack option; the full 200 plans are
+marked slow (CI runs them).
 
 Per-rank metrics can be zero (no DP on a single replica), so their error is taken
 relative to the larger of the metric and the plan's iteration time.
@@ -38,17 +40,36 @@ class _SharingObserver(Observer):
         self.shared = len(np.unique(links)) < len(links)
 
 
+#: Every training-stack option the lowering turns into tasks of their own.
+OPTIONS = {"interleaved", "buckets", "zero1", "zero1-overlap", "fsdp", "sequence-parallel"}
+
+
+def options(a) -> set[str]:
+    """The options of OPTIONS an analysed plan exercises."""
+    s = a.stack
+    out = {name for name, on in (
+        ("interleaved", s.virtual_pipeline_stages > 1), ("fsdp", a.fsdp),
+        ("buckets", any(len(b) > 1 for b in a.dp_buckets)),
+        ("sequence-parallel", s.sequence_parallel and any(g.tp > 1 for g in a.groups))) if on}
+    if s.zero_stage == 1 and a.dp_groups:
+        out.add("zero1-overlap" if s.dp_overlap else "zero1")
+    return out
+
+
 def _catalogue(seeds, max_gpus):
     catalog = load_catalog()
-    programs, reference = [], []
+    programs, reference, covered = [], [], set()
     for seed in seeds:
-        program = lower(analyze(random_plan(seed, max_gpus=max_gpus), catalog))
+        a = analyze(random_plan(seed, max_gpus=max_gpus), catalog)
+        covered |= options(a)
+        program = lower(a)
         observer = _SharingObserver(program)
         result = simulate(program, (observer,))
         per_stream = timeline.stream_metrics(np, timeline.metric_index(program),
                                             result.task_start_s, result.task_end_s)
         reference.append((result.iteration_time_s, per_stream, observer.shared))
         programs.append(program)
+    assert covered == OPTIONS, OPTIONS - covered
     return programs, reference
 
 
@@ -85,7 +106,7 @@ def _check(programs, reference):
 
 
 def test_catalogue_slice_agrees_with_the_simulator():
-    programs, reference = _catalogue(range(16), max_gpus=64)
+    programs, reference = _catalogue(range(20), max_gpus=64)
     _check(programs, reference)
 
 

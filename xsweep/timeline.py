@@ -21,13 +21,21 @@ Definitions, per stream ``s`` (every rank of a stream gets its stream's values):
 * ``bubble_s``: idle time of ``s`` before ``t0``, the gaps between consecutive
   stream tasks (and from time 0 to the first) that end at or before ``t0``;
 * ``exposed_pp_s`` / ``exposed_reshard_s``: the part of each such gap ``[a, b]``
-  before task ``u`` that overlaps ``u``'s last-finishing direct predecessor ``c``
-  (ties: the lowest task index) when ``c`` is a PP (RESHARD) task: ``b - max(a,
-  start_c)``; they are parts of ``bubble_s``;
+  before task ``u`` that overlaps the transfer ``u`` waited for: ``u``'s
+  last-finishing direct predecessor ``c`` (ties: the lowest task index), when ``c``
+  is a PP (RESHARD) task, counted from the start of the transfer's first phase
+  ``h``: ``b - max(a, start_h)``; they are parts of ``bubble_s``. A transfer's phases
+  are a chain: a task of phase ``> 0`` whose only predecessor has its category
+  continues that predecessor's transfer;
 * ``straggler_wait_s``: ``max(0, min(release, t_opt) - t0)``, where ``release``
   is the last end of the BARRIER tasks with a direct predecessor on ``s``
   (0 when there is no such barrier);
-* ``exposed_dp_s``: ``max(0, t_opt - t0 - straggler_wait_s)`` with a barrier, else 0;
+* ``exposed_dp_s``: the data-parallel communication the stream waits for:
+  ``max(0, t_opt - t0 - straggler_wait_s)`` with a barrier; plus the gaps before
+  ``t0`` spent on a DP predecessor (parameter all-gathers: FSDP, overlapped ZeRO-1),
+  counted as for pipeline transfers (also parts of ``bubble_s``); plus, after the
+  optimizer, ``max(0, end - end_opt)`` with ``end`` the last end of the DP tasks that
+  directly follow the optimizer (ZeRO-1's parameter all-gather);
 * ``idle_s``: ``iteration_time - busy_s - exposed_tp_s``.
 """
 
@@ -49,8 +57,10 @@ class MetricIndex(NamedTuple):
     stream_task_category: np.ndarray  # int32[S, K]: their Category, -1 pad
     stream_task_preds: np.ndarray  # int32[S, K, D]: their direct predecessors ascending, -1 pad
     stream_pred_category: np.ndarray  # int32[S, K, D]: the predecessors' Category, -1 pad
+    stream_pred_head: np.ndarray  # int32[S, K, D]: first phase of each predecessor's transfer
     stream_barriers: np.ndarray  # int32[S, B]: BARRIER tasks fed by the stream, -1 pad
     stream_optimizer: np.ndarray  # int32[S]: first OPTIMIZER task of the stream, -1 none
+    stream_after_optimizer: np.ndarray  # int32[S, A]: DP tasks right after it, -1 pad
     stream_weight: np.ndarray  # float64[S]: ranks of the stream (0 for padding streams)
     task_valid: np.ndarray  # bool[T]: False for padding tasks
 
@@ -83,18 +93,46 @@ def metric_index(program: Program) -> MetricIndex:
     is_opt = category[ordered] == Category.OPTIMIZER
     with_opt, first = np.unique(stream_of[is_opt], return_index=True)
     optimizer[with_opt] = ordered[is_opt][first]
+    after_rows = [[] for _ in range(S)]
+    owner_of_dep = np.repeat(np.arange(p.num_tasks), np.diff(p.dep_ptr))
+    of_optimizer = np.full(p.num_tasks, -1)
+    of_optimizer[optimizer[:S][optimizer[:S] >= 0]] = np.flatnonzero(optimizer[:S] >= 0)
+    stream_of_dep = of_optimizer[p.dep_idx]
+    for t, s in zip(owner_of_dep[stream_of_dep >= 0], stream_of_dep[stream_of_dep >= 0],
+                    strict=True):
+        if category[t] == Category.DP:
+            after_rows[s].append(int(t))
     weight = np.zeros(max(S, 1))
     weight[:S] = np.diff(p.stream_rank_ptr)
+    head = transfer_heads(p)
     return MetricIndex(
         stream_tasks=tasks,
         stream_task_category=np.where(tasks >= 0, category[np.maximum(tasks, 0)], -1),
         stream_task_preds=task_preds,
         stream_pred_category=np.where(task_preds >= 0, category[np.maximum(task_preds, 0)], -1),
+        stream_pred_head=np.where(task_preds >= 0, head[np.maximum(task_preds, 0)], -1),
         stream_barriers=padded_rows(barrier_rows),
         stream_optimizer=optimizer,
+        stream_after_optimizer=padded_rows(after_rows),
         stream_weight=weight,
         task_valid=np.arange(max(p.num_tasks, 1)) < p.num_tasks,
     )
+
+
+def transfer_heads(program: Program) -> np.ndarray:
+    """int32[max(T, 1)]: per task, the first task of the multi-phase transfer it ends (itself
+    unless it is a phase ``> 0`` whose only predecessor has its category)."""
+    p = program
+    parent = np.arange(max(p.num_tasks, 1), dtype=np.int32)
+    single = np.flatnonzero((np.diff(p.dep_ptr) == 1) & (p.task_phase > 0))
+    pred = p.dep_idx[p.dep_ptr[single]]
+    chained = p.task_category[pred] == p.task_category[single]
+    parent[single[chained]] = pred[chained]
+    while True:  # pointer jumping: the chain's first task in log(phases) rounds
+        grand = parent[parent]
+        if np.array_equal(grand, parent):
+            return parent
+        parent = grand
 
 
 def _take(xp, values, idx):
@@ -134,15 +172,20 @@ def stream_metrics(xp, index: MetricIndex, start, end) -> dict:
     last = xp.argmax(pred_end, axis=2)[..., None]  # first maximum = lowest task index
     c = xp.take_along_axis(preds, last, axis=2)[..., 0]
     c_cat = xp.take_along_axis(index.stream_pred_category, last, axis=2)[..., 0]
-    waited = t_start - xp.maximum(gap_from, _take(xp, start, c))
+    c_head = xp.take_along_axis(index.stream_pred_head, last, axis=2)[..., 0]
+    waited = t_start - xp.maximum(gap_from, _take(xp, start, c_head))
     exposed = {kind: xp.sum(xp.where(in_bubble & (c >= 0) & (c_cat == kind), waited, 0.0),
-                            axis=1) for kind in (Category.PP, Category.RESHARD)}
+                            axis=1) for kind in (Category.PP, Category.RESHARD, Category.DP)}
 
     barriers = index.stream_barriers
     has_barrier = barriers[:, 0] >= 0
     release = xp.max(xp.where(barriers >= 0, _take(xp, end, barriers), 0.0), axis=1)
     straggler = xp.where(has_barrier, xp.maximum(0.0, xp.minimum(release, t_opt) - t0), 0.0)
-    exposed_dp = xp.where(has_barrier, xp.maximum(0.0, t_opt - t0 - straggler), 0.0)
+    after = index.stream_after_optimizer
+    opt_end = xp.where(opt >= 0, _take(xp, end, opt), t0)
+    gathered = xp.max(xp.where(after >= 0, _take(xp, end, after), 0.0), axis=1)
+    exposed_dp = (xp.where(has_barrier, xp.maximum(0.0, t_opt - t0 - straggler), 0.0)
+                  + exposed[Category.DP] + xp.maximum(0.0, gathered - opt_end))
     return {
         "busy_s": busy,
         "idle_s": _iteration_time(xp, index, end) - busy - exposed_tp,

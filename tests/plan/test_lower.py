@@ -33,24 +33,37 @@ def appendix_b(schedule="gpipe", resharding="lcm", m=2):
                       resharding=resharding)
 
 
-@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
-@pytest.mark.parametrize("p,m", [(1, 1), (2, 5), (4, 3), (4, 8)])
-def test_schedule_runs_every_pass_once_and_bounds_memory(schedule, p, m):
+@pytest.mark.parametrize(("schedule", "v"), [("gpipe", 1), ("1f1b", 1), ("1f1b", 2), ("1f1b", 3)])
+@pytest.mark.parametrize("p,m", [(1, 1), (2, 4), (4, 4), (4, 8), (3, 6)])
+def test_schedule_runs_every_pass_once_and_bounds_memory(schedule, v, p, m):
+    if v > 1 and p == 1:
+        return  # interleaving needs two stages or more
     for stage in range(p):
-        order = stage_order(schedule, stage, p, m)
-        assert sorted(order) == sorted([("F", j) for j in range(m)] + [("B", j) for j in range(m)])
+        order = stage_order(schedule, stage, p, m, v)
+        assert sorted(order) == sorted((kind, j, c) for kind in "FB" for j in range(m)
+                                       for c in range(v))
         # a backward never precedes its own forward
-        assert all(order.index(("F", j)) < order.index(("B", j)) for j in range(m))
-        live = [sum(1 if kind == "F" else -1 for kind, _ in order[: i + 1])
+        assert all(order.index(("F", j, c)) < order.index(("B", j, c))
+                   for j in range(m) for c in range(v))
+        # micro-batches' worth of activations held: each chunk pass holds 1/v of the stage
+        live = [sum(1 if kind == "F" else -1 for kind, _, _ in order[: i + 1])
                 for i in range(len(order))]
-        expected = m if schedule == "gpipe" else min(m, p - stage)
-        assert in_flight(schedule, stage, p, m) == max(live) == expected
+        expected = m if schedule == "gpipe" else min(m, p - stage) if v == 1 else None
+        assert in_flight(schedule, stage, p, m, v) == max(live) / v
+        if expected is not None:
+            assert max(live) == expected
 
 
 @pytest.mark.parametrize("args", [("interleaved", 0, 4, 8), ("1f1b", 4, 4, 8), ("1f1b", 0, 4, 0)])
 def test_in_flight_refuses_what_no_schedule_runs(args):
     with pytest.raises(ValueError):
         in_flight(*args)
+
+
+@pytest.mark.parametrize("args", [("gpipe", 0, 2, 4, 2), ("1f1b", 0, 4, 6, 2), ("pipedream", 0, 2, 2, 1)])
+def test_stage_order_refuses_what_no_schedule_runs(args):
+    with pytest.raises(ValueError):
+        stage_order(*args)
 
 
 def test_appendix_b_ranks_groups_and_dp_tasks(catalog):
@@ -65,8 +78,10 @@ def test_appendix_b_ranks_groups_and_dp_tasks(catalog):
     prog.check()
     cat = prog.task_category
     assert int(np.sum(cat == Category.BARRIER)) == 3
-    # rings: lcm(3,2)=6, lcm(3,3)=3, lcm(2,3)=6; two members each -> 2(k-1) = 2 steps
-    assert int(np.sum(cat == Category.DP)) == (6 + 3 + 6) * 2
+    # one all-reduce per DP group: a pipelined ring per LCM chunk, lcm(3,2)=6, lcm(3,3)=3,
+    # lcm(2,3)=6, one flow per member of each
+    dp = np.flatnonzero(cat == Category.DP)
+    assert [len(prog.flows(int(t))) for t in dp] == [6 * 2, 3 * 2, 6 * 2]
     # both replicas reshard (TP 3 -> 2 and 2 -> 3), forward and backward, every micro-batch
     assert int(np.sum(cat == Category.PP)) == 0
     assert int(np.sum(cat == Category.RESHARD)) == 2 * 2 * 2

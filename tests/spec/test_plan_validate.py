@@ -82,10 +82,20 @@ def test_zero_stage(plan, catalog, stage):
     reject(plan, catalog, "training.zero_stage", "0, 1 (distributed optimizer) or 3 (FSDP)")
 
 
-@pytest.mark.parametrize("stage", [0, 1, 3])
+@pytest.mark.parametrize("stage", [0, 1])
 def test_zero_stages_megatron_offers(plan, catalog, stage):
     plan.training.zero_stage = stage
     validate_plan(plan, catalog)
+
+
+def test_fsdp_needs_replicas_of_one_shape(plan, catalog):
+    plan.training.zero_stage = 3
+    reject(plan, catalog, "device_groups[2]", "replica 0's stages (layer ranges)")
+    plan.device_groups[2].last_layer, plan.device_groups[3].first_layer = 20, 21
+    validate_plan(plan, catalog)  # TP degrees and GPUs may differ
+    plan.device_groups[2].num_micro_batches = plan.device_groups[3].num_micro_batches = 4
+    plan.training.global_batch_size -= 4
+    reject(plan, catalog, "device_groups[2]", "micro-batch count")
 
 
 def test_unknown_enum_numbers(plan, catalog):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from xsweep.plan import groups as groups_mod
 from xsweep.plan import reshard as reshard_mod
+from xsweep.plan.buckets import bucket_params, bucket_starts
 from xsweep.plan.memory import MemoryBreakdown, fits, memory_per_gpu
 from xsweep.plan.stack import DEFAULT_STACK, Stack
 from xsweep.plan.topology import FabricHw, NodeHw, Topology, build_topology
@@ -77,12 +78,30 @@ class PlanAnalysis:
     replicas: dict[int, tuple[int, ...]]  # replica -> group indices by stage
     dp_groups: tuple  # groups.DpGroup, one per sweep-line segment shared by >= 2 groups
     dp_segment_bytes: tuple[float, ...]  # unsharded bf16 gradient bytes per DP group
+    #: per DP group, the first layers of its gradient buckets, ascending (one bucket, the
+    #: segment, unless gradient reduction overlaps the backward pass)
+    dp_buckets: tuple[tuple[int, ...], ...]
     reshards: tuple[Reshard, ...]
     topology: Topology
     tokens_per_iteration: float
     model_flops_per_iteration: float
     peak_flops_per_s: float
     total_tokens: float
+
+    @property
+    def fsdp(self) -> bool:
+        """Parameters are gathered layer by layer (ZeRO-3 with data parallelism to shard over)."""
+        return self.stack.zero_stage == 3 and bool(self.dp_groups)
+
+    def buckets(self, d: int) -> list[tuple[int, int]]:
+        """(first, last) layers of each gradient bucket of DP group ``d``, ascending."""
+        starts = self.dp_buckets[d]
+        ends = [x - 1 for x in starts[1:]] + [self.dp_groups[d].last_layer]
+        return list(zip(starts, ends, strict=True))
+
+    def grad_bytes(self, first: int, last: int) -> float:
+        """Unsharded bf16 gradient bytes (equally, parameter bytes) of layers first..last."""
+        return float(_segment_grad_bytes(self.model, first, last, self.model.num_layers))
 
     def index_of(self, group_id: int) -> int:
         return next(i for i, g in enumerate(self.groups) if g.id == group_id)
@@ -112,11 +131,21 @@ _build_topology = functools.lru_cache(maxsize=1024)(build_topology)
 _iteration_model_flops = functools.lru_cache(maxsize=1024)(iteration_model_flops)
 _segment_grad_bytes = functools.lru_cache(maxsize=16384)(segment_grad_bytes)
 _reshard = functools.lru_cache(maxsize=16384)(reshard_mod.reshard)
+_bucket_starts = functools.lru_cache(maxsize=16384)(bucket_starts)
 
 
 @functools.lru_cache(maxsize=4096)
 def _dp_groups(spans: tuple[groups_mod.GroupSpan, ...]) -> tuple:
     return tuple(groups_mod.dp_groups(spans))
+
+
+def _dp_buckets(model: ModelSpec, stack: Stack, g: groups_mod.DpGroup) -> tuple[int, ...]:
+    """The first layers of a DP group's gradient buckets (:mod:`xsweep.plan.buckets`); FSDP
+    reduces layer by layer instead, and without overlap the segment is one bucket."""
+    if not stack.dp_overlap or stack.zero_stage == 3:
+        return (g.first_layer,)
+    size = bucket_params(stack.dp_bucket_params, len(g.device_groups))
+    return _bucket_starts(model, g.first_layer, g.last_layer, min(g.tps), size)
 
 
 def training_stack(plan) -> Stack:
@@ -213,7 +242,10 @@ def analyze(plan, catalog, *, profile=None) -> PlanAnalysis:
 
     reshards = []
     for members in replicas.values():
-        for a, b in zip(members, members[1:], strict=False):
+        pairs = list(zip(members, members[1:], strict=False))
+        if stack.virtual_pipeline_stages > 1 and len(members) > 2:
+            pairs.append((members[-1], members[0]))  # interleaving: chunk c to chunk c + 1
+        for a, b in pairs:
             src, dst = infos[a], infos[b]
             nbytes = src.cost.activation_bytes
             forward = _reshard(scheme, src.ranks, dst.ranks, nbytes)
@@ -231,6 +263,7 @@ def analyze(plan, catalog, *, profile=None) -> PlanAnalysis:
             float(_segment_grad_bytes(model, g.first_layer, g.last_layer, model.num_layers))
             for g in dp
         ),
+        dp_buckets=tuple(_dp_buckets(model, stack, g) for g in dp),
         reshards=tuple(reshards), topology=topology,
         tokens_per_iteration=float(training.global_batch_size * seq),
         model_flops_per_iteration=float(

@@ -2,26 +2,36 @@
 
 Granularity (what one task stands for):
 
-* one forward or backward pass of one device group on one micro-batch is one
-  COMPUTE task on that group's stream, followed by one blocking TP task;
-* the TP all-reduces of that pass (Megatron: two per block and direction) are
-  lowered as one pipelined ring (``collectives.pipelined_allreduce``); NCCL's bus
-  efficiency and launch latency (per operation: two per all-reduce under sequence
-  parallelism) come on top, as numbers (``xsweep.plan.transport``);
-* activations (forward) and their gradients (backward) between consecutive
+* one forward or backward pass of one device group on one micro-batch (under
+  interleaved 1F1B, of one model chunk) is one COMPUTE task on that group's stream,
+  followed by one blocking TP task; some passes are cut into pieces of layers
+  (:mod:`xsweep.plan.passes`): the last backward of each chunk at the DP segment and
+  gradient-bucket boundaries, every pass into its layers under FSDP;
+* the TP all-reduces of a piece (Megatron: two per block and direction) are lowered as
+  one pipelined ring (:mod:`xsweep.plan.collectives`); NCCL's bus efficiency and launch
+  latency (per operation: two per all-reduce under sequence parallelism, whose
+  reduce-scatter and all-gather move the all-reduce's bytes over the same ring, so its
+  time differs only by that launch) come on top, as numbers
+  (:mod:`xsweep.plan.transport`);
+* activations (forward) and their gradients (backward) between consecutive virtual
   stages move as explicit transfers, one COMM task per resharding phase;
-* the last backward pass of every group is cut at the sweep-line segment
-  boundaries, so that each DP group starts synchronising (behind a BARRIER task)
-  as soon as every member has produced the gradients of its segment;
-* DP synchronisation is one ring all-reduce per LCM chunk ring, lowered step by
-  step (``2(k-1)`` COMM tasks of concurrent flows), all rings of a group at once;
-  its first step waits the launch latency;
-* the optimizer step is one COMPUTE task per group after all its DP groups.
+* DP synchronisation is per sweep-line DP group and gradient bucket (one bucket, the
+  segment, unless ``dp_overlap``): a BARRIER task waits for the piece of every member
+  that completes the bucket, then one COMM task runs a pipelined ring per LCM chunk
+  ring: an all-reduce, or under ZeRO-1 a reduce-scatter;
+* ZeRO-1's all-gather of the updated parameters runs after the members' optimizer
+  steps, or with ``dp_overlap`` (Megatron's ``--overlap-param-gather``) at the start of
+  the iteration, bucket after bucket, each forward piece waiting for its own (steady
+  state: the gathers carry the previous step's update);
+* FSDP's per-layer all-gathers and reduce-scatters belong to the passes
+  (:mod:`xsweep.plan.passes`);
+* the optimizer step is one COMPUTE task per group after all its DP collectives.
 
 How it is built. The variants of a sweep share structure: the DAG, the flows and
-their paths depend on the device groups, the schedule, the resharding scheme and
-the cluster's shape (``Topology.shape_key``), while the GPU and NIC models, the micro-batch size, recompute,
-ZeRO and oversubscription change only numbers. So a plan is lowered in two parts:
+their paths depend on the device groups, the schedule and virtual stages, the
+resharding scheme, the ZeRO stage and the gradient buckets, and the cluster's shape
+(``Topology.shape_key``), while the GPU and NIC models, the micro-batch size,
+recompute and oversubscription change only numbers. So a plan is lowered in two parts:
 
 * a :class:`Template` (the structure) is built once per :func:`structure_key` and
   kept: every task, dependency, flow and path as arrays, and for every duration,
@@ -29,8 +39,8 @@ ZeRO and oversubscription change only numbers. So a plan is lowered in two parts
 * :meth:`Template.fill` computes those numbers for one analysis (one Python call per
   distinct value, the rest numpy) and returns the :class:`~xsweep.plan.program.Program`.
 
-Replicas of one shape (stage TP degrees, layers, micro-batches) are one block of
-tasks, built once and copied with their ranks and task ids shifted; DP rings are
+Replicas of one shape are one block of tasks, built once and copied with their ranks
+and task ids shifted (under FSDP all replicas are one block); DP collectives are
 generated as arrays. Task order, dependencies, flows and every number are those of
 the straightforward per-task lowering this replaces (kept in the tests as the
 reference, and compared bit for bit on random plans and numeric variants).
@@ -38,70 +48,70 @@ reference, and compared bit for bit on random plans and numeric variants).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from xsweep.errors import InputError
 from xsweep.plan.analysis import PlanAnalysis
-from xsweep.plan.collectives import pipelined_allreduce_flow, ring_allreduce
+from xsweep.plan.collectives import ALLGATHER, ALLREDUCE, REDUCE_SCATTER, pipelined_ring_flow
 from xsweep.plan.groups import chunk_bytes_per_rank
-from xsweep.plan.program import Category, Program, TaskKind
-from xsweep.plan.reshard import reshard
-from xsweep.plan.schedule import stage_order
-
-_COMPUTE, _COMM = int(TaskKind.COMPUTE), int(TaskKind.COMM)
+from xsweep.plan.passes import COMM, COMPUTE, ONE, ZERO, cached_block
+from xsweep.plan.program import Category, Program
 
 # -- value keys --------------------------------------------------------------------------
 # A value key is a tuple (kind, *args); VALUES[kind](analysis, *args) is its number. Group
-# arguments are indices into analysis.groups. Key 0 is the constant 0 and key 1 the
-# constant 1 (hops of a plain transfer).
+# arguments are indices into analysis.groups, DP arguments into analysis.dp_groups; layer
+# spans inside a group are offsets from its first layer, end exclusive. Key 0 is the
+# constant 0 and key 1 the constant 1.
 
 
-def _tp_count(a: PlanAnalysis, gi: int, which: str, lo: int, hi: int) -> float:
+def _pass_s(a: PlanAnalysis, gi: int, kind: str, i0: int, i1: int) -> float:
     cost = a.groups[gi].cost
-    if which == "forward":
-        return cost.tp_allreduces_forward
-    if which == "backward":
-        return cost.tp_allreduces_backward
+    times = cost.layer_forward_time_s if kind == "F" else cost.layer_backward_time_s
+    return sum(times[i0:i1])
+
+
+def _tp_count(a: PlanAnalysis, gi: int, kind: str, i0: int, i1: int) -> float:
+    """TP all-reduces of a piece: the pass's, in proportion to its layers."""
+    cost = a.groups[gi].cost
+    total = cost.tp_allreduces_forward if kind == "F" else cost.tp_allreduces_backward
+    return total * (i1 - i0) / len(cost.layer_forward_time_s)
+
+
+def _tp_flow(a: PlanAnalysis, gi: int, *span) -> tuple[float, float]:
+    """(bytes, hops) of each flow of a piece's pipelined TP ring."""
     g = a.groups[gi]
-    return cost.tp_allreduces_backward * (hi - lo) / (g.last_layer - g.first_layer + 1)
+    return pipelined_ring_flow(g.tp, g.cost.tp_allreduce_bytes, _tp_count(a, gi, *span))
 
 
-def _tp_flow(a: PlanAnalysis, gi: int, which: str, lo: int, hi: int) -> tuple[float, float]:
-    """(bytes, hops) of each flow of a group's pipelined TP ring."""
-    g = a.groups[gi]
-    return pipelined_allreduce_flow(g.tp, g.cost.tp_allreduce_bytes,
-                                    _tp_count(a, gi, which, lo, hi))
-
-
-def _piece_s(a: PlanAnalysis, gi: int, i0: int, i1: int) -> float:
-    return sum(a.groups[gi].cost.layer_backward_time_s[i0:i1])
-
-
-def _dp_step_bytes(a: PlanAnalysis, d: int) -> float:
+def _ring_flow(a: PlanAnalysis, d: int, first: int, last: int, passes: int):
+    """(bytes, hops) of each flow of a DP collective on the gradients (or parameters) of
+    layers first..last: a pipelined ring per LCM chunk, each on ``d / lcm`` bytes."""
     dpg = a.dp_groups[d]
-    chunk = chunk_bytes_per_rank(a.dp_segment_bytes[d], dpg.tps)
-    return ring_allreduce(dpg.rings[0].ranks, chunk)[0][0][2]
+    chunk = chunk_bytes_per_rank(a.grad_bytes(first, last), dpg.tps)
+    return pipelined_ring_flow(len(dpg.device_groups), chunk, 1.0, passes)
 
 
 VALUES: dict[str, Callable] = {
     "zero": lambda a: 0.0,
     "one": lambda a: 1.0,
-    "forward_s": lambda a, gi: a.groups[gi].cost.forward_time_s,
-    "backward_s": lambda a, gi: a.groups[gi].cost.backward_time_s,
-    "piece_s": _piece_s,
+    "pass_s": _pass_s,
     "optimizer_s": lambda a, gi: a.groups[gi].optimizer_time_s,
     "tp_bytes": lambda a, *args: _tp_flow(a, *args)[0],
     "tp_hops": lambda a, *args: _tp_flow(a, *args)[1],
-    "tp_launches": lambda a, gi, *args: (_tp_count(a, gi, *args)
+    "tp_launches": lambda a, gi, *span: (_tp_count(a, gi, *span)
                                          * a.groups[gi].cost.tp_ops_per_allreduce),
     "transfer_bytes": lambda a, src, dst, i: a.transfers(src, dst)[i].bytes,
-    "dp_bytes": _dp_step_bytes,
+    "ring_bytes": lambda a, *args: _ring_flow(a, *args)[0],
+    "ring_hops": lambda a, d, passes: pipelined_ring_flow(len(a.dp_groups[d].device_groups),
+                                                          0.0, 1.0, passes)[1],
 }
-_ZERO, _ONE = ("zero",), ("one",)
+#: Which arguments of a block's value keys are block streams (-> group indices) and which
+#: the block's stages as DP groups (-> DP group indices).
+_STREAM_ARGS = {"pass_s": (1,), "tp_bytes": (1,), "tp_hops": (1,), "tp_launches": (1,),
+                "transfer_bytes": (1, 2)}
+_DP_ARGS = {"ring_bytes": (1,), "ring_hops": (1,)}
 
 
 # -- the structure -----------------------------------------------------------------------
@@ -110,188 +120,34 @@ _ZERO, _ONE = ("zero",), ("one",)
 def structure_key(a: PlanAnalysis) -> tuple:
     """What a plan's program structure depends on: equal keys, equal DAGs, flows and paths.
 
-    The device groups (ranks, stage, replica, layers, micro-batches), the schedule, the
-    resharding scheme and the cluster's shape (``Topology.shape_key``).
+    The device groups (ranks, stage, replica, layers, micro-batches), the schedule and its
+    virtual stages, the resharding scheme, the ZeRO stage, gradient overlap and buckets,
+    and the cluster's shape (``Topology.shape_key``).
     """
     groups = tuple((g.id, g.ranks, g.stage, g.replica, g.first_layer, g.last_layer,
                     g.num_micro_batches) for g in a.groups)
-    return (a.schedule, a.resharding, a.topology.shape_key(), groups)
+    s = a.stack
+    return (a.schedule, a.resharding, a.topology.shape_key(), groups,
+            s.virtual_pipeline_stages, s.zero_stage, s.dp_overlap, a.dp_buckets)
 
 
-class _Tasks:
-    """Columns of tasks, flows and value keys as they are appended (a growing structure)."""
-
-    def __init__(self) -> None:
-        self.cols: list[tuple] = []  # (kind, category, stream, stage, mb, dg, replica, phase)
-        self.deps: list[tuple[int, ...]] = []
-        self.keys: dict[tuple, int] = {}  # distinct value keys, numbered as they come
-        self.value: list[int] = []  # duration key per task
-        self.names: list[str] = []
-        self.flows: list[tuple] = []  # (task, src, dst, bytes, hops and launches keys, p2p)
-
-    def key(self, value: tuple) -> int:
-        return self.keys.setdefault(value, len(self.keys))
-
-    def add(self, kind, category, stream, deps, value, labels, name, flows=()) -> int:
-        t = len(self.cols)
-        self.cols.append((kind, int(category), stream, *labels))
-        self.deps.append(tuple(sorted(set(deps))))
-        self.value.append(self.key(value))
-        self.names.append(name)
-        self.flows.extend((t, src, dst, self.key(nbytes), self.key(hops), self.key(launches),
-                           p2p) for src, dst, nbytes, hops, launches, p2p in flows)
-        return t
+def _cut_points(a: PlanAnalysis) -> tuple[int, ...]:
+    """Where backward pieces end: every DP segment boundary and gradient-bucket start."""
+    return tuple(sorted({g.first_layer for g in a.dp_groups}
+                        | {g.last_layer + 1 for g in a.dp_groups}
+                        | {x for starts in a.dp_buckets for x in starts}))
 
 
-@dataclass(frozen=True)
-class _ReplicaBlock:
-    """The tasks of one replica shape, ranks as (stage, TP index), groups as stages.
-
-    Task ids count from 0 inside the block; ``piece_end`` maps (stage, first layer)
-    to the task that ends that backward piece (for the DP barriers).
-    """
-
-    cols: np.ndarray  # int64[T, 8]: kind, category, stream (stage or -1), stage, mb, dg
-    #                   (stage), replica (0), phase
-    dep_ptr: np.ndarray
-    dep_idx: np.ndarray
-    keys: tuple[tuple, ...]  # the block's value keys, stages standing for group indices
-    value: np.ndarray  # per task: index into keys
-    names: tuple[str, ...]  # with "{dg<stage>}" placeholders filled per replica
-    flow_task: np.ndarray
-    flow_src: np.ndarray  # int64[F, 2]: (stage, TP index)
-    flow_dst: np.ndarray
-    flow_bytes: np.ndarray  # index into keys: the payload
-    flow_hops: np.ndarray
-    flow_launches: np.ndarray
-    flow_p2p: np.ndarray  # bool: a point-to-point send
-    last: tuple[int, ...]  # last task on each stage's stream
-    piece_end: dict[tuple[int, int], int]
-
-
-def _replica_block(schedule: str, scheme: str, stages: tuple, boundaries: tuple) -> _ReplicaBlock:
-    """Every pass of one replica in an order that respects all dependencies.
-
-    ``stages``: per stage ``(tp, first_layer, last_layer, num_micro_batches)``.
-    Durations and flow sizes are keyed by stage (``("forward_s", stage)``); the
-    caller substitutes group indices.
-    """
-    p = len(stages)
-    tasks = _Tasks()
-    last: list[int | None] = [None] * p
-    piece_end: dict[tuple[int, int], int] = {}
-
-    def on_stream(s, category, value, deps, tp, mb, name):
-        tp_k = stages[s][0]
-        labels = (s, mb, s, 0, -1)
-        deps = [d for d in [last[s], *deps] if d is not None]
-        t = tasks.add(_COMPUTE, category, s, deps, value, labels, name)
-        if tp_k > 1:
-            flows = [((s, i), (s, (i + 1) % tp_k), ("tp_bytes", s, *tp), ("tp_hops", s, *tp),
-                      ("tp_launches", s, *tp), False) for i in range(tp_k)]
-            t = tasks.add(_COMM, Category.TP, s, [t], _ZERO, labels, f"tp {name}", flows)
-        last[s] = t
-        return t
-
-    phases = {}  # (src stage, dst stage) -> [[flow, ...] per phase]
-    for s in range(p - 1):
-        for a, b in ((s, s + 1), (s + 1, s)):
-            t_a = stages[a][0]
-            moves = reshard(scheme, range(t_a), range(t_a, t_a + stages[b][0]), 1.0)
-
-            def local(rank, a=a, b=b, t_a=t_a):  # a scheme may also move inside one side
-                return (a, rank) if rank < t_a else (b, rank - t_a)
-
-            by_phase: dict[int, list] = {}
-            for i, tr in enumerate(moves):
-                by_phase.setdefault(tr.phase, []).append(
-                    (local(tr.src), local(tr.dst), ("transfer_bytes", a, b, i), _ONE, _ZERO,
-                     True))
-            phases[a, b] = [by_phase[k] for k in sorted(by_phase)]
-
-    def transfer(src, dst, mb, after, backward):
-        category = Category.PP if stages[src][0] == stages[dst][0] else Category.RESHARD
-        t = after
-        direction = "grad" if backward else "act"
-        for phase, flows in enumerate(phases[src, dst]):
-            t = tasks.add(_COMM, category, -1, [t], _ZERO, (src, mb, src, 0, phase),
-                          f"{direction} {{dg{src}}}->{{dg{dst}}} mb{mb} p{phase}", flows)
-        return t
-
-    def backward(s, mb, deps, last_of_stage):
-        _, first, final, _ = stages[s]
-        if not last_of_stage:
-            return on_stream(s, Category.BACKWARD, ("backward_s", s), deps,
-                             ("backward", 0, 0), mb, f"B dg{{dg{s}}} mb{mb}")
-        cuts = [x for x in boundaries if first < x <= final]
-        edges = [first, *cuts, final + 1]
-        t = None
-        for lo, hi in reversed(list(zip(edges, edges[1:], strict=False))):
-            t = on_stream(s, Category.BACKWARD, ("piece_s", s, lo - first, hi - first), deps,
-                          ("piece", lo, hi), mb, f"B dg{{dg{s}}} mb{mb} L{lo}-{hi - 1}")
-            deps = []
-            piece_end[(s, lo)] = t
-        return t
-
-    orders = [stage_order(schedule, s, p, stages[s][3]) for s in range(p)]
-    last_b = [max((i for i, (k, _) in enumerate(o) if k == "B"), default=-1) for o in orders]
-    pos = [0] * p
-    fwd_in: dict[tuple[int, int], int] = {}
-    bwd_in: dict[tuple[int, int], int] = {}
-    while any(pos[s] < len(orders[s]) for s in range(p)):
-        progressed = False
-        for s in range(p):
-            while pos[s] < len(orders[s]):
-                kind, mb = orders[s][pos[s]]
-                if kind == "F":
-                    if s > 0 and (s, mb) not in fwd_in:
-                        break
-                    deps = [fwd_in[(s, mb)]] if s > 0 else []
-                    t = on_stream(s, Category.FORWARD, ("forward_s", s), deps,
-                                  ("forward", 0, 0), mb, f"F dg{{dg{s}}} mb{mb}")
-                    if s + 1 < p:
-                        fwd_in[(s + 1, mb)] = transfer(s, s + 1, mb, t, False)
-                else:
-                    if s + 1 < p and (s, mb) not in bwd_in:
-                        break
-                    deps = [bwd_in[(s, mb)]] if s + 1 < p else []
-                    t = backward(s, mb, deps, pos[s] == last_b[s])
-                    if s > 0:
-                        bwd_in[(s - 1, mb)] = transfer(s, s - 1, mb, t, True)
-                pos[s] += 1
-                progressed = True
-        if not progressed:
-            raise AssertionError("pipeline schedule deadlocked")
-    counts = [len(d) for d in tasks.deps]
-    flows = tasks.flows
-    return _ReplicaBlock(
-        cols=np.array(tasks.cols, np.int64).reshape(-1, 8),
-        dep_ptr=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
-        dep_idx=np.array([d for ds in tasks.deps for d in ds], np.int64),
-        keys=tuple(tasks.keys), value=np.array(tasks.value, np.int64), names=tuple(tasks.names),
-        flow_task=np.array([f[0] for f in flows], np.int64),
-        flow_src=np.array([f[1] for f in flows], np.int64).reshape(-1, 2),
-        flow_dst=np.array([f[2] for f in flows], np.int64).reshape(-1, 2),
-        flow_bytes=np.array([f[3] for f in flows], np.int64),
-        flow_hops=np.array([f[4] for f in flows], np.int64),
-        flow_launches=np.array([f[5] for f in flows], np.int64),
-        flow_p2p=np.array([f[6] for f in flows], bool),
-        last=tuple(-1 if t is None else t for t in last), piece_end=piece_end)
-
-
-@functools.lru_cache(maxsize=256)
-def _cached_block(schedule: str, scheme: str, stages: tuple, boundaries: tuple) -> _ReplicaBlock:
-    return _replica_block(schedule, scheme, stages, boundaries)
-
-
-def _with_groups(key: tuple, stage_group: list[int]) -> tuple:
-    """A block's value key with its stages replaced by group indices."""
-    kind = key[0]
-    if kind in ("zero", "one"):
-        return key
-    if kind == "transfer_bytes":
-        return (kind, stage_group[key[1]], stage_group[key[2]], key[3])
-    return (kind, stage_group[key[1]], *key[2:])
+def _fsdp_rings(a: PlanAnalysis, replicas: list[tuple[int, ...]]) -> tuple[tuple, tuple]:
+    """Under FSDP, per pipeline stage: its replicas in the ring order of its DP group, and
+    that DP group's index."""
+    replica_of = {a.groups[gi].id: r for r, members in enumerate(replicas) for gi in members}
+    orders, dp = [], []
+    for gi in replicas[0]:
+        d = next(d for d, g in enumerate(a.dp_groups) if g.first_layer == a.groups[gi].first_layer)
+        orders.append(tuple(replica_of[dg] for dg in a.dp_groups[d].device_groups))
+        dp.append(d)
+    return tuple(orders), tuple(dp)
 
 
 class _Builder:
@@ -301,7 +157,7 @@ class _Builder:
         self.cols: list[np.ndarray] = []
         self.dep_counts: list[np.ndarray] = []
         self.dep_idx: list[np.ndarray] = []
-        self.keys: dict[tuple, int] = {_ZERO: 0, _ONE: 1}
+        self.keys: dict[tuple, int] = {ZERO: 0, ONE: 1}
         self.value: list[np.ndarray] = []
         self.names: list[Callable[[], list[str]]] = []  # made only when asked for
         self.flow_task: list[np.ndarray] = []
@@ -335,75 +191,126 @@ class _Builder:
     def add(self, category, stream, deps, value, labels, name) -> int:
         """One COMPUTE task without flows."""
         deps = sorted(set(deps))
-        return self.extend([(_COMPUTE, int(category), stream, *labels)], [len(deps)], deps,
+        return self.extend([(COMPUTE, int(category), stream, *labels)], [len(deps)], deps,
                            [self.key(value)], lambda: [name], [], [], [], [], [], [], [])
 
+    def collective(self, deps, name, src, dst, nbytes: tuple, hops: tuple) -> int:
+        """One DP COMM task: flows ``src[i] -> dst[i]`` carrying ``nbytes`` after ``hops``
+        hop latencies and one NCCL launch."""
+        deps = sorted(set(deps))
+        n = len(src)
+        return self.extend([(COMM, int(Category.DP), -1, -1, -1, -1, -1, -1)], [len(deps)],
+                           deps, [0], lambda: [name], np.full(n, self.num_tasks), src, dst,
+                           np.full(n, self.key(nbytes)), np.full(n, self.key(hops)),
+                           np.ones(n), np.zeros(n, bool))
 
-def _add_replica(out: _Builder, a: PlanAnalysis, members: tuple[int, ...],
-                 boundaries: tuple, last: list[int], piece_end: dict) -> None:
+
+def _with_groups(key: tuple, stream_group, dp_group) -> tuple:
+    """A block's value key with its streams and DP groups replaced by the program's."""
+    kind, args = key[0], list(key)
+    for i in _STREAM_ARGS.get(kind, ()):
+        args[i] = stream_group[key[i]]
+    for i in _DP_ARGS.get(kind, ()):
+        args[i] = dp_group[key[i]]
+    return tuple(args)
+
+
+def _add_block(out: _Builder, a: PlanAnalysis, replicas: list[tuple[int, ...]], cuts: tuple,
+               gather: dict, last: list[int], piece_end: dict, finals: dict) -> None:
+    """Place the block of ``replicas`` (group indices per stage): its streams become
+    groups, its ranks global ranks, its task ids the program's, its waits for parameter
+    gathers dependencies on ``gather`` ((group id, layer) -> task)."""
     groups = a.groups
-    stages = tuple((groups[gi].tp, groups[gi].first_layer, groups[gi].last_layer,
-                    groups[gi].num_micro_batches) for gi in members)
-    block = _cached_block(a.schedule, a.resharding, stages, boundaries)
+    members = [gi for rep in replicas for gi in rep]
+    orders, dp = _fsdp_rings(a, replicas) if a.fsdp else ((), ())
+    shape = tuple(tuple((groups[gi].tp, groups[gi].first_layer, groups[gi].last_layer,
+                         groups[gi].num_micro_batches) for gi in rep) for rep in replicas)
+    block = cached_block(a.schedule, a.resharding, a.stack.virtual_pipeline_stages, shape,
+                         cuts, bool(gather), orders)
     base = out.num_tasks
     members_arr = np.asarray(members, np.int64)
     ids = np.array([groups[gi].id for gi in members], np.int64)
     cols = block.cols.copy()
     on_stream = cols[:, 2] >= 0
-    cols[on_stream, 2] = members_arr[cols[on_stream, 2]]  # stage -> stream (group index)
-    cols[:, 5] = ids[cols[:, 5]]  # stage -> device group id
-    cols[:, 6] = groups[members[0]].replica
-    # (stage, TP index) -> global rank, and the block's keys -> the program's keys
+    cols[on_stream, 2] = members_arr[cols[on_stream, 2]]  # block stream -> stream (group index)
+    own = cols[:, 5] >= 0
+    cols[own, 5] = ids[cols[own, 5]]  # block stream -> device group id, replica
+    cols[own, 6] = np.array([groups[gi].replica for gi in members], np.int64)[cols[own, 6]]
+    # dependencies, with the waits for parameter gathers (earlier tasks) merged in
+    owner = np.repeat(np.arange(len(cols)), np.diff(block.dep_ptr))
+    dep = block.dep_idx + base
+    waits = [(t, gather[(int(ids[st]), lo)]) for t, st, lo in block.waits
+             if (int(ids[st]), lo) in gather]
+    if waits:
+        owner = np.concatenate([owner, [t for t, _ in waits]])
+        dep = np.concatenate([dep, [g for _, g in waits]])
+        order = np.lexsort((dep, owner))
+        owner, dep = owner[order], dep[order]
+    # (block stream, TP index) -> global rank, and the block's keys -> the program's keys
     rank_table = np.array([r for gi in members for r in groups[gi].ranks], np.int64)
     offset = np.concatenate([[0], np.cumsum([groups[gi].tp for gi in members])])
-    remap = np.array([out.key(_with_groups(k, members)) for k in block.keys], np.int64)
-    fill = {f"dg{s}": groups[gi].id for s, gi in enumerate(members)}
-    out.extend(cols, np.diff(block.dep_ptr), block.dep_idx + base, remap[block.value],
+    remap = np.array([out.key(_with_groups(k, members, dp)) for k in block.keys], np.int64)
+    fill = {f"dg{st}": groups[gi].id for st, gi in enumerate(members)}
+    out.extend(cols, np.bincount(owner, minlength=len(cols)), dep, remap[block.value],
                lambda: [n.format(**fill) for n in block.names], block.flow_task + base,
                rank_table[offset[block.flow_src[:, 0]] + block.flow_src[:, 1]],
                rank_table[offset[block.flow_dst[:, 0]] + block.flow_dst[:, 1]],
                remap[block.flow_bytes], remap[block.flow_hops], remap[block.flow_launches],
                block.flow_p2p)
-    for s, gi in enumerate(members):
-        last[gi] = block.last[s] + base if block.last[s] >= 0 else -1
-    for (s, lo), t in block.piece_end.items():
-        piece_end[(groups[members[s]].id, lo)] = t + base
+    for st, gi in enumerate(members):
+        last[gi] = block.last[st] + base if block.last[st] >= 0 else -1
+    for (st, lo), t in block.piece_end.items():
+        piece_end[(groups[members[st]].id, lo)] = t + base
+    for st, t in block.finals.items():
+        finals.setdefault(groups[members[st]].id, []).append(t + base)
+
+
+def _ring_arrays(dpg) -> tuple[np.ndarray, np.ndarray]:
+    """Source and destination ranks of a DP group's collective: a ring per LCM chunk."""
+    rings = np.array([ring.ranks for ring in dpg.rings], np.int64)  # [lcm, k]
+    return rings.ravel(), np.roll(rings, -1, axis=1).ravel()
 
 
 def _add_dp_sync(out: _Builder, a: PlanAnalysis, piece_end: dict) -> dict[int, list[int]]:
-    """Barrier + ring all-reduces per DP group; returns group id -> final tasks.
-
-    Every ring of a DP group holds one rank of each member, so all have ``k`` ranks and
-    ``2(k-1)`` steps; the rings are laid out one after another, step by step.
-    """
+    """Per DP group and bucket a barrier and an all-reduce (ZeRO-1: a reduce-scatter) of
+    the bucket's gradients; returns group id -> the collectives it waits for."""
     finals: dict[int, list[int]] = {}
+    zero1 = a.stack.zero_stage == 1
+    passes, verb = (REDUCE_SCATTER, "rs") if zero1 else (ALLREDUCE, "dp")
     for d, dpg in enumerate(a.dp_groups):
-        members = [piece_end[(dg, dpg.first_layer)] for dg in dpg.device_groups]
-        barrier = out.add(Category.BARRIER, -1, members, _ZERO, (-1, -1, -1, -1, d),
-                          f"dp barrier L{dpg.first_layer}-{dpg.last_layer}")
-        rings = np.array([ring.ranks for ring in dpg.rings], np.int64)  # [R, k]
-        num_rings, k = rings.shape
-        steps = 2 * (k - 1)
-        ids = out.num_tasks + np.arange(num_rings * steps).reshape(num_rings, steps)
-        cols = np.zeros((num_rings * steps, 8), np.int64)
-        cols[:, 0], cols[:, 1], cols[:, 2:7] = _COMM, int(Category.DP), -1
-        cols[:, 7] = np.tile(np.arange(steps), num_rings)
-        deps = np.concatenate([np.full((num_rings, 1), barrier), ids[:, :-1]], axis=1)
-        span = f"L{dpg.first_layer}-{dpg.last_layer}"
-        chunks = [ring.chunk for ring in dpg.rings]
-        flows = num_rings * steps * k
-        out.extend(cols, np.ones(num_rings * steps), deps.ravel(), np.zeros(num_rings * steps),
-                   lambda span=span, chunks=chunks, steps=steps: [
-                       f"dp {span} ring{c} step{i}" for c in chunks for i in range(steps)],
-                   np.repeat(ids.ravel(), k), np.repeat(rings, steps, axis=0).ravel(),
-                   np.repeat(np.roll(rings, -1, axis=1), steps, axis=0).ravel(),
-                   np.full(flows, out.key(("dp_bytes", d))), np.full(flows, 1),
-                   np.repeat(np.tile(np.arange(steps) == 0, num_rings), k).astype(np.int64),
-                   np.zeros(flows, bool))
-        ends = [barrier, *ids[:, -1].tolist()]
-        for dg in dpg.device_groups:
-            finals.setdefault(dg, []).extend(ends)
+        src, dst = _ring_arrays(dpg)
+        for lo, hi in a.buckets(d):
+            barrier = out.add(Category.BARRIER, -1,
+                              [piece_end[(dg, lo)] for dg in dpg.device_groups], ZERO,
+                              (-1, -1, -1, -1, d), f"dp barrier L{lo}-{hi}")
+            t = out.collective([barrier], f"{verb} L{lo}-{hi}", src, dst,
+                               ("ring_bytes", d, lo, hi, passes), ("ring_hops", d, passes))
+            for dg in dpg.device_groups:
+                finals.setdefault(dg, []).append(t)
     return finals
+
+
+def _add_param_gathers(out: _Builder, a: PlanAnalysis,
+                       after: dict[int, int] | None) -> dict[tuple[int, int], int]:
+    """ZeRO-1's all-gather of the updated parameters, per DP group and bucket: after the
+    members' optimizer steps (``after``: group id -> task), or else at the start of the
+    iteration, one bucket after another in the order the forward pass needs them.
+
+    Returns:
+      (group id, layer) -> the gather that layer's forward waits for.
+    """
+    gathered: dict[tuple[int, int], int] = {}
+    for d, dpg in enumerate(a.dp_groups):
+        src, dst = _ring_arrays(dpg)
+        previous: list[int] = []
+        for lo, hi in a.buckets(d):
+            deps = previous if after is None else [after[dg] for dg in dpg.device_groups]
+            t = out.collective(deps, f"ag L{lo}-{hi}", src, dst,
+                               ("ring_bytes", d, lo, hi, ALLGATHER), ("ring_hops", d, ALLGATHER))
+            previous = [t]
+            gathered |= {(dg, layer): t for dg in dpg.device_groups
+                         for layer in range(lo, hi + 1)}
+    return gathered
 
 
 @dataclass(frozen=True, eq=False)
@@ -486,17 +393,25 @@ def build_template(a: PlanAnalysis) -> Template:
     """Lower the structure of ``a`` once (see the module's description)."""
     out = _Builder()
     groups = a.groups
-    boundaries = tuple(sorted({g.first_layer for g in a.dp_groups}
-                              | {g.last_layer + 1 for g in a.dp_groups}))
+    zero1 = a.stack.zero_stage == 1 and bool(a.dp_groups)
+    overlapped = a.stack.dp_overlap
+    gather = _add_param_gathers(out, a, None) if zero1 and overlapped else {}
     last = [-1] * len(groups)
     piece_end: dict[tuple[int, int], int] = {}
-    for members in a.replicas.values():
-        _add_replica(out, a, members, boundaries, last, piece_end)
-    finals = _add_dp_sync(out, a, piece_end)
+    finals: dict[int, list[int]] = {}
+    replicas = list(a.replicas.values())
+    cuts = _cut_points(a)
+    for block in [replicas] if a.fsdp else [[members] for members in replicas]:
+        _add_block(out, a, block, cuts, gather, last, piece_end, finals)
+    if not a.fsdp:
+        finals = _add_dp_sync(out, a, piece_end)
+    optimizer = {}
     for gi, g in enumerate(groups):
         deps = [d for d in [last[gi], *finals.get(g.id, [])] if d >= 0]
-        out.add(Category.OPTIMIZER, gi, deps, ("optimizer_s", gi),
-                (g.stage, -1, g.id, g.replica, -1), f"optimizer dg{g.id}")
+        optimizer[g.id] = out.add(Category.OPTIMIZER, gi, deps, ("optimizer_s", gi),
+                                  (g.stage, -1, g.id, g.replica, -1), f"optimizer dg{g.id}")
+    if zero1 and not overlapped:
+        _add_param_gathers(out, a, optimizer)
     return _freeze(a, out)
 
 
@@ -528,7 +443,8 @@ def _freeze(a: PlanAnalysis, out: _Builder) -> Template:
         flow_src=src.astype(np.int32), flow_dst=dst.astype(np.int32),
         path_ptr=path_ptr.astype(np.int32), path_links=path_links.astype(np.int32))
     lengths = np.diff(path_ptr)
-    path_matrix = np.full((len(lengths), int(lengths.max(initial=0))), topo.num_links, np.int64)
+    # at least one column, so that a program without flows still takes the vector path
+    path_matrix = np.full((len(lengths), int(lengths.max(initial=1))), topo.num_links, np.int64)
     owner = np.repeat(np.arange(len(lengths)), lengths)
     path_matrix[owner, np.arange(len(owner)) - path_ptr[:-1][owner]] = path_links
     return Template(structure_key(a), arrays, tuple(out.keys),
@@ -560,16 +476,6 @@ class TemplateCache:
         return template
 
 
-#: Options the schema and memory model accept whose task graph is not lowered yet:
-#: (field, value that needs it, what the lowering lacks).
-_NOT_LOWERED = (
-    ("virtual_pipeline_stages", lambda s: s.virtual_pipeline_stages > 1,
-     "the interleaved 1F1B schedule"),
-    ("dp_overlap", lambda s: s.dp_overlap, "bucketed gradient reduction during the backward pass"),
-    ("zero_stage", lambda s: s.zero_stage == 3, "the per-layer all-gathers of FSDP"),
-)
-
-
 def lower(analysis: PlanAnalysis, *, templates: TemplateCache | None = None,
           names: bool = True) -> Program:
     """Build the program IR of one iteration of an analysed plan.
@@ -577,16 +483,6 @@ def lower(analysis: PlanAnalysis, *, templates: TemplateCache | None = None,
     Args:
       templates: where structures are kept between calls (default: built afresh).
       names: give every task a readable name (for traces).
-
-    Raises:
-      InputError: the plan sets a training-stack option whose tasks are not lowered yet.
     """
-    stack = analysis.stack
-    for name, needs, what in _NOT_LOWERED:
-        if needs(stack):
-            raise InputError(None, f"training.{name}", getattr(stack, name),
-                             f"{what} is not lowered yet; the memory model accepts it")
     template = templates.get(analysis) if templates is not None else build_template(analysis)
     return template.fill(analysis, names=names)
-
-

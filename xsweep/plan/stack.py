@@ -31,7 +31,9 @@ class Stack:
             distributed optimizer); 3: weights, gradients and optimizer states sharded
             (fully sharded data parallelism, FSDP).
         virtual_pipeline_stages: model chunks per pipeline stage (interleaved 1F1B).
-        dp_overlap: gradient reduction overlapped with the backward pass, in buckets.
+        dp_overlap: gradient reduction overlapped with the backward pass, in buckets;
+            with ZeRO-1 the parameter all-gathers also overlap the first forward pass
+            (Megatron-LM's ``--overlap-param-gather``). FSDP always overlaps.
         dp_bucket_params: parameters per gradient bucket; 0 means Megatron-LM's
             ``max(40M, 1M x DP)``.
     """

@@ -12,7 +12,7 @@ from xsweep.plan.program import Program
 def plan_summary(a: PlanAnalysis, program: Program) -> dict:
     """A JSON-ready description of an analysed plan and the size of its program."""
     dp_groups = []
-    for g, nbytes in zip(a.dp_groups, a.dp_segment_bytes, strict=True):
+    for d, (g, nbytes) in enumerate(zip(a.dp_groups, a.dp_segment_bytes, strict=True)):
         tps = [a.groups[a.index_of(d)].tp for d in g.device_groups]
         dp_groups.append({
             "first_layer": g.first_layer, "last_layer": g.last_layer,
@@ -20,6 +20,7 @@ def plan_summary(a: PlanAnalysis, program: Program) -> dict:
             "rings": [{"chunk": r.chunk, "ranks": list(r.ranks)} for r in g.rings],
             "gradient_bytes": nbytes,
             "bytes_per_rank_per_chunk": chunk_bytes_per_rank(nbytes, tps),
+            "buckets": [list(b) for b in a.buckets(d)],
         })
     resharding = [{
         "from_group": r.from_group, "to_group": r.to_group,

@@ -42,6 +42,7 @@ def validate_plan(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str |
     node_of_rank = _check_cluster(plan, catalog, file, limits)
     _check_groups(plan, model, node_of_rank, file, limits)
     _check_virtual_stages(plan, file)
+    _check_fsdp(plan, file)
     size = estimate_program_size(plan)
     check_limit(size, limits, "program_size",
                 "the plan's program (tasks and flows of one iteration, estimated)", file,
@@ -108,6 +109,28 @@ def _check_virtual_stages(plan: xsweep_pb2.DeploymentPlan, file: str | None) -> 
             raise InputError(file, f"device_groups[{index}].num_micro_batches",
                              group.num_micro_batches,
                              f"interleaving needs a multiple of the {p} pipeline stages")
+
+
+def _check_fsdp(plan: xsweep_pb2.DeploymentPlan, file: str | None) -> None:
+    """FSDP gathers and reduces every layer over its data-parallel replicas, as collectives
+    that each replica calls in the order of its passes: the replicas must run the same
+    passes, so the same stages (layer ranges) and micro-batch counts."""
+    if plan.training.zero_stage != 3:
+        return
+    shapes: dict[int, list] = defaultdict(list)
+    for index, group in enumerate(plan.device_groups):
+        shapes[group.dp_replica].append(
+            (group.pp_stage, group.first_layer, group.last_layer, group.num_micro_batches, index))
+    reference = sorted(shapes.get(0, []))
+    for replica in sorted(shapes):
+        stages = sorted(shapes[replica])
+        if [x[:4] for x in stages] == [x[:4] for x in reference]:
+            continue
+        bad = next((x for x, y in zip(stages, reference, strict=False) if x[:4] != y[:4]),
+                   stages[-1])
+        raise InputError(file, f"device_groups[{bad[4]}]", f"replica {replica}",
+                         "zero_stage 3 (FSDP) needs every replica to have replica 0's stages "
+                         "(layer ranges) and micro-batch count")
 
 
 def _check_cluster(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str | None,
