@@ -24,15 +24,27 @@ the bound level over ``--many`` variants (the first class repeated) reports
 variants/s and the process's peak resident memory. Ratios are measured within
 one run; each time is the fastest of ``--repeat`` runs, taken in turn, which keeps
 the ratios steady on a shared machine. Nothing here asserts absolute times.
+
+``--baseline GITREV`` runs a different comparison instead: the exact kernel of
+``kernels/`` as of that git revision against the working tree's (see
+:func:`compare_exact`).
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import functools
+import importlib.util
+import io
 import multiprocessing
 import os
 import resource
+import shutil
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 
 
@@ -54,32 +66,32 @@ def _parse() -> argparse.Namespace:
                         help="split the host CPU into this many XLA devices "
                              "(0: xsweep's default, one per core)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke run")
+    parser.add_argument("--baseline", metavar="GITREV",
+                        help="only time the exact kernel of kernels/ at GITREV against the "
+                             "working tree's, in turn on the same inputs, per class")
     return parser.parse_args()
 
 
 ARGS = _parse()
-if ARGS.cpu_devices:  # must be set before JAX initialises its backends
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                               + f" --xla_force_host_platform_device_count={ARGS.cpu_devices}")
+import xsweep  # noqa: E402
+
+xsweep.use_cpu_devices(ARGS.cpu_devices or None)  # before JAX starts its backends
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from plans import llama7b_grid, simulated_time  # noqa: E402
 from xsweep.kernels import Status, blocked_bound, exact  # noqa: E402
 
-from xsweep.batch import BLOCK_STEP_COST, evaluate_programs  # noqa: E402
-from xsweep.encode import (  # noqa: E402
-    BlockShape,
-    block_sizes,
-    encode,
-    encode_blocks,
-    program_sizes,
-)
+from xsweep.evaluator import default_evaluator  # noqa: E402
+from xsweep.evaluator.blocks import block_form, block_layout, block_sizes, encode_blocks  # noqa: E402
+from xsweep.evaluator.driver import BLOCK_STEP_COST  # noqa: E402
+from xsweep.evaluator.encode import encode  # noqa: E402
+from xsweep.evaluator.shapes import BlockShape, program_sizes  # noqa: E402
+from xsweep.evaluator.slots import exact_slots  # noqa: E402
 from xsweep.plan.analysis import analyze  # noqa: E402
 from xsweep.plan.builder import random_plan  # noqa: E402
 from xsweep.plan.lower import lower  # noqa: E402
 from xsweep.sim import simulate  # noqa: E402
-from xsweep.slots import exact_slots  # noqa: E402
 from xsweep.spec.catalog import load_catalog  # noqa: E402
 
 LEVELS = ("bound", "exact")
@@ -133,8 +145,10 @@ def per_variant_loop(level: str, programs, sims) -> float:
     arrays = [jax.tree.map(lambda x: x[0], encode([p])) for p in programs]
     if level == "bound":
         single = jax.jit(blocked_bound)
-        blocked = [jax.tree.map(lambda x: x[0], encode_blocks(
-            [p], BlockShape(*block_sizes([p], BLOCK_STEP_COST["cpu"])[0]))) for p in programs]
+        step_cost = BLOCK_STEP_COST["cpu"]
+        shapes = [BlockShape(*block_sizes([p], [block_form(p, step_cost)])[0]) for p in programs]
+        blocked = [jax.tree.map(lambda x: x[0], encode_blocks([block_layout(p, s.width)], s))
+                   for p, s in zip(programs, shapes, strict=True)]
         calls = [lambda b=b: single(b) for b in blocked]
     else:
         single = jax.jit(exact, static_argnames=("slots", "batched"))
@@ -176,7 +190,7 @@ def bench_class(size_class: str) -> list:
     for level in LEVELS:
         for with_metrics in (False, True):
             def call(level=level, w=with_metrics):
-                return evaluate_programs(programs, level, with_metrics=w)
+                return default_evaluator().run(programs, level, with_metrics=w)
             _, cold[level, with_metrics] = timed(call)  # the first call compiles
             calls[level, with_metrics] = call
     # forkserver: forking this process, whose JAX runtime runs threads, is unsafe
@@ -218,8 +232,8 @@ def bench_class(size_class: str) -> list:
                   f"water-filling rounds max {out['waterfill_rounds'].max()}; "
                   f"status counts {np.bincount(out['status']).tolist()}")
         loop_s = per_variant_loop(level, loop, loop_sims)
-        evaluate_programs(loop, level, with_metrics=False)
-        _, batched_s = timed(lambda level=level: evaluate_programs(loop, level,
+        default_evaluator().run(loop, level, with_metrics=False)
+        _, batched_s = timed(lambda level=level: default_evaluator().run(loop, level,
                                                                    with_metrics=False),
                              ARGS.repeat)
         print(f"      {len(loop)} of them: Python loop of jitted single calls "
@@ -231,8 +245,8 @@ def bench_class(size_class: str) -> list:
 def bench_many(distinct: list, count: int) -> None:
     programs = [distinct[i % len(distinct)] for i in range(count)]
     for with_metrics in (False, True):
-        evaluate_programs(distinct, "bound", with_metrics=with_metrics)  # compile
-        out, seconds = timed(lambda w=with_metrics: evaluate_programs(programs, "bound",
+        default_evaluator().run(distinct, "bound", with_metrics=with_metrics)  # compile
+        out, seconds = timed(lambda w=with_metrics: default_evaluator().run(programs, "bound",
                                                                         with_metrics=w))
         print(f"\nbound over {count} variants ({len(distinct)} distinct programs), metrics "
               f"{'on ' if with_metrics else 'off'}: {count / seconds:10.1f} variants/s, "
@@ -241,10 +255,79 @@ def bench_many(distinct: list, count: int) -> None:
     print(f"peak resident memory of this process: {peak_gb:.2f} GB")
 
 
+def baseline_kernels(rev: str):
+    """``kernels/`` as of git revision ``rev``, imported as a package of its own."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    archive = subprocess.run(["git", "archive", rev, "kernels"], cwd=root, capture_output=True)
+    if archive.returncode:
+        raise SystemExit(f"--baseline {rev}: {archive.stderr.decode().strip()}")
+    where = tempfile.mkdtemp(prefix="kernels-baseline-")
+    atexit.register(shutil.rmtree, where)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(where, filter="data")
+    package = os.path.join(where, "kernels")
+    spec = importlib.util.spec_from_file_location(
+        "kernels_baseline", os.path.join(package, "__init__.py"),
+        submodule_search_locations=[package])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its relative imports look it up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def compare_exact(size_class: str, kernels: dict) -> None:
+    """Seconds of each version's exact kernel (``kernels``: name -> package), in turn.
+
+    The inputs are the same for all: the class's programs (or ``--count`` of them spread
+    over it: shorter calls fit more rounds) encoded at one shape, with
+    the slots the most demanding program needs by its simulated schedule. Two forms:
+    ``map``, the unbatched kernel over the variants one after another (``lax.map``,
+    the driver's form on CPU), and ``vmap``, the batched kernel in lockstep (its form
+    on accelerators). Neither compilation nor the inputs' transfer is timed.
+    """
+    programs = programs_of(size_class)
+    sims = [simulate(p) for p in programs]
+    slots = tuple(int(n) for n in np.max([exact_slots(p, s.task_start_s, s.task_end_s)
+                                          for p, s in zip(programs, sims, strict=True)], axis=0))
+    arrays = jax.device_put(encode(programs))  # once: time the kernels, not the copies
+    forms = {
+        "map": lambda exact: jax.jit(lambda a: jax.lax.map(
+            functools.partial(exact, slots=slots, batched=False), a)),
+        "vmap": lambda exact: jax.jit(jax.vmap(functools.partial(exact, slots=slots))),
+    }
+    calls = {(form, name): functools.partial(make(package.exact), arrays)
+             for form, make in forms.items() for name, package in kernels.items()}
+    values = {key: jax.block_until_ready(call()) for key, call in calls.items()}  # compiles
+    timers = {key: lambda call=call: jax.block_until_ready(call()) for key, call in calls.items()}
+    rounds = [timed_in_turn(timers, 1)[1] for _ in range(ARGS.repeat)]
+    seconds = {key: min(r[key] for r in rounds) for key in calls}
+    statuses = np.bincount(np.asarray(values["map", "tree"].status), minlength=4).tolist()
+    print(f"\n== {size_class}: {len(programs)} programs at one shape, slots {slots}, "
+          f"status counts {statuses}")
+    base, tree = kernels
+    for form in forms:
+        same = all(np.array_equal(np.asarray(a), np.asarray(b))
+                   for a, b in zip(values[form, base], values[form, tree], strict=True))
+        print(f"exact {form:4s}  {base} {seconds[form, base]:8.3f} s, {tree} "
+              f"{seconds[form, tree]:8.3f} s: {tree}/{base} = "
+              f"{seconds[form, tree] / seconds[form, base]:.3f} (median of the rounds' ratios "
+              f"{np.median([r[form, tree] / r[form, base] for r in rounds]):.3f}); "
+              f"identical results: {same}")
+
+
 def main() -> None:
     if ARGS.quick:
         ARGS.count, ARGS.many, ARGS.loop = ARGS.count or 6, min(ARGS.many, 1000), 2
     print(f"devices: {jax.devices()}")
+    if ARGS.baseline:
+        import xsweep.kernels
+
+        kernels = {"baseline": baseline_kernels(ARGS.baseline), "tree": xsweep.kernels}
+        print(f"exact kernel of kernels/ at {ARGS.baseline} (baseline) against the working "
+              f"tree's (tree); fastest of {ARGS.repeat} rounds, in turn")
+        for size_class in ARGS.classes:
+            compare_exact(size_class, kernels)
+        return
     first = None
     for size_class in ARGS.classes:
         programs = bench_class(size_class)

@@ -1,43 +1,63 @@
-"""Deployment plans the benchmarks share: Llama-2-7B on clusters of a given size."""
+"""Deployment plans the benchmarks share: Llama-2-7B on clusters of a given size.
+
+Two families for end-to-end measurements:
+
+* **sweep-like** (:func:`sweep_like`): each structure (TP, PP, micro-batches, schedule,
+  pool kind) in several numeric variants, as a sweep over hardware options produces
+  them: the GPU model within its kind (A100-40GB/A100-80GB, H100/H200), the NIC
+  generation (CX6/CX7/CX8) and activation recompute (none or full);
+* **all-distinct** (:func:`distinct`): every plan its own structure: TP, PP,
+  micro-batch counts, schedules, resharding schemes and cluster mixes (one kind, or
+  half the nodes of another) varied, plus seeded random heterogeneous plans.
+"""
 
 from __future__ import annotations
 
 import itertools
+import random
 
-from xsweep.plan.builder import NodeReq, ReplicaReq, StageReq, build_plan
+from xsweep.plan.builder import NodeReq, ReplicaReq, StageReq, build_plan, random_plan
+from xsweep.plan.stack import Stack
 
 GPUS_PER_NODE = 8
+#: GPU models by kind: a numeric variant swaps the model, never the structure.
+KINDS = {"ampere": ("A100-40GB", "A100-80GB"), "hopper": ("H100-SXM", "H200")}
+NICS = ("cx6", "cx7", "cx8")
 
 
 def llama7b_plan(num_gpus: int, mix: str = "h100", *, tp: int = 4, pp: int = 4,
-                 micro_batches: int = 16, schedule: str = "1f1b", resharding: str = "lcm"):
+                 micro_batches: int = 16, schedule: str = "1f1b", resharding: str = "lcm",
+                 micro_batch_size: int = 1, fast: str = "H100-SXM", slow: str = "A100-40GB",
+                 nic: str = "", recompute: str = "none"):
     """Llama-2-7B, TP x PP per replica, as many replicas as the GPUs hold.
 
-    ``mix="h100"``: all H100. ``mix="half-a100"``: half the nodes are A100-40GB; each
-    pipeline runs its first half of stages on H100 and the rest on A100, with the
-    layers split 5:3 in favour of the faster GPUs.
+    ``mix="h100"``: every node is ``fast``. ``mix="half-a100"``: half the nodes are
+    ``slow``; each pipeline runs its first half of stages on the fast GPUs and the rest
+    on the slow ones, with the layers split 5:3 in favour of the faster GPUs.
     """
     per_replica = tp * pp
     replicas = num_gpus // per_replica
     nodes_total = num_gpus // GPUS_PER_NODE
     if mix == "h100":
-        nodes = [NodeReq("H100-SXM", GPUS_PER_NODE)] * nodes_total
-        kinds = ["H100-SXM"] * pp
+        nodes = [NodeReq(fast, GPUS_PER_NODE, nic)] * nodes_total
+        kinds = [fast] * pp
         layers = [32 // pp] * pp
     elif mix == "half-a100":
-        nodes = ([NodeReq("H100-SXM", GPUS_PER_NODE)] * (nodes_total // 2)
-                 + [NodeReq("A100-40GB", GPUS_PER_NODE)] * (nodes_total // 2))
-        kinds = ["H100-SXM"] * (pp // 2) + ["A100-40GB"] * (pp - pp // 2)
-        fast, slow = 20 // (pp // 2), 12 // (pp - pp // 2)
-        layers = [fast] * (pp // 2) + [slow] * (pp - pp // 2)
+        nodes = ([NodeReq(fast, GPUS_PER_NODE, nic)] * (nodes_total // 2)
+                 + [NodeReq(slow, GPUS_PER_NODE, nic)] * (nodes_total // 2))
+        kinds = [fast] * (pp // 2) + [slow] * (pp - pp // 2)
+        fast_layers, slow_layers = 20 // (pp // 2), 12 // (pp - pp // 2)
+        layers = [fast_layers] * (pp // 2) + [slow_layers] * (pp - pp // 2)
         layers[0] += 32 - sum(layers)
     else:
         raise ValueError(f"unknown mix {mix!r}")
     stages = tuple(StageReq(k, tp, n) for k, n in zip(kinds, layers, strict=True))
     return build_plan(
-        f"llama2-7b-{num_gpus}-{mix}-tp{tp}-pp{pp}-m{micro_batches}-{schedule}", "llama2-7b",
-        nodes, [ReplicaReq(stages, 1, micro_batches)] * replicas,
-        schedule=schedule, resharding=resharding,
+        f"llama2-7b-{num_gpus}-{mix}-{fast}-{slow}-tp{tp}-pp{pp}-m{micro_batches}"
+        f"x{micro_batch_size}-{schedule}-{resharding}-{nic or 'default'}"
+        f"-recompute-{recompute}", "llama2-7b",
+        nodes, [ReplicaReq(stages, micro_batch_size, micro_batches)] * replicas,
+        schedule=schedule, resharding=resharding, stack=Stack(recompute=recompute),
     )
 
 
@@ -54,6 +74,57 @@ def llama7b_grid(gpu_counts, *, tps=(2, 4, 8), pps=(2, 4), micro_batches=(8, 16)
                                       schedule=schedule))
         except ValueError:  # the mix leaves no node of a stage's GPU with room for it
             continue
+    return plans
+
+
+def _structures(gpu_counts, global_batch: int):
+    """(gpus, tp, pp, micro-batch size, micro-batches per replica, schedule) that divide."""
+    for gpus, tp, pp, size, schedule in itertools.product(
+            gpu_counts, (1, 2, 4, 8), (1, 2, 4), (1, 2), ("1f1b", "gpipe")):
+        if gpus % (tp * pp):
+            continue
+        replicas = gpus // (tp * pp)
+        if global_batch % (replicas * size):
+            continue
+        yield gpus, tp, pp, size, global_batch // (replicas * size), schedule
+
+
+def sweep_like(gpu_counts=(8, 16, 32, 64), global_batch: int = 128) -> list:
+    """Every structure of the grid, each in 12 numeric variants: GPU model within its kind
+    (2), NIC generation (3), activation recompute (2)."""
+    plans = []
+    for gpus, tp, pp, size, m, schedule in _structures(gpu_counts, global_batch):
+        for models in KINDS.values():
+            for gpu, nic, recompute in itertools.product(models, NICS, ("none", "full")):
+                plans.append(llama7b_plan(gpus, "h100", tp=tp, pp=pp, micro_batches=m,
+                                          schedule=schedule, micro_batch_size=size, fast=gpu,
+                                          nic=nic, recompute=recompute))
+    return plans
+
+
+def distinct(gpu_counts=(8, 16, 32, 64), global_batch: int = 128, *, seed: int = 0,
+             random_plans: int = 128) -> list:
+    """One plan per structure: the grid of :func:`sweep_like` on one kind and on half-and-half
+    mixes (with each resharding scheme), numbers drawn at random; then seeded random
+    heterogeneous plans of up to 64 GPUs."""
+    rng = random.Random(seed)
+    plans = []
+    for gpus, tp, pp, size, m, schedule in _structures(gpu_counts, global_batch):
+        fast, slow = rng.choice(KINDS["hopper"]), rng.choice(KINDS["ampere"])
+        variants = [("h100", "lcm")]
+        if gpus >= 2 * GPUS_PER_NODE and pp >= 2:
+            variants += [("half-a100", scheme) for scheme in ("lcm", "hetauto", "alpacomm")]
+        for mix, scheme in variants:
+            try:
+                plans.append(llama7b_plan(gpus, mix, tp=tp, pp=pp, micro_batches=m,
+                                          schedule=schedule, resharding=scheme,
+                                          micro_batch_size=size, fast=fast, slow=slow,
+                                          nic=rng.choice(NICS),
+                                          recompute=rng.choice(("none", "selective", "full"))))
+            except ValueError:  # the mix leaves no node of a stage's GPU with room for it
+                continue
+    plans += [random_plan(10_000 * seed + i, max_gpus=64, num_layers=32, seq_length=4096)
+              for i in range(random_plans)]
     return plans
 
 

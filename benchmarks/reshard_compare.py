@@ -12,6 +12,7 @@ from __future__ import annotations
 from xsweep.plan.analysis import analyze
 from xsweep.plan.builder import NodeReq, ReplicaReq, StageReq, build_plan
 from xsweep.plan.lower import lower
+from xsweep.plan.stack import Stack
 from xsweep.sim import simulate, summary
 from xsweep.spec import load_catalog
 
@@ -24,7 +25,7 @@ def pair_plan(src_tp: int, dst_tp: int, scheme: str, micro_batches: int = 8):
     stages = (StageReq("H100-SXM", src_tp, 20), StageReq("A100-40GB", dst_tp, 12))
     return build_plan(f"h100x{src_tp}-a100x{dst_tp}-{scheme}", "llama2-7b", nodes,
                       [ReplicaReq(stages, 1, micro_batches)], schedule="1f1b",
-                      resharding=scheme, seq_length=2048, recompute=True)
+                      resharding=scheme, seq_length=2048, stack=Stack(recompute="full"))
 
 
 def main() -> None:

@@ -8,8 +8,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from xsweep.spec.catalog import Catalog, load_catalog
+
+# No per-example deadline: the machines are shared, and a wall-clock limit would make
+# property tests fail on load rather than on a wrong answer.
+settings.register_profile("xsweep", deadline=None)
+settings.load_profile("xsweep")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SPACES = REPO_ROOT / "spaces"

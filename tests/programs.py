@@ -55,35 +55,39 @@ def _emit_in_dependency_order(items, deps_of, emit):
     return ids
 
 
-def gpipe_program(p: int, m: int, t_f: float, t_b: float, schedule: str = "gpipe") -> Program:
+def gpipe_program(p: int, m: int, t_f: float, t_b: float, schedule: str = "gpipe",
+                  virtual_stages: int = 1) -> Program:
     """``p`` equal pipeline stages, ``m`` micro-batches, no communication.
 
     One stream (one rank) per stage; each stage runs its passes in the order of
-    ``schedule`` (``"gpipe"`` or ``"1f1b"``), chained on its stream; forward ``j`` of
-    stage ``s`` needs forward ``j`` of stage ``s-1`` and backward ``j`` of stage ``s``
-    needs backward ``j`` of stage ``s+1``. Closed form: ``(m + p - 1)(t_f + t_b)``.
+    ``schedule`` (``"gpipe"`` or ``"1f1b"``, interleaved over ``virtual_stages`` model
+    chunks of ``t_f / v`` and ``t_b / v`` each), chained on its stream. The model runs
+    chunk 0 of stages 0..p-1, then chunk 1, ...: a forward pass needs the forward of the
+    virtual stage before it, a backward pass the backward of the virtual stage after it.
+    Closed form: ``m (t_f + t_b) + (p - 1)(t_f + t_b) / v``.
     """
+    v = virtual_stages
     b = ProgramBuilder([], [], [], rank_node=[0] * p)
     streams = [b.add_stream(s, [s]) for s in range(p)]
-    orders = [[(s, kind, j) for kind, j in stage_order(schedule, s, p, m)] for s in range(p)]
+    orders = [[(s, *unit) for unit in stage_order(schedule, s, p, m, v)] for s in range(p)]
+    position = {item: i for seq in orders for i, item in enumerate(seq)}
 
     def deps_of(item):
-        s, kind, j = item
-        seq = orders[s]
-        i = seq.index(item)
-        deps = [seq[i - 1]] if i > 0 else []
-        if kind == "F" and s > 0:
-            deps.append((s - 1, "F", j))
-        if kind == "B" and s + 1 < p:
-            deps.append((s + 1, "B", j))
+        s, kind, j, c = item
+        i = position[item]
+        deps = [orders[s][i - 1]] if i > 0 else []
+        if kind == "F" and (s, c) != (0, 0):
+            deps.append((s - 1, "F", j, c) if s > 0 else (p - 1, "F", j, c - 1))
+        if kind == "B" and (s, c) != (p - 1, v - 1):
+            deps.append((s + 1, "B", j, c) if s + 1 < p else (0, "B", j, c + 1))
         return deps
 
     def emit(item, dep_ids):
-        s, kind, j = item
+        s, kind, j, c = item
         category = Category.FORWARD if kind == "F" else Category.BACKWARD
-        return b.add_compute(category, streams[s], t_f if kind == "F" else t_b, dep_ids,
+        return b.add_compute(category, streams[s], (t_f if kind == "F" else t_b) / v, dep_ids,
                              stage=s, micro_batch=j, device_group=s, replica=0,
-                             name=f"{kind} s{s} mb{j}")
+                             name=f"{kind} s{s} mb{j} c{c}")
 
     _emit_in_dependency_order(orders, deps_of, emit)
     return b.build()

@@ -1,9 +1,11 @@
 """The batched kernels against the exact simulator on a seeded catalogue of plans.
 
 The catalogue is generated heterogeneous plans (``random_plan``: GPU mixes of
-A100/H100/H200/B200, NIC generations, TP/PP/DP mixes, GPipe and 1F1B, all three
-resharding schemes, rail-optimized and oversubscribed fat-tree fabrics, 8 to 256
-GPUs). A slice runs by default; the full 200 plans are marked slow (CI runs them).
+A100/H100/H200/B200, NIC generations, TP/PP/DP mixes, GPipe, 1F1B and interleaved
+1F1B, all three resharding schemes, rail-optimized and oversubscribed fat-tree
+fabrics, ZeRO-1 with and without overlapped buckets, FSDP, 8 to 256 GPUs). A slice
+runs by default, checked to hold every training-stack option; the full 200 plans are
+marked slow (CI runs them).
 
 Per-rank metrics can be zero (no DP on a single replica), so their error is taken
 relative to the larger of the metric and the plan's iteration time.
@@ -15,8 +17,8 @@ import numpy as np
 import pytest
 from xsweep.kernels import Status
 
-from xsweep import metrics
-from xsweep.batch import evaluate_programs
+from xsweep import metrics, timeline
+from xsweep.evaluator import default_evaluator
 from xsweep.plan.analysis import analyze
 from xsweep.plan.builder import random_plan
 from xsweep.plan.lower import lower
@@ -38,17 +40,36 @@ class _SharingObserver(Observer):
         self.shared = len(np.unique(links)) < len(links)
 
 
+#: Every training-stack option the lowering turns into tasks of their own.
+OPTIONS = {"interleaved", "buckets", "zero1", "zero1-overlap", "fsdp", "sequence-parallel"}
+
+
+def options(a) -> set[str]:
+    """The options of OPTIONS an analysed plan exercises."""
+    s = a.stack
+    out = {name for name, on in (
+        ("interleaved", s.virtual_pipeline_stages > 1), ("fsdp", a.fsdp),
+        ("buckets", any(len(b) > 1 for b in a.dp_buckets)),
+        ("sequence-parallel", s.sequence_parallel and any(g.tp > 1 for g in a.groups))) if on}
+    if s.zero_stage == 1 and a.dp_groups:
+        out.add("zero1-overlap" if s.dp_overlap else "zero1")
+    return out
+
+
 def _catalogue(seeds, max_gpus):
     catalog = load_catalog()
-    programs, reference = [], []
+    programs, reference, covered = [], [], set()
     for seed in seeds:
-        program = lower(analyze(random_plan(seed, max_gpus=max_gpus), catalog))
+        a = analyze(random_plan(seed, max_gpus=max_gpus), catalog)
+        covered |= options(a)
+        program = lower(a)
         observer = _SharingObserver(program)
         result = simulate(program, (observer,))
-        per_stream = metrics.stream_metrics(np, metrics.metric_index(program),
+        per_stream = timeline.stream_metrics(np, timeline.metric_index(program),
                                             result.task_start_s, result.task_end_s)
         reference.append((result.iteration_time_s, per_stream, observer.shared))
         programs.append(program)
+    assert covered == OPTIONS, OPTIONS - covered
     return programs, reference
 
 
@@ -58,7 +79,7 @@ def _errors(programs, reference, out):
     for i, (program, (t_ref, per_stream, _)) in enumerate(zip(programs, reference, strict=True)):
         time_err.append(abs(out["iteration_time_s"][i] - t_ref) / t_ref)
         s = program.num_streams
-        for name in metrics.RANK_METRICS:
+        for name in metrics.STREAM_METRICS:
             ref = per_stream[name]
             got = out[name][i, :s]
             metric_err.extend(np.abs(got - ref) / np.maximum(np.abs(ref), t_ref))
@@ -67,13 +88,13 @@ def _errors(programs, reference, out):
 
 def _check(programs, reference):
     for dtype, median_tol, worst_tol in (("float32", 1e-5, 1e-4), ("float64", 1e-9, 1e-9)):
-        out = evaluate_programs(programs, "exact", dtype=dtype)
+        out = default_evaluator().run(programs, "exact", dtype=dtype)
         assert np.all(out["status"] == Status.OK)
         time_err, metric_err = _errors(programs, reference, out)
         assert np.median(time_err) <= median_tol and time_err.max() <= worst_tol, dtype
         assert np.median(metric_err) <= median_tol and metric_err.max() <= worst_tol, dtype
 
-    bound = evaluate_programs(programs, "bound", dtype="float32", with_metrics=False)
+    bound = default_evaluator().run(programs, "bound", dtype="float32", with_metrics=False)
     t_ref = np.array([r[0] for r in reference])
     contended = np.array([r[2] for r in reference])
     # float32 rounding aside, the bound is never above the exact time ...
@@ -85,7 +106,7 @@ def _check(programs, reference):
 
 
 def test_catalogue_slice_agrees_with_the_simulator():
-    programs, reference = _catalogue(range(16), max_gpus=64)
+    programs, reference = _catalogue(range(20), max_gpus=64)
     _check(programs, reference)
 
 

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 import xsweep
-from xsweep.outcome import memory_and_cost
-from xsweep.plan.analysis import analyze
-from xsweep.plan.lower import lower
+import xsweep.errors
+from xsweep.figures import plan_figures
+from xsweep.pipeline import prepare
+from xsweep.plan.builder import random_plan
 from xsweep.sim import simulate, summary
 
 EXAMPLES = ("appendix-b", "figure1-llama2-7b", "h100x8-baseline")
@@ -28,7 +29,7 @@ def test_dataset_has_the_design_metrics(exact):
     assert exact.sizes["variant"] == len(EXAMPLES)
     assert list(exact["name"].values) == list(EXAMPLES)
     for name in ("iteration_time_s", "tokens_per_s", "mfu", "busy_s_mean", "bubble_s_max",
-                 "straggler_wait_s_mean", "exposed_dp_s_max", "memory_per_gpu_gb",
+                 "straggler_wait_s_mean", "exposed_dp_s_max", "memory_per_gpu_gib",
                  "memory_fits", "capex_usd", "cost_rate_usd_per_hour", "cost_per_run_usd",
                  "status", "feasible", "reason"):
         assert name in exact, name
@@ -39,14 +40,14 @@ def test_dataset_has_the_design_metrics(exact):
 
 def test_exact_level_matches_the_simulator(plans, exact, catalog):
     for i, plan in enumerate(plans):
-        a = analyze(plan, catalog)
-        program = lower(a)
+        prepared = prepare(plan, catalog)
+        program = prepared.program
         ref = summary(program, simulate(program))
         for key in ("iteration_time_s", "mfu", "bubble_s_mean", "straggler_wait_s_max"):
             assert float(exact[key][i]) == pytest.approx(ref[key], rel=1e-4, abs=1e-6), key
-        costs = memory_and_cost(a, ref["iteration_time_s"])
+        costs = plan_figures(prepared.analysis, ref["iteration_time_s"])
         assert float(exact["capex_usd"][i]) == costs["capex_usd"]
-        assert float(exact["memory_per_gpu_gb"][i]) == pytest.approx(costs["memory_per_gpu_gb"])
+        assert float(exact["memory_per_gpu_gib"][i]) == pytest.approx(costs["memory_per_gpu_gib"])
 
 
 def test_bound_is_below_exact(plans, exact):
@@ -68,3 +69,36 @@ def test_plans_that_do_not_fit_are_kept_and_flagged(spaces_dir):
 def test_paths_are_accepted(spaces_dir):
     ds = xsweep.evaluate([spaces_dir / "appendix-b.pbtxt"], level="bound")
     assert ds.sizes["variant"] == 1
+
+
+def test_values_that_identify_variants_travel_as_coordinates(plans):
+    ds = xsweep.evaluate(plans, level="bound", coords={"pool_nodes": [2, 1, 1],
+                                                       "label": ["a", "b", "c"]})
+    assert list(ds["pool_nodes"].values) == [2, 1, 1] and ds["pool_nodes"].dims == ("variant",)
+    assert "pool_nodes" in ds.coords and list(ds.sel(variant=ds["label"] == "b")["name"].values) \
+        == ["figure1-llama2-7b"]
+    with pytest.raises(xsweep.errors.InputError, match="coords.pool_nodes"):
+        xsweep.evaluate(plans, level="bound", coords={"pool_nodes": [1, 2]})
+
+
+def test_evaluators_on_other_devices_live_side_by_side(plans, exact):
+    import jax
+
+    one_device = xsweep.Evaluator(devices=jax.devices()[:1], dtype="float64")
+    assert one_device.devices == tuple(jax.devices()[:1])
+    again = one_device.evaluate(plans, level="exact")
+    np.testing.assert_allclose(again["iteration_time_s"], exact["iteration_time_s"], rtol=1e-5)
+    assert again.attrs["dtype"] == "float64" and exact.attrs["dtype"] == "float32"
+
+
+def test_worker_processes_give_the_same_results(catalog):
+    plans = [random_plan(seed) for seed in range(6)]
+    pool = xsweep.Evaluator(processes=2, parallel_min=1)
+    try:
+        shared = pool.evaluate(plans, level="bound")
+    finally:
+        pool.close()
+    alone = xsweep.Evaluator(processes=1).evaluate(plans, level="bound")
+    for name in ("iteration_time_s", "bubble_s", "cost_per_run_usd", "memory_per_gpu_gib"):
+        np.testing.assert_array_equal(shared[name].values, alone[name].values, err_msg=name)
+    assert list(shared["name"].values) == [p.name for p in plans]

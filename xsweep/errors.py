@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+# A message stays one readable line whatever the input: long parts are cut.
+_MAX_NAME, _MAX_REASON, _MAX_VALUE = 200, 400, 80
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
 
 class XsweepError(Exception):
     """Base class of every error xsweep raises on purpose."""
@@ -21,12 +28,12 @@ class InputError(XsweepError):
         super().__init__(self.__str__())
 
     def __str__(self) -> str:
-        where = self.file or "<input>"
+        where = _clip(self.file or "<input>", _MAX_NAME)
         if self.field:
-            where += f": {self.field}"
-        text = f"{where}: {self.reason}"
+            where += f": {_clip(self.field, _MAX_NAME)}"
+        text = f"{where}: {_clip(self.reason, _MAX_REASON)}"
         if self.value is not None:
-            text += f" (got {self.value!r})"
+            text += f" (got {_clip(repr(self.value), _MAX_VALUE)})"
         return " ".join(text.split())  # always one line
 
     def at(self, file: str) -> InputError:

@@ -1,209 +1,130 @@
-"""Per-stream and summary metrics of one iteration, from task start and end times.
+"""The metrics table: every figure xsweep reports, named once.
 
-Written once as array code over an array namespace ``xp`` (``numpy`` or
-``jax.numpy``): the exact simulator calls it with numpy on its own times, and the
-batched evaluator calls the very same functions under ``jit``/``vmap`` on its
-times. Only fixed-shape gathers, masks and reductions over fixed axes are used:
-no boolean indexing and no Python branching on values.
+Each :class:`Metric` has its name (the public contract: a JSON key of ``xsweep
+simulate --json``, a variable of the batched Dataset, an objective of a sweep),
+its unit, whether it is a figure of the whole plan or of each stream (a stream is
+one device group's timeline, shared by its ranks), how a per-stream metric is
+summarised over ranks, the direction in which it is better, and what it means.
+The simulator's report, the Dataset, the sweep objectives and validation all read
+this table, so adding a metric means adding a row here and computing it in one
+place (``xsweep.timeline`` for timeline figures, ``xsweep.figures`` for memory and
+cost).
 
-The static structure the metrics need is a :class:`MetricIndex`, built once per
-program by :func:`metric_index`. Padding convention: index arrays are padded
-with ``-1`` (a gather uses index ``max(i, 0)`` and the result is masked by
-``i >= 0``), category arrays with ``-1``, weights with ``0`` and validity masks
-with ``False``; every axis has length at least 1. :func:`stack_metric_indices`
-pads several indices to one shape and stacks them for ``vmap``.
-
-Definitions, per stream ``s`` (every rank of a stream gets its stream's values):
-
-* ``busy_s``: total duration of COMPUTE tasks on ``s``;
-* ``exposed_tp_s``: total duration of TP tasks on ``s`` (they block the stream);
-* ``t0``: largest end of the FORWARD/BACKWARD/TP tasks of ``s`` (0 if none);
-  ``t_opt``: start of the first OPTIMIZER task of ``s`` (``t0`` if none);
-* ``bubble_s``: idle time of ``s`` before ``t0``, the gaps between consecutive
-  stream tasks (and from time 0 to the first) that end at or before ``t0``;
-* ``exposed_pp_s`` / ``exposed_reshard_s``: the part of each such gap ``[a, b]``
-  before task ``u`` that overlaps ``u``'s last-finishing direct predecessor ``c``
-  (ties: the lowest task index) when ``c`` is a PP (RESHARD) task: ``b - max(a,
-  start_c)``; they are parts of ``bubble_s``;
-* ``straggler_wait_s``: ``max(0, min(release, t_opt) - t0)``, where ``release``
-  is the last end of the BARRIER tasks with a direct predecessor on ``s``
-  (0 when there is no such barrier);
-* ``exposed_dp_s``: ``max(0, t_opt - t0 - straggler_wait_s)`` with a barrier, else 0;
-* ``idle_s``: ``iteration_time - busy_s - exposed_tp_s``.
+Missing values: a figure that cannot be known (the cost of a run without
+``total_tokens``) is NaN in arrays and Datasets and ``null`` in JSON
+(:func:`jsonable`); never a made-up number.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import math
+from dataclasses import dataclass
 
-import numpy as np
-
-from xsweep.plan.program import Category, Program
-
-#: Per-rank metric names, in report order.
-RANK_METRICS = ("busy_s", "idle_s", "bubble_s", "straggler_wait_s", "exposed_tp_s",
-                "exposed_pp_s", "exposed_reshard_s", "exposed_dp_s")
-
-
-class MetricIndex(NamedTuple):
-    """Static structure of one program for the metrics (shapes: S streams, K, D, B, T)."""
-
-    stream_tasks: np.ndarray  # int32[S, K]: tasks of each stream in execution order, -1 pad
-    stream_task_category: np.ndarray  # int32[S, K]: their Category, -1 pad
-    stream_task_preds: np.ndarray  # int32[S, K, D]: their direct predecessors ascending, -1 pad
-    stream_pred_category: np.ndarray  # int32[S, K, D]: the predecessors' Category, -1 pad
-    stream_barriers: np.ndarray  # int32[S, B]: BARRIER tasks fed by the stream, -1 pad
-    stream_optimizer: np.ndarray  # int32[S]: first OPTIMIZER task of the stream, -1 none
-    stream_weight: np.ndarray  # float64[S]: ranks of the stream (0 for padding streams)
-    task_valid: np.ndarray  # bool[T]: False for padding tasks
+PLAN = "plan"
+STREAM = "stream"
+MINIMIZE = "minimize"
+MAXIMIZE = "maximize"
+#: How a per-stream metric is summarised over ranks, as suffixes of its name.
+SUMMARIES = ("mean", "max")
 
 
-def _padded(rows) -> np.ndarray:
-    """Ragged int rows -> int32[max(len(rows), 1), width] padded with -1 (width at least 1)."""
-    width = max([len(r) for r in rows] + [1])
-    out = np.full((max(len(rows), 1), width), -1, np.int32)
-    for i, r in enumerate(rows):
-        out[i, :len(r)] = r
+@dataclass(frozen=True)
+class Metric:
+    """One reported figure."""
+
+    name: str
+    unit: str
+    per: str  # PLAN or STREAM
+    direction: str | None  # MINIMIZE, MAXIMIZE, or None where neither is "better"
+    description: str
+
+
+TABLE: tuple[Metric, ...] = (
+    Metric("iteration_time_s", "s", PLAN, MINIMIZE, "time of one training iteration"),
+    Metric("tokens_per_s", "tokens/s", PLAN, MAXIMIZE,
+           "global batch x sequence length / iteration time"),
+    Metric("mfu", "1", PLAN, MAXIMIZE,
+           "model FLOPs per iteration (no recompute) / (iteration time x peak FLOP/s of the "
+           "GPUs in use)"),
+    Metric("busy_s", "s", STREAM, None, "compute: forward, backward and optimizer"),
+    Metric("idle_s", "s", STREAM, MINIMIZE, "iteration time - busy_s - exposed_tp_s"),
+    Metric("bubble_s", "s", STREAM, MINIMIZE,
+           "idle before the stream's last forward/backward task: waiting for another stage "
+           "or a transfer"),
+    Metric("straggler_wait_s", "s", STREAM, MINIMIZE,
+           "idle at the DP barrier waiting for slower replicas"),
+    Metric("exposed_tp_s", "s", STREAM, MINIMIZE, "blocking tensor-parallel communication"),
+    Metric("exposed_pp_s", "s", STREAM, MINIMIZE,
+           "part of bubble_s spent waiting on a pipeline transfer, every phase of it"),
+    Metric("exposed_reshard_s", "s", STREAM, MINIMIZE,
+           "part of bubble_s spent waiting on a resharding transfer, every phase of it"),
+    Metric("exposed_dp_s", "s", STREAM, MINIMIZE,
+           "idle waiting on data-parallel communication: after the DP barrier until the "
+           "optimizer can start, for parameter all-gathers (FSDP, ZeRO-1)"),
+    Metric("memory_per_gpu_gib", "GiB", PLAN, MINIMIZE, "largest memory of one GPU, 2^30 bytes"),
+    Metric("memory_fits", "bool", PLAN, None, "every GPU holds what it needs"),
+    Metric("capex_usd", "USD", PLAN, MINIMIZE, "purchase price of every GPU and NIC port"),
+    Metric("cost_rate_usd_per_hour", "USD/h", PLAN, MINIMIZE,
+           "amortized capex + power x PUE x electricity, or the cloud price"),
+    Metric("training_time_s", "s", PLAN, MINIMIZE,
+           "time to train total_tokens (NaN/null without total_tokens)"),
+    Metric("cost_per_run_usd", "USD", PLAN, MINIMIZE,
+           "training_time_s x cost rate (NaN/null without total_tokens)"),
+    Metric("paper_tco", "USD/h", PLAN, None,
+           "the seed paper's figure: capex / training hours (reported, not optimised)"),
+)
+
+BY_NAME = {m.name: m for m in TABLE}
+#: Per-stream metric names, in report order.
+STREAM_METRICS = tuple(m.name for m in TABLE if m.per == STREAM)
+#: Metrics the timeline gives (the rest come from memory and cost).
+TIMELINE_PLAN_METRICS = ("iteration_time_s", "tokens_per_s", "mfu")
+
+
+def summary_name(name: str, how: str) -> str:
+    """The plan-level name of a per-stream metric's summary, e.g. ``bubble_s_max``."""
+    return f"{name}_{how}"
+
+
+def plan_names() -> tuple[str, ...]:
+    """Every plan-level figure, in report order: plan metrics and per-stream summaries."""
+    out: list[str] = []
+    for m in TABLE:
+        out += ([m.name] if m.per == PLAN
+                else [summary_name(m.name, how) for how in SUMMARIES])
+    return tuple(out)
+
+
+def directions() -> dict[str, str]:
+    """Every plan-level figure that can be optimised, with its direction."""
+    out = {}
+    for m in TABLE:
+        if m.direction is None:
+            continue
+        names = [m.name] if m.per == PLAN else [summary_name(m.name, h) for h in SUMMARIES]
+        out |= dict.fromkeys(names, m.direction)
     return out
 
 
-def _ragged(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For items grouped ``counts[i]`` per owner: each item's owner and place in its group."""
-    owner = np.repeat(np.arange(len(counts)), counts)
-    return owner, np.arange(len(owner)) - (np.cumsum(counts) - counts)[owner]
+def metric_of(name: str) -> Metric:
+    """The row behind a plan-level or per-stream name (summaries map to their metric)."""
+    if name in BY_NAME:
+        return BY_NAME[name]
+    base, _, how = name.rpartition("_")
+    if how in SUMMARIES and base in BY_NAME:
+        return BY_NAME[base]
+    raise KeyError(name)
 
 
-def metric_index(program: Program) -> MetricIndex:
-    """Gather the static structure of ``program`` that the metrics read."""
-    p = program
-    S = p.num_streams
-    category = p.task_category.astype(np.int32)
-    # stream tasks in execution order: by stream, then by index
-    on_stream = np.flatnonzero(p.task_stream >= 0)
-    ordered = on_stream[np.argsort(p.task_stream[on_stream], kind="stable")]
-    stream_of = p.task_stream[ordered]
-    _, place = _ragged(np.bincount(stream_of, minlength=S))
-    K = int(place.max(initial=0)) + 1
-    tasks = np.full((max(S, 1), K), -1, np.int32)
-    tasks[stream_of, place] = ordered
-    # their direct predecessors, ascending
-    counts = np.diff(p.dep_ptr)[ordered]
-    owner, col = _ragged(counts)
-    preds = p.dep_idx[p.dep_ptr[ordered][owner] + col]
-    preds = preds[np.lexsort((preds, owner))]
-    task_preds = np.full((max(S, 1), K, max(int(counts.max(initial=0)), 1)), -1, np.int32)
-    task_preds[stream_of[owner], place[owner], col] = preds
-    barrier_rows = [[] for _ in range(S)]
-    for t in np.flatnonzero(category == Category.BARRIER):
-        for s in sorted({int(x) for x in p.task_stream[p.deps(int(t))] if x >= 0}):
-            barrier_rows[s].append(int(t))
-    optimizer = np.full(max(S, 1), -1, np.int32)
-    is_opt = category[ordered] == Category.OPTIMIZER
-    with_opt, first = np.unique(stream_of[is_opt], return_index=True)
-    optimizer[with_opt] = ordered[is_opt][first]
-    weight = np.zeros(max(S, 1))
-    weight[:S] = np.diff(p.stream_rank_ptr)
-    return MetricIndex(
-        stream_tasks=tasks,
-        stream_task_category=np.where(tasks >= 0, category[np.maximum(tasks, 0)], -1),
-        stream_task_preds=task_preds,
-        stream_pred_category=np.where(task_preds >= 0, category[np.maximum(task_preds, 0)], -1),
-        stream_barriers=_padded(barrier_rows),
-        stream_optimizer=optimizer,
-        stream_weight=weight,
-        task_valid=np.arange(max(p.num_tasks, 1)) < p.num_tasks,
-    )
-
-
-def stack_metric_indices(indices: list[MetricIndex]) -> MetricIndex:
-    """Pad several indices to common shapes and stack them along a new leading axis."""
-    fills = MetricIndex(-1, -1, -1, -1, -1, -1, 0.0, False)
-    stacked = []
-    for name, fill in zip(MetricIndex._fields, fills, strict=True):
-        arrays = [getattr(ix, name) for ix in indices]
-        shape = tuple(max(a.shape[d] for a in arrays) for d in range(arrays[0].ndim))
-        out = np.full((len(arrays), *shape), fill, arrays[0].dtype)
-        for i, a in enumerate(arrays):
-            out[(i, *(slice(0, n) for n in a.shape))] = a
-        stacked.append(out)
-    return MetricIndex(*stacked)
-
-
-def _take(xp, values, idx):
-    """``values[idx]`` with -1 padding gathered as element 0 (callers mask it)."""
-    return values[xp.maximum(idx, 0)]
-
-
-def _iteration_time(xp, index: MetricIndex, end):
-    return xp.max(xp.where(index.task_valid, end, 0.0))
-
-
-def stream_metrics(xp, index: MetricIndex, start, end) -> dict:
-    """Per-stream metrics (``RANK_METRICS``, each float[S]) from task start/end times [T]."""
-    tasks = index.stream_tasks
-    valid = tasks >= 0
-    cat = index.stream_task_category
-    t_start = xp.where(valid, _take(xp, start, tasks), 0.0)
-    t_end = xp.where(valid, _take(xp, end, tasks), 0.0)
-    span = t_end - t_start
-    is_compute = (cat == Category.FORWARD) | (cat == Category.BACKWARD) | (cat == Category.OPTIMIZER)
-    is_tp = cat == Category.TP
-    busy = xp.sum(xp.where(is_compute, span, 0.0), axis=1)
-    exposed_tp = xp.sum(xp.where(is_tp, span, 0.0), axis=1)
-    t0 = xp.max(xp.where(is_tp | (cat == Category.FORWARD) | (cat == Category.BACKWARD),
-                         t_end, 0.0), axis=1)
-    opt = index.stream_optimizer
-    t_opt = xp.where(opt >= 0, _take(xp, start, opt), t0)
-
-    # gaps [a, b] before each stream task: a = previous task's end (0 for the first)
-    gap_from = xp.concatenate([xp.zeros_like(t_end[:, :1]), t_end[:, :-1]], axis=1)
-    in_bubble = valid & (t_start <= t0[:, None])
-    bubble = xp.sum(xp.where(in_bubble, t_start - gap_from, 0.0), axis=1)
-
-    preds = index.stream_task_preds
-    pred_end = xp.where(preds >= 0, _take(xp, end, preds), -xp.inf)
-    last = xp.argmax(pred_end, axis=2)[..., None]  # first maximum = lowest task index
-    c = xp.take_along_axis(preds, last, axis=2)[..., 0]
-    c_cat = xp.take_along_axis(index.stream_pred_category, last, axis=2)[..., 0]
-    waited = t_start - xp.maximum(gap_from, _take(xp, start, c))
-    exposed = {kind: xp.sum(xp.where(in_bubble & (c >= 0) & (c_cat == kind), waited, 0.0),
-                            axis=1) for kind in (Category.PP, Category.RESHARD)}
-
-    barriers = index.stream_barriers
-    has_barrier = barriers[:, 0] >= 0
-    release = xp.max(xp.where(barriers >= 0, _take(xp, end, barriers), 0.0), axis=1)
-    straggler = xp.where(has_barrier, xp.maximum(0.0, xp.minimum(release, t_opt) - t0), 0.0)
-    exposed_dp = xp.where(has_barrier, xp.maximum(0.0, t_opt - t0 - straggler), 0.0)
-    return {
-        "busy_s": busy,
-        "idle_s": _iteration_time(xp, index, end) - busy - exposed_tp,
-        "bubble_s": bubble,
-        "straggler_wait_s": straggler,
-        "exposed_tp_s": exposed_tp,
-        "exposed_pp_s": exposed[Category.PP],
-        "exposed_reshard_s": exposed[Category.RESHARD],
-        "exposed_dp_s": exposed_dp,
-    }
-
-
-def summarize(xp, index: MetricIndex, per_stream: dict, start, end, tokens_per_iteration,
-              model_flops_per_iteration, peak_flops_per_s) -> dict:
-    """Iteration time, tokens/s, MFU, and ``<metric>_mean`` / ``<metric>_max`` over ranks."""
-    del start  # the summary needs only end times; kept for a uniform signature
-    it = _iteration_time(xp, index, end)
-    positive = it > 0
-    safe_it = xp.where(positive, it, 1.0)
-    safe_peak = xp.where(peak_flops_per_s > 0, peak_flops_per_s, 1.0)
-    out = {
-        "iteration_time_s": it,
-        "tokens_per_s": xp.where(positive, tokens_per_iteration / safe_it, 0.0),
-        "mfu": xp.where(positive & (peak_flops_per_s > 0),
-                        model_flops_per_iteration / (safe_it * safe_peak), 0.0),
-    }
-    w = index.stream_weight
-    total = xp.maximum(xp.sum(w), 1.0)
-    for name in RANK_METRICS:
-        x = per_stream[name]
-        out[f"{name}_mean"] = xp.sum(w * x) / total
-        out[f"{name}_max"] = xp.max(xp.where(w > 0, x, 0.0))
-    return out
+def jsonable(value):
+    """``value`` with every non-finite float (NaN, inf) replaced by ``None``, recursively,
+    and numpy scalars turned into Python numbers: what strict JSON can carry."""
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

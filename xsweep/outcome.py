@@ -1,66 +1,61 @@
-"""One plan's exact outcome: timeline metrics, memory and cost in one JSON-ready document."""
+"""One plan's exact outcome: the simulator's timeline with memory and cost, as one record.
+
+The record's keys are the metric names of ``xsweep.metrics`` (the same as the
+batched Dataset's variables), then ``per_rank``: one entry per rank with the
+per-stream metrics of its device group.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
 
-from xsweep.cost import DEFAULT_COST, CostModel, node_rates, run_costs
-from xsweep.plan.analysis import PlanAnalysis
-from xsweep.plan.program import COMM_KINDS, Program
-from xsweep.sim import SimResult, rank_metrics, summary
+from xsweep import metrics
+from xsweep.cost import DEFAULT_COST, CostModel
+from xsweep.figures import plan_figures
+from xsweep.pipeline import Prepared
+from xsweep.sim import SimResult, rank_metrics, simulate, summary
 
 
-def memory_and_cost(a: PlanAnalysis, iteration_time_s, cost: CostModel = DEFAULT_COST) -> dict:
-    """Memory verdict and TCO figures of a plan at a given iteration time."""
-    rates = node_rates(a.topology.nodes, cost)
-    runs = run_costs(iteration_time_s, a.tokens_per_iteration, a.total_tokens,
-                     rates["capex_usd"], rates["cost_rate_usd_per_hour"])
-    return {
-        "memory_per_gpu_gb": max(g.memory.total_gb for g in a.groups),
-        "memory_fits": all(g.fits for g in a.groups),
-        **rates,
-        **{k: float(v) for k, v in runs.items()},
-    }
-
-
-def outcome(a: PlanAnalysis, program: Program, result: SimResult,
-            cost: CostModel = DEFAULT_COST) -> dict:
-    """The document ``xsweep simulate --json`` prints: DESIGN's metric names at top level,
-    then ``per_rank``."""
-    doc = {"name": a.name, **summary(program, result), **memory_and_cost(
-        a, result.iteration_time_s, cost)}
-    if not a.total_tokens:  # no run length given: cost of a run is unknown
-        doc["cost_per_run_usd"] = doc["training_time_s"] = doc["paper_tco"] = None
+def outcome(prepared: Prepared, result: SimResult, cost: CostModel = DEFAULT_COST) -> dict:
+    """The record of one simulated plan (what ``xsweep simulate --json`` prints, where
+    NaN becomes null)."""
+    a, program = prepared.analysis, prepared.program
+    figures = {**summary(program, result), **plan_figures(a, result.iteration_time_s, cost)}
+    doc = {"name": a.name, **{name: figures[name] for name in metrics.plan_names()}}
     gpu_of = {g.id: g.gpu.name for g in a.groups}
-    doc["per_rank"] = [
-        {"rank": r["rank"], "device_group": r["device_group"], "gpu": gpu_of[r["device_group"]],
-         **{k: r[k] for k in ("busy_s", "idle_s", "bubble_s", "straggler_wait_s",
-                              "exposed_comm_s")}}
-        for r in rank_metrics(program, result)
-    ]
+    doc["per_rank"] = [{"rank": r["rank"], "device_group": r["device_group"],
+                        "gpu": gpu_of[r["device_group"]],
+                        **{name: r[name] for name in metrics.STREAM_METRICS}}
+                       for r in rank_metrics(program, result)]
     doc["events"] = result.num_events
     return doc
 
 
+def simulate_plan(prepared: Prepared, cost: CostModel = DEFAULT_COST) -> tuple[SimResult, dict]:
+    """Simulate one prepared plan exactly: its timeline and its :func:`outcome` record."""
+    result = simulate(prepared.program)
+    return result, outcome(prepared, result, cost)
+
+
 def format_outcome(doc: dict) -> str:
-    """The readable breakdown of :func:`outcome`."""
+    """The readable breakdown of an :func:`outcome` record."""
     t = doc["iteration_time_s"]
     lines = [
         f"plan {doc['name']!r}: iteration {t:.4f} s, {doc['tokens_per_s']:,.0f} tokens/s, "
         f"MFU {doc['mfu']:.1%}",
-        f"memory: largest {doc['memory_per_gpu_gb']:.1f} GB per GPU"
+        f"memory: largest {doc['memory_per_gpu_gib']:.1f} GiB per GPU"
         + ("" if doc["memory_fits"] else "  (DOES NOT FIT)"),
         f"cost: capex {doc['capex_usd']:,.0f} USD, {doc['cost_rate_usd_per_hour']:,.2f} USD/h"
         + (f", {doc['cost_per_run_usd']:,.0f} USD per run ({doc['training_time_s'] / 86400:.1f}"
-           " days)" if doc.get("cost_per_run_usd") is not None else ""),
+           " days)" if doc["cost_per_run_usd"] == doc["cost_per_run_usd"] else ""),  # not NaN
         "",
         "time per rank (mean / max over ranks, seconds):",
     ]
-    rows = [("compute", "busy_s"), ("idle", "idle_s"), ("pipeline bubble", "bubble_s"),
-            ("straggler wait", "straggler_wait_s")]
-    rows += [(f"exposed {k} comm", f"exposed_{k}_s") for k in COMM_KINDS]
-    for label, key in rows:
-        lines.append(f"  {label:<22} {doc[key + '_mean']:10.4f} {doc[key + '_max']:10.4f}")
+    labels = {"busy_s": "compute", "idle_s": "idle", "bubble_s": "pipeline bubble",
+              "straggler_wait_s": "straggler wait"}
+    for name in metrics.STREAM_METRICS:
+        label = labels.get(name) or f"exposed {name.split('_')[1]} comm"
+        lines.append(f"  {label:<22} {doc[name + '_mean']:10.4f} {doc[name + '_max']:10.4f}")
     by_group = defaultdict(list)
     for r in doc["per_rank"]:
         by_group[r["device_group"]].append(r)
@@ -70,6 +65,6 @@ def format_outcome(doc: dict) -> str:
         lines.append(
             f"  DG{dg} {r['gpu']} x{len(ranks)}: busy {r['busy_s']:.4f} s, "
             f"bubble {r['bubble_s']:.4f} s, straggler wait {r['straggler_wait_s']:.4f} s, "
-            f"exposed dp {r['exposed_comm_s']['dp']:.4f} s"
+            f"exposed dp {r['exposed_dp_s']:.4f} s"
         )
     return "\n".join(lines)

@@ -63,7 +63,7 @@ CASES = {
     "zero size": ("p.pbtxt", plan_with("num_gpus: 4 }\n}", "num_gpus: 0 }\n}"),
                   "cluster.nodes[1].num_gpus: must be positive"),
     "negative size": ("p.pbtxt", plan_with("micro_batch_size: 2", "micro_batch_size: -2"),
-                      "device_groups[0].micro_batch_size: must be positive"),
+                      "device_groups[0].micro_batch_size: must be at least 1"),
     "bad sweep key": ("s.yaml", SWEEP, "parallelism.pipelines"),
     "bad catalog key": ("c.yaml", "gpus:\n  H100: {flops: 1}\n", "gpus.H100.flops"),
     "unknown file kind": ("p.txt", "hello\n", "unknown file kind"),

@@ -33,7 +33,8 @@ def test_kinds_are_detected(run_xsweep, spaces_dir, tmp_path):
     json_plan = tmp_path / "plan.json"
     json_plan.write_text(plan_to_json(load_plan(spaces_dir / "h100x8-baseline.pbtxt")))
     catalog = tmp_path / "mine.yaml"
-    catalog.write_text("nics:\n  cx9: {bandwidth_gbps: 1600, latency_ns: 300}\n")
+    catalog.write_text("nics:\n  cx9: {bandwidth_gbps: 1600, latency_ns: 300, bus_efficiency: 0.96,"
+                       " launch_latency_us: 22}\n")
     result = run_xsweep("check", json_plan, catalog, spaces_dir / "quickstart.yaml")
     assert result.returncode == 0, result.stderr
     plan_line, catalog_line, sweep_line = result.stdout.splitlines()
@@ -47,7 +48,8 @@ def test_user_catalog_is_used_for_plans(run_xsweep, spaces_dir, tmp_path):
     text = (spaces_dir / "h100x8-baseline.pbtxt").read_text()
     plan.write_text(text.replace('gpu: "H100-SXM"', 'gpu: "H100-SXM" nic: "cx9"'))
     catalog = tmp_path / "mine.yaml"
-    catalog.write_text("nics:\n  cx9: {bandwidth_gbps: 1600, latency_ns: 300}\n")
+    catalog.write_text("nics:\n  cx9: {bandwidth_gbps: 1600, latency_ns: 300, bus_efficiency: 0.96,"
+                       " launch_latency_us: 22}\n")
     assert run_xsweep("check", plan).returncode == 2
     result = run_xsweep("check", plan, "--catalog", catalog)
     assert result.returncode == 0, result.stderr

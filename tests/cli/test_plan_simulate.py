@@ -10,7 +10,7 @@ from tests.cli.test_bad_inputs import CASES
 
 PLAN_CASES = {k: v for k, v in CASES.items() if v[0].endswith(".pbtxt")}
 METRICS = ("iteration_time_s", "tokens_per_s", "mfu", "busy_s_mean", "bubble_s_max",
-           "straggler_wait_s_max", "memory_per_gpu_gb", "memory_fits", "capex_usd",
+           "straggler_wait_s_max", "memory_per_gpu_gib", "memory_fits", "capex_usd",
            "cost_rate_usd_per_hour", "cost_per_run_usd", "paper_tco")
 
 
@@ -47,9 +47,9 @@ def test_simulate_json_and_trace(run_xsweep, spaces_dir, tmp_path):
     assert doc["iteration_time_s"] > 0 and 0 < doc["mfu"] < 1
     assert sorted(r["rank"] for r in doc["per_rank"]) == list(range(10))
     for r in doc["per_rank"]:
-        assert set(r["exposed_comm_s"]) == {"tp", "pp", "reshard", "dp"}
+        assert {"exposed_tp_s", "exposed_pp_s", "exposed_reshard_s", "exposed_dp_s"} <= set(r)
         # a rank's time splits into compute, blocking TP and idle
-        total = r["busy_s"] + r["exposed_comm_s"]["tp"] + r["idle_s"]
+        total = r["busy_s"] + r["exposed_tp_s"] + r["idle_s"]
         assert total == pytest.approx(doc["iteration_time_s"], rel=1e-9)
     events = json.loads(trace.read_text())
     events = events["traceEvents"] if isinstance(events, dict) else events

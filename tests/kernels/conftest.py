@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from programs import GB, bottleneck_program, gpipe_program, random_program, ring_allreduce_program
 
-from xsweep.batch import evaluate_programs
+from xsweep.evaluator import default_evaluator
 from xsweep.sim import simulate
 
 #: 58 random + 4 closed-form programs ride in a batch of 64 rows: two are padding.
@@ -48,15 +48,15 @@ def contention_free_programs():
 
 @pytest.fixture(scope="session")
 def exact_float32(random_programs):
-    return evaluate_programs(random_programs, "exact", task_times=True, chunk_size=128)
+    return default_evaluator().run(random_programs, "exact", task_times=True, chunk_size=128)
 
 
 @pytest.fixture(scope="session")
 def exact_float64(random_programs):
-    return evaluate_programs(random_programs, "exact", dtype="float64", task_times=True,
+    return default_evaluator().run(random_programs, "exact", dtype="float64", task_times=True,
                              chunk_size=128)
 
 
 @pytest.fixture(scope="session")
 def bound_float32(random_programs):
-    return evaluate_programs(random_programs, "bound", task_times=True, chunk_size=128)
+    return default_evaluator().run(random_programs, "bound", task_times=True, chunk_size=128)

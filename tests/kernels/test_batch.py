@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xsweep import metrics
-from xsweep.batch import evaluate_programs
-from xsweep.encode import predicted_size, program_sizes
+from xsweep import metrics, timeline
 from xsweep.errors import InputError
+from xsweep.evaluator import default_evaluator
+from xsweep.evaluator.shapes import predicted_size, program_sizes
 from xsweep.sim import summary
 
 TESTS = Path(__file__).resolve().parent.parent
@@ -28,9 +28,9 @@ def test_metrics_equal_the_simulators(random_programs, random_sims, exact_float6
         expected = summary(p, s)
         for name, value in expected.items():
             assert exact_float64[name][i] == pytest.approx(value, rel=1e-9, abs=1e-12), name
-        per_stream = metrics.stream_metrics(np, metrics.metric_index(p), s.task_start_s,
+        per_stream = timeline.stream_metrics(np, timeline.metric_index(p), s.task_start_s,
                                             s.task_end_s)
-        for name in metrics.RANK_METRICS:
+        for name in metrics.STREAM_METRICS:
             assert exact_float64[name].shape == (len(random_programs), widest)
             np.testing.assert_allclose(exact_float64[name][i, : p.num_streams], per_stream[name],
                                        rtol=1e-9, atol=1e-12, err_msg=name)
@@ -40,7 +40,7 @@ def test_metrics_equal_the_simulators(random_programs, random_sims, exact_float6
 def test_order_and_chunking_do_not_change_results(random_programs, bound_float32):
     order = np.random.default_rng(0).permutation(len(random_programs))[:20]
     calls = []
-    out = evaluate_programs([random_programs[i] for i in order], "bound", chunk_size=8,
+    out = default_evaluator().run([random_programs[i] for i in order], "bound", chunk_size=8,
                             with_metrics=False, progress=lambda *a: calls.append(a))
     np.testing.assert_array_equal(out["iteration_time_s"], bound_float32["iteration_time_s"][order])
     done = [d for d, _ in calls]
@@ -51,7 +51,7 @@ def test_order_and_chunking_do_not_change_results(random_programs, bound_float32
 @pytest.mark.parametrize(("field", "value"), [("level", "fluid"), ("dtype", "float16")])
 def test_bad_level_or_dtype(random_programs, field, value):
     with pytest.raises(InputError, match=field):
-        evaluate_programs(random_programs[:1], **{field: value})
+        default_evaluator().run(random_programs[:1], **{field: value})
 
 
 _SHARDED = textwrap.dedent("""
@@ -59,12 +59,12 @@ _SHARDED = textwrap.dedent("""
     import jax, numpy as np
     sys.path.insert(0, sys.argv[1])
     from programs import random_program
-    from xsweep.batch import evaluate_programs
+    from xsweep.evaluator import Evaluator
     programs = [random_program(seed) for seed in range(6)]  # 6 rows: padded to 8 on 4 devices
     worst = {}
     for level in ("bound", "exact"):
-        many = evaluate_programs(programs, level, chunk_size=8)
-        one = evaluate_programs(programs, level, chunk_size=8, devices=jax.devices()[:1])
+        many = Evaluator().run(programs, level, chunk_size=8)
+        one = Evaluator(devices=jax.devices()[:1]).run(programs, level, chunk_size=8)
         # everything but the padding overhead, which counts the extra rows
         worst[level] = max(float(np.max(np.abs(many[k] - one[k]))) for k in one
                            if k != "padding_overhead")
@@ -76,21 +76,21 @@ def test_sharded_equals_single_device():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
                JAX_PLATFORMS="cpu")
     run = subprocess.run([sys.executable, "-c", _SHARDED, str(TESTS)], env=env,
-                         capture_output=True, text=True, timeout=300, check=False)
+                         capture_output=True, text=True, timeout=900, check=False)
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout.strip().splitlines()[-1])
     assert report == {"devices": 4, "worst": {"bound": 0.0, "exact": 0.0}}
 
 
 def test_no_programs():
-    out = evaluate_programs([], "exact")
+    out = default_evaluator().run([], "exact")
     assert out["iteration_time_s"].shape == (0,) and out["status"].shape == (0,)
 
 
 def test_variants_one_after_another_equal_single_calls(random_programs, exact_float64):
     """A chunk of 64 variants run by ``lax.map`` gives what one variant per call gives."""
     middle = np.argsort(predicted_size(program_sizes(random_programs)))[30:34]
-    alone = evaluate_programs([random_programs[i] for i in middle], "exact", dtype="float64",
+    alone = default_evaluator().run([random_programs[i] for i in middle], "exact", dtype="float64",
                               chunk_size=1, with_metrics=False, task_times=True)
     for name, value in alone.items():
         if name in ("start_s", "end_s"):
@@ -103,12 +103,12 @@ def test_variants_one_after_another_equal_single_calls(random_programs, exact_fl
 
 def test_bound_metrics_are_the_metrics_of_its_times(random_programs):
     programs = random_programs[:12]
-    out = evaluate_programs(programs, "bound", dtype="float64", task_times=True)
+    out = default_evaluator().run(programs, "bound", dtype="float64", task_times=True)
     for i, p in enumerate(programs):
         n = p.num_tasks
-        per_stream = metrics.stream_metrics(np, metrics.metric_index(p), out["start_s"][i, :n],
+        per_stream = timeline.stream_metrics(np, timeline.metric_index(p), out["start_s"][i, :n],
                                             out["end_s"][i, :n])
-        for name in metrics.RANK_METRICS:
+        for name in metrics.STREAM_METRICS:
             np.testing.assert_allclose(out[name][i, : p.num_streams], per_stream[name],
                                        rtol=1e-12, atol=1e-15, err_msg=name)
 
@@ -117,7 +117,7 @@ def test_repeated_and_copied_programs_agree(random_programs):
     """Host work kept per program object: a repeat and a fresh copy give the same rows."""
     program = random_programs[5]
     programs = [program, dataclasses.replace(program), program, random_programs[6]]
-    out = evaluate_programs(programs, "bound", task_times=True)
+    out = default_evaluator().run(programs, "bound", task_times=True)
     for name, value in out.items():
         np.testing.assert_array_equal(value[1], value[0], err_msg=name)
         np.testing.assert_array_equal(value[2], value[0], err_msg=name)

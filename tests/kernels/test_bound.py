@@ -16,9 +16,11 @@ from xsweep.kernels import (
     max_plus_schedule,
 )
 
-from xsweep import encode as host
-from xsweep.batch import evaluate_programs
-from xsweep.encode import BlockShape, Shape, block_form, block_layout, encode, encode_blocks
+from xsweep.evaluator import blocks as host
+from xsweep.evaluator import default_evaluator
+from xsweep.evaluator.blocks import block_form, block_layout, encode_blocks
+from xsweep.evaluator.encode import encode
+from xsweep.evaluator.shapes import BlockShape, Shape
 from xsweep.plan.program import Category, ProgramBuilder
 from xsweep.sim import simulate
 
@@ -43,7 +45,7 @@ def test_bound_never_exceeds_exact(random_programs, random_sims, bound_float32, 
 
 
 def test_bound_equals_exact_without_contention(contention_free_programs):
-    out = evaluate_programs(contention_free_programs, "bound", with_metrics=False)
+    out = default_evaluator().run(contention_free_programs, "bound", with_metrics=False)
     exact_s = np.array([simulate(p).iteration_time_s for p in contention_free_programs])
     np.testing.assert_allclose(out["iteration_time_s"], exact_s, rtol=1e-4)
 
@@ -135,7 +137,7 @@ def test_blocked_bound_is_the_max_plus_schedule(program, width):
     padded = Shape(tasks=32, edges=384, flows=128, hops=4, links=4)
     with jax.enable_x64(True):
         blocked = _blocked(jax.tree.map(lambda x: x[0],
-                                        encode_blocks([program], blocks, dtype=np.float64)))
+                                        encode_blocks([block_layout(program, width)], blocks, dtype=np.float64)))
         scan = _bound(jax.tree.map(lambda x: x[0],
                                    encode([program], padded, dtype=np.float64)))
     start, end = _reference(program)
@@ -192,9 +194,10 @@ def test_host_durations_equal_the_kernels(random_programs):
 
 def test_blocked_batch_equals_single_calls(random_programs):
     programs = random_programs[:4]
-    sizes = host.block_sizes(programs, 32)
+    sizes = host.block_sizes(programs, [block_form(p, 32) for p in programs])
     shape = BlockShape(*(int(n) for n in host.block_shapes(sizes.max(axis=0))))
-    arrays = encode_blocks(programs, shape, num_variants=5)
+    arrays = encode_blocks([block_layout(p, shape.width) for p in programs], shape,
+                           num_variants=5)
     batched = _blocked_batch(arrays)
     for i in range(5):
         single = _blocked(jax.tree.map(lambda x, i=i: x[i], arrays))

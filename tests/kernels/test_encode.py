@@ -10,22 +10,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from programs import random_program, ring_allreduce_program
 
-from xsweep import metrics
-from xsweep.encode import (
-    BlockShape,
-    Shape,
-    batch_shape,
+from xsweep import metrics, timeline
+from xsweep.evaluator.blocks import (
     block_form,
     block_layout,
     block_shapes,
     block_sizes,
-    encode,
     encode_blocks,
+)
+from xsweep.evaluator.derived import Derived
+from xsweep.evaluator.encode import encode, metric_index_dims, pad_metric_index
+from xsweep.evaluator.shapes import (
+    BlockShape,
+    Shape,
+    batch_shape,
     ladder,
-    metric_index_dims,
-    pad_metric_index,
     padding_overhead,
-    per_program,
     power_of_two,
     program_sizes,
 )
@@ -105,7 +105,7 @@ def test_padding_overhead():
 def test_metric_index_padding_keeps_metrics(random_programs):
     programs = random_programs[:5]
     shape = batch_shape(program_sizes(programs))
-    indices = [metrics.metric_index(p) for p in programs]
+    indices = [timeline.metric_index(p) for p in programs]
     index = pad_metric_index(indices, shape.tasks, metric_index_dims(indices), dtype=np.float64,
                              num_variants=8)
     assert index.task_valid.shape == (8, shape.tasks)
@@ -116,19 +116,20 @@ def test_metric_index_padding_keeps_metrics(random_programs):
         start = np.zeros(shape.tasks)
         end = np.zeros(shape.tasks)
         start[: p.num_tasks], end[: p.num_tasks] = result.task_start_s, result.task_end_s
-        padded = metrics.stream_metrics(np, metrics.MetricIndex(*(x[row] for x in index)),
+        padded = timeline.stream_metrics(np, timeline.MetricIndex(*(x[row] for x in index)),
                                         start, end)
-        plain = metrics.stream_metrics(np, metrics.metric_index(p), result.task_start_s,
+        plain = timeline.stream_metrics(np, timeline.metric_index(p), result.task_start_s,
                                        result.task_end_s)
-        for name in metrics.RANK_METRICS:
+        for name in metrics.STREAM_METRICS:
             np.testing.assert_array_equal(padded[name][: p.num_streams], plain[name], name)
 
 
 def test_block_encoding_round_trip_and_padding(random_programs):
     programs = random_programs[:6]
-    sizes = block_sizes(programs, 32)
+    sizes = block_sizes(programs, [block_form(p, 32) for p in programs])
     shape = BlockShape(*(int(n) for n in block_shapes(sizes.max(axis=0))))
-    arrays = encode_blocks(programs, shape, dtype=np.float64, num_variants=8)
+    arrays = encode_blocks([block_layout(p, shape.width) for p in programs], shape,
+                           dtype=np.float64, num_variants=8)
     assert arrays.slot_pred.shape == (8, shape.blocks, shape.width, shape.preds)
     for row, p in enumerate(programs):
         layout = block_layout(p, shape.width)
@@ -150,12 +151,13 @@ def test_too_small_block_shape_is_refused(random_programs):
     program = max(random_programs, key=lambda p: p.num_tasks)
     width, preds, blocks = block_form(program, 32)
     fits = BlockShape(program.num_tasks, blocks, width, preds)
-    encode_blocks([program], fits)
+    layout = block_layout(program, width)
+    encode_blocks([layout], fits)
     for smaller in (fits._replace(tasks=fits.tasks - 1), fits._replace(blocks=blocks - 1)):
         with pytest.raises(ValueError, match="do not fit"):
-            encode_blocks([program], smaller)
+            encode_blocks([layout], smaller)
     with pytest.raises(ValueError, match="do not fit"):
-        encode_blocks([program, program], fits, num_variants=1)
+        encode_blocks([layout, layout], fits, num_variants=1)
 
 
 def test_block_padding_overhead():
@@ -166,16 +168,13 @@ def test_block_padding_overhead():
     assert padding_overhead(sizes, shape._replace(blocks=6)) > 0
 
 
-def test_per_program_results_are_kept_per_object(random_programs):
-    calls = []
-
-    @per_program
-    def tasks_times(program, factor):
-        calls.append(factor)
-        return program.num_tasks * factor
-
+def test_derived_layouts_are_kept_per_program_object(random_programs):
+    derived = Derived()
     program = random_programs[0]
     copy = dataclasses.replace(program)
-    assert tasks_times(program, 2) == tasks_times(program, 2) == tasks_times(copy, 2)
-    assert tasks_times(program, 3) == 3 * program.num_tasks
-    assert calls == [2, 2, 3]  # once per program object and argument
+    width = derived.form(program, 32)[0]
+    assert derived.layout(program, width) is derived.layout(program, width)
+    assert derived.layout(copy, width) is not derived.layout(program, width)
+    np.testing.assert_array_equal(derived.layout(copy, width).slot_pred,
+                                  block_layout(program, width).slot_pred)
+    assert derived.metric_index(program) is derived.metric_index(program)

@@ -6,10 +6,11 @@ import jax
 import numpy as np
 import pytest
 from programs import GB, bottleneck_program, parking_lot_program
-from xsweep.kernels import Status, exact
+from xsweep.kernels import MAX_ROUNDS, Status, exact
 
-from xsweep.batch import evaluate_programs
-from xsweep.encode import batch_shape, encode, predicted_size, program_sizes
+from xsweep.evaluator import default_evaluator
+from xsweep.evaluator.encode import encode
+from xsweep.evaluator.shapes import batch_shape, predicted_size, program_sizes
 from xsweep.plan.program import Category, ProgramBuilder
 
 SLOTS = 32
@@ -76,20 +77,34 @@ def test_batched_equals_single_calls(six):
 
 
 def test_unbatched_single_calls_match_the_batch(six):
-    """One variant per call, water-filling only the slots in use: the same schedules."""
+    """One variant per call, branching and water-filling only the slots in use: the same
+    schedules, bit for bit (the packed fill sums each link's flows in the same order)."""
     arrays, batched = six
     for i in range(len(arrays.task_valid)):
         single = _exact(jax.tree.map(lambda x, i=i: x[i], arrays), slots=SLOTS, batched=False)
-        for key in ("start_s", "end_s", "iteration_time_s"):
-            np.testing.assert_allclose(np.asarray(getattr(single, key)),
-                                       np.asarray(getattr(batched, key))[i], rtol=1e-6)
-        assert int(single.steps) == int(batched.steps[i])
+        for b, s in zip(batched, single, strict=True):
+            np.testing.assert_array_equal(np.asarray(b)[i], np.asarray(s))
+
+
+def test_branches_only_skip_work(six):
+    """The unbatched kernel with every branch running its working side, as the batched
+    form does, gives the same schedules bit for bit: a pass with no task finished or
+    no flow to place changes nothing, so both forms run the same parts alike."""
+    from xsweep.kernels.exact import _ALONE, _config, _schedule, _then_alone
+
+    unbranched = _ALONE._replace(maybe=_then_alone)
+    run = jax.jit(lambda a: _schedule(_config(a, SLOTS, MAX_ROUNDS, unbranched), a))
+    arrays, _ = six
+    for i in range(len(arrays.task_valid)):
+        one = jax.tree.map(lambda x, i=i: x[i], arrays)
+        for got, want in zip(run(one), _exact(one, slots=SLOTS, batched=False), strict=True):
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
 def test_one_variant_per_device_agrees_with_simulator(random_programs, random_sims):
     """The driver's unbatched path (chunks of one), on neighbours in size (one shape)."""
     middle = np.argsort(predicted_size(program_sizes(random_programs)))[30:34]
-    out = evaluate_programs([random_programs[i] for i in middle], "exact", dtype="float64",
+    out = default_evaluator().run([random_programs[i] for i in middle], "exact", dtype="float64",
                             chunk_size=1, with_metrics=False)
     assert np.all(out["status"] == Status.OK)
     expected = [random_sims[i].iteration_time_s for i in middle]
@@ -120,7 +135,7 @@ def test_padded_variants_finish_at_once(random_programs):
 def test_overflow_reruns_with_more_slots(random_programs, exact_float64):
     crowded = np.flatnonzero((exact_float64["max_active_flows"] > 2)
                              & (exact_float64["max_active_flows"] <= 4))[:4]
-    out = evaluate_programs([random_programs[i] for i in crowded], "exact", dtype="float64",
+    out = default_evaluator().run([random_programs[i] for i in crowded], "exact", dtype="float64",
                             slots=2, with_metrics=False, chunk_size=8)
     assert np.all(out["status"] == Status.OK)
     np.testing.assert_array_equal(out["iteration_time_s"],
@@ -163,7 +178,7 @@ def test_too_few_task_slots_overflow_then_rerun():
     program = b.build()
     alone = _exact(jax.tree.map(lambda x: x[0], encode([program])), slots=4, batched=False)
     assert int(alone.status) == Status.OVERFLOW
-    out = evaluate_programs([program], "exact", slots=4, with_metrics=False)
+    out = default_evaluator().run([program], "exact", slots=4, with_metrics=False)
     assert out["status"].tolist() == [Status.OK]
     assert out["iteration_time_s"][0] == pytest.approx(12.0)
 
@@ -209,7 +224,7 @@ def test_lowered_plans_agree_with_simulator(dtype, median, worst):
     programs = [lower(analyze(random_plan(seed, max_gpus=16, num_layers=4), catalog))
                 for seed in range(64)]
     sims = [simulate(p) for p in programs]
-    out = evaluate_programs(programs, "exact", dtype=dtype, task_times=True, with_metrics=False,
+    out = default_evaluator().run(programs, "exact", dtype=dtype, task_times=True, with_metrics=False,
                             chunk_size=16)
     assert np.all(out["status"] == Status.OK)
     iteration, task = _errors(programs, sims, out)

@@ -9,9 +9,10 @@ import numpy as np
 from programs import GB, bottleneck_program, ring_allreduce_program
 from xsweep.kernels import Status, exact
 
-from xsweep.encode import encode, ladder
+from xsweep.evaluator.encode import encode
+from xsweep.evaluator.shapes import ladder
+from xsweep.evaluator.slots import MARGIN, MIN_SLOTS, exact_slots, peak_in_flight
 from xsweep.sim import simulate
-from xsweep.slots import MARGIN, MIN_SLOTS, exact_slots, peak_in_flight
 
 _exact = jax.jit(exact, static_argnames=("slots", "batched"))
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from programs import GB, parking_lot_program, parking_lot_rates
 from xsweep.kernels import packed_waterfill, waterfill
 
-from xsweep.encode import encode
+from xsweep.evaluator.encode import encode
 
 from .reference import progressive_fill
 

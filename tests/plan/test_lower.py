@@ -33,16 +33,37 @@ def appendix_b(schedule="gpipe", resharding="lcm", m=2):
                       resharding=resharding)
 
 
-@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
-@pytest.mark.parametrize("p,m", [(1, 1), (2, 5), (4, 3), (4, 8)])
-def test_schedule_runs_every_pass_once_and_bounds_memory(schedule, p, m):
+@pytest.mark.parametrize(("schedule", "v"), [("gpipe", 1), ("1f1b", 1), ("1f1b", 2), ("1f1b", 3)])
+@pytest.mark.parametrize("p,m", [(1, 1), (2, 4), (4, 4), (4, 8), (3, 6)])
+def test_schedule_runs_every_pass_once_and_bounds_memory(schedule, v, p, m):
+    if v > 1 and p == 1:
+        return  # interleaving needs two stages or more
     for stage in range(p):
-        order = stage_order(schedule, stage, p, m)
-        assert sorted(order) == sorted([("F", j) for j in range(m)] + [("B", j) for j in range(m)])
+        order = stage_order(schedule, stage, p, m, v)
+        assert sorted(order) == sorted((kind, j, c) for kind in "FB" for j in range(m)
+                                       for c in range(v))
         # a backward never precedes its own forward
-        assert all(order.index(("F", j)) < order.index(("B", j)) for j in range(m))
-        expected = m if schedule == "gpipe" else min(m, p - stage)
-        assert in_flight(schedule, stage, p, m) == expected
+        assert all(order.index(("F", j, c)) < order.index(("B", j, c))
+                   for j in range(m) for c in range(v))
+        # micro-batches' worth of activations held: each chunk pass holds 1/v of the stage
+        live = [sum(1 if kind == "F" else -1 for kind, _, _ in order[: i + 1])
+                for i in range(len(order))]
+        expected = m if schedule == "gpipe" else min(m, p - stage) if v == 1 else None
+        assert in_flight(schedule, stage, p, m, v) == max(live) / v
+        if expected is not None:
+            assert max(live) == expected
+
+
+@pytest.mark.parametrize("args", [("interleaved", 0, 4, 8), ("1f1b", 4, 4, 8), ("1f1b", 0, 4, 0)])
+def test_in_flight_refuses_what_no_schedule_runs(args):
+    with pytest.raises(ValueError):
+        in_flight(*args)
+
+
+@pytest.mark.parametrize("args", [("gpipe", 0, 2, 4, 2), ("1f1b", 0, 4, 6, 2), ("pipedream", 0, 2, 2, 1)])
+def test_stage_order_refuses_what_no_schedule_runs(args):
+    with pytest.raises(ValueError):
+        stage_order(*args)
 
 
 def test_appendix_b_ranks_groups_and_dp_tasks(catalog):
@@ -57,18 +78,32 @@ def test_appendix_b_ranks_groups_and_dp_tasks(catalog):
     prog.check()
     cat = prog.task_category
     assert int(np.sum(cat == Category.BARRIER)) == 3
-    # rings: lcm(3,2)=6, lcm(3,3)=3, lcm(2,3)=6; two members each -> 2(k-1) = 2 steps
-    assert int(np.sum(cat == Category.DP)) == (6 + 3 + 6) * 2
+    # one all-reduce per DP group: a pipelined ring per LCM chunk, lcm(3,2)=6, lcm(3,3)=3,
+    # lcm(2,3)=6, one flow per member of each
+    dp = np.flatnonzero(cat == Category.DP)
+    assert [len(prog.flows(int(t))) for t in dp] == [6 * 2, 3 * 2, 6 * 2]
     # both replicas reshard (TP 3 -> 2 and 2 -> 3), forward and backward, every micro-batch
     assert int(np.sum(cat == Category.PP)) == 0
     assert int(np.sum(cat == Category.RESHARD)) == 2 * 2 * 2
+
+
+def payload_bytes(a, prog, flows) -> float:
+    """Bytes the flows carry for the model: their wire bytes times the bus efficiency of
+    each path's narrowest link."""
+    topo = a.topology
+    total = 0.0
+    for f in flows:
+        path = prog.path(int(f))
+        narrowest = path[np.argmin(topo.capacity[path])]
+        total += prog.flow_bytes[f] * topo.bus_efficiency[narrowest]
+    return total
 
 
 def test_dp_volume_per_group_matches_lcm_chunking(catalog):
     a = analyze(appendix_b(), catalog)
     prog = lower(a)
     dp_tasks = np.flatnonzero(prog.task_category == Category.DP)
-    sent = sum(prog.flow_bytes[list(prog.flows(int(t)))].sum() for t in dp_tasks)
+    sent = sum(payload_bytes(a, prog, prog.flows(int(t))) for t in dp_tasks)
     expected = 0.0
     for g, nbytes in zip(a.dp_groups, a.dp_segment_bytes, strict=True):
         k = len(g.device_groups)
@@ -97,7 +132,7 @@ def test_tp_flows_carry_the_merged_ring_volume(catalog):
     flows = list(prog.flows(first_tp))
     k, n, size = g.tp, g.cost.tp_allreduces_forward, g.cost.tp_allreduce_bytes
     assert len(flows) == k
-    assert prog.flow_bytes[flows] == pytest.approx(np.full(k, 2 * (k - 1) / k * n * size))
+    assert payload_bytes(a, prog, flows) == pytest.approx(k * 2 * (k - 1) / k * n * size)
 
 
 @settings(max_examples=25, deadline=None)

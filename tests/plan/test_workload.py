@@ -9,18 +9,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from xsweep.plan.stack import Stack
 from xsweep.plan.workload import (
+    CAUSAL_WORK,
     block_forward_bytes,
     block_forward_flops,
     block_params,
+    gemm_efficiency,
+    gemm_tiles,
     head_forward_flops,
     iteration_model_flops,
     optimizer_time_s,
     rank_params,
     segment_grad_bytes,
     stage_cost,
+    wave_efficiency,
 )
-from xsweep.spec.catalog import GpuSpec, ModelSpec, load_catalog
+from xsweep.spec.catalog import ModelSpec, load_catalog
 
 # Published configurations (GPT-3 paper, Table 2.1; GPT-2 medium; Llama 2 release).
 GPT3 = ModelSpec("gpt3-175b", 96, 12288, 49152, 96, 96, 50257, 2048, "gelu")
@@ -28,9 +33,8 @@ GPT_MEDIUM = ModelSpec("gpt-350m", 24, 1024, 4096, 16, 16, 50257, 1024, "gelu")
 LLAMA2_7B = ModelSpec("llama2-7b", 32, 4096, 11008, 32, 32, 32000, 4096, "swiglu")
 # Small enough to count by hand: head size 2, two KV heads.
 TINY = ModelSpec("tiny", 3, 8, 12, 4, 2, 16, 4, "swiglu")
-# A100 SXM 40 GB datasheet figures; half of peak reached on GEMMs.
-A100 = GpuSpec("A100-40GB", 312, 40, 1.555, 2400, 30.66, 256, 575, "cx6", 10375, 812.5,
-               1.29, 0.5)
+A100 = load_catalog().gpu("A100-40GB")
+FULL = Stack(recompute="full")
 
 
 def narayanan_flops(model: ModelSpec, batch: int, recompute: bool) -> float:
@@ -58,8 +62,10 @@ def test_hand_count_of_a_small_gqa_swiglu_block():
     # output 2*4*8*8 = 512, gate+up 2*4*8*24 = 1536, down 2*4*12*8 = 768
     assert block_forward_flops(TINY, 1) == 4352
     # bytes (bf16): QKV 2*(128 + 4*(8+16)) = 448, attention 2*4*(16+8) = 192,
-    # output 2*(64 + 4*(8+8)) = 256, gate+up 2*(192 + 4*(8+24)) = 640, down 2*(96 + 4*(12+8)) = 352
-    assert block_forward_bytes(TINY, 1) == 1888
+    # output 2*(64 + 4*(8+8)) = 256, gate+up 2*(192 + 4*(8+24)) = 640, down 2*(96 + 4*(12+8)) = 352;
+    # two norms 2 * 2*4*8*2 = 256, two residual additions 2 * 3*2*4*8 = 384, SwiGLU
+    # 3*2*4*12 = 288 (no dropout masks)
+    assert block_forward_bytes(TINY, 1) == 1888 + 256 + 384 + 288
     assert head_forward_flops(TINY, 1) == 2 * 4 * 8 * 16
 
 
@@ -123,11 +129,11 @@ def test_largest_shard_is_between_the_average_and_the_whole(heads, head_dim, kv_
 
 def test_stage_times_are_the_sums_of_their_layers_and_split_additively():
     model = GPT_MEDIUM
-    full = stage_cost(model, A100, 2, 2, 1, model.num_layers, recompute=True)
+    full = stage_cost(model, A100, 2, 2, 1, model.num_layers, stack=FULL)
     assert full.forward_time_s == sum(full.layer_forward_time_s)
     assert full.backward_time_s == sum(full.layer_backward_time_s)
     assert len(full.layer_forward_time_s) == model.num_layers
-    pieces = [stage_cost(model, A100, 2, 2, i, i, recompute=True)
+    pieces = [stage_cost(model, A100, 2, 2, i, i, stack=FULL)
               for i in range(1, model.num_layers + 1)]
     assert math.fsum(p.forward_time_s for p in pieces) == pytest.approx(full.forward_time_s,
                                                                          rel=1e-12)
@@ -145,30 +151,124 @@ def test_stage_flops_over_an_iteration_add_up_to_the_model_flops():
     model = dataclasses.replace(GPT3, vocab_size=51200)
     batch, micro, tp = 16, 2, 8
     for recompute in (False, True):
-        stages = [stage_cost(model, A100, tp, micro, 1, 40, recompute=recompute),
-                  stage_cost(model, A100, tp, micro, 41, 96, recompute=recompute)]
+        stack = FULL if recompute else Stack()
+        stages = [stage_cost(model, A100, tp, micro, 1, 40, stack=stack),
+                  stage_cost(model, A100, tp, micro, 41, 96, stack=stack)]
         total = sum((c.forward_flops + c.backward_flops) * tp * batch // micro for c in stages)
         assert total == pytest.approx(iteration_model_flops(model, batch, recompute), rel=1e-12)
 
 
-def test_roofline_memory_bound_for_single_tokens():
-    # One token: every GEMM is a matrix-vector product, bound by reading the weights.
-    model = dataclasses.replace(GPT_MEDIUM, seq_length=1)
+def test_roofline_memory_bound_for_few_tokens():
+    # 64 tokens: each GEMM does 64 FLOPs per weight byte read, below the A100's ridge, and
+    # GPT-3's wide matrices give enough tiles to keep the SMs busy, so the block is bound
+    # by reading its weights and activations.
+    model = dataclasses.replace(GPT3, seq_length=64)
+    ridge = A100.peak_flops * A100.gemm_efficiency / (A100.hbm_bytes_per_s * A100.hbm_efficiency)
+    assert ridge > 64
     cost = stage_cost(model, A100, 1, 1, 2, 2)
-    assert cost.forward_time_s == pytest.approx(
-        block_forward_bytes(model, 1) / A100.hbm_bytes_per_s, rel=1e-12)
+    hbm = A100.hbm_bytes_per_s * A100.hbm_efficiency
+    assert cost.forward_time_s == pytest.approx(block_forward_bytes(model, 1) / hbm, rel=1e-3)
 
 
-def test_roofline_compute_bound_for_large_gemms():
-    cost = stage_cost(GPT3, A100, 1, 8, 2, 2)
-    assert cost.forward_time_s == pytest.approx(
-        block_forward_flops(GPT3, 8) / (A100.peak_flops * A100.efficiency), rel=1e-12)
+def test_large_gemms_run_at_the_sustained_gemm_efficiency():
+    tokens, h = 8 * GPT3.seq_length, GPT3.hidden_size
+    assert gemm_efficiency(A100, tokens, 4 * h) == pytest.approx(A100.gemm_efficiency, rel=3e-3)
+    # a block of GPT-3 at micro-batch 8 is GEMM-bound: the roofline of its GEMMs alone,
+    # plus memory-bound norms and a fused attention core, is its whole forward time
+    plain = stage_cost(GPT3, A100, 1, 8, 2, 2)
+    gemm_flops = 24 * tokens * h * h
+    gemm_s = gemm_flops / (A100.peak_flops * A100.gemm_efficiency)
+    assert gemm_s < plain.forward_time_s < 1.1 * gemm_s
 
 
-def test_backward_is_twice_forward_and_recompute_adds_one_block_forward():
+@settings(max_examples=80, deadline=None)
+@given(m=st.integers(1, 1 << 16), n=st.integers(1, 1 << 16), factor=st.integers(1, 64),
+       gpu=st.sampled_from(sorted(load_catalog().gpus)))
+def test_gemm_efficiency_grows_with_the_gemm_and_stays_below_its_maximum(m, n, factor, gpu):
+    spec = load_catalog().gpu(gpu)
+    small, large = gemm_efficiency(spec, m, n), gemm_efficiency(spec, m * factor, n)
+    assert 0 < small <= large < spec.gemm_efficiency
+    # a batch of GEMMs has the tiles of one stacked GEMM, or more where narrow ones
+    # each need their own narrowed tiles
+    batched = gemm_efficiency(spec, m, n, batch=factor)
+    assert batched == pytest.approx(large, rel=1e-12) if m >= 256 else batched >= large
+
+
+def test_wave_efficiency_closed_forms():
+    sms = 108
+    assert wave_efficiency(54, sms) == 0.5  # half the SMs busy, one wave
+    assert wave_efficiency(108, sms) == pytest.approx(1 / 1.5)  # one full wave + half a tail
+    assert wave_efficiency(108 * 99.5, sms) == pytest.approx(0.995)
+
+
+def test_skinny_gemms_of_high_tp_run_slower_per_flop():
+    # Llama-2-7B's QKV projection over 4096 tokens: 3h/t output columns per rank.
+    tokens, h = 4096, 4096
+    per_rank = [gemm_efficiency(A100, tokens, 3 * h // tp) for tp in (1, 2, 4, 8)]
+    assert per_rank == sorted(per_rank, reverse=True)
+    assert per_rank[-1] < 0.85 * per_rank[0]
+    assert gemm_tiles(tokens, 3 * h // 8) < 2 * A100.num_sms  # under two waves at TP 8
+
+
+@pytest.mark.parametrize("model", [LLAMA2_7B, GPT_MEDIUM], ids=lambda m: m.name)
+def test_per_gpu_compute_falls_slower_than_one_over_tp(model):
+    # Amdahl: norms and residuals are not split without sequence parallelism, and the
+    # GEMMs get skinnier; with it every rank still does at least 1/t of the work.
+    for stack in (Stack(sequence_parallel=False), Stack()):
+        times = [stage_cost(model, A100, tp, 1, 2, 2, stack=stack).forward_time_s * tp
+                 for tp in (1, 2, 4, 8)]
+        assert times == sorted(times)
+
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_sequence_parallelism_splits_the_pointwise_work_and_keeps_the_tp_volume(tp):
+    model = LLAMA2_7B
+    with_sp = stage_cost(model, A100, tp, 1, 2, 2, stack=Stack(sequence_parallel=True))
+    without = stage_cost(model, A100, tp, 1, 2, 2, stack=Stack(sequence_parallel=False))
+    assert with_sp.tp_allreduce_bytes == without.tp_allreduce_bytes
+    assert (with_sp.tp_allreduces_forward, with_sp.tp_allreduces_backward) == (
+        without.tp_allreduces_forward, without.tp_allreduces_backward)
+    assert (with_sp.tp_ops_per_allreduce, without.tp_ops_per_allreduce) == (2, 1)
+    # two norms (read and write h) and two residual additions (read 2h, write h) per token
+    tokens, h = model.seq_length, model.hidden_size
+    shared_bytes = (2 * 2 * 2 + 2 * 3 * 2) * h * tokens
+    saved_s = shared_bytes * (1 - 1 / tp) / (A100.hbm_bytes_per_s * A100.hbm_efficiency)
+    assert without.forward_time_s - with_sp.forward_time_s == pytest.approx(saved_s, rel=1e-9)
+    assert with_sp.forward_flops == without.forward_flops
+
+
+def test_flash_attention_runs_the_causal_half_and_moves_no_scores():
+    model, b = LLAMA2_7B, 1
+    s, h = model.seq_length, model.hidden_size
+    flash = stage_cost(model, A100, 1, b, 2, 2, stack=Stack(flash_attention=True))
+    plain = stage_cost(model, A100, 1, b, 2, 2, stack=Stack(flash_attention=False))
+    assert flash.forward_flops == plain.forward_flops  # the count is Megatron's either way
+    attention_flops = 4 * b * s * s * h
+    blocks = b * model.num_attention_heads * s / 128
+    flash_s = (CAUSAL_WORK * attention_flops / (A100.peak_flops * A100.flash_attention_efficiency
+                                                * wave_efficiency(blocks, A100.num_sms)))
+    # without flash the scores (b a s^2, bf16) are written, softmax-ed and read back
+    scores_bytes = b * model.num_attention_heads * s * s * 2
+    assert plain.forward_time_s - flash.forward_time_s > (
+        4 * scores_bytes / (A100.hbm_bytes_per_s * A100.hbm_efficiency) - flash_s)
+    # flash attention's bytes are affine in s (weights plus activations), the materialised
+    # scores' quadratic: equal steps from s/4 to s/2 to s, or growing ones
+    for stack, quadratic in ((Stack(), False), (Stack(flash_attention=False), True)):
+        sizes = [block_forward_bytes(dataclasses.replace(model, seq_length=s // k), b, stack)
+                 for k in (4, 2, 1)]
+        steps = sizes[1] - sizes[0], sizes[2] - sizes[1]
+        if quadratic:
+            assert steps[1] > 2.5 * steps[0]
+        else:
+            assert steps[1] == pytest.approx(2 * steps[0], rel=1e-12)
+
+
+def test_backward_is_twice_forward_and_recompute_adds_its_forward():
     model = GPT_MEDIUM
     plain = stage_cost(model, A100, 4, 1, 1, model.num_layers)
-    again = stage_cost(model, A100, 4, 1, 1, model.num_layers, recompute=True)
+    again = stage_cost(model, A100, 4, 1, 1, model.num_layers, stack=FULL)
+    selective = stage_cost(model, A100, 4, 1, 1, model.num_layers,
+                           stack=Stack(recompute="selective"))
     assert plain.layer_backward_time_s == pytest.approx(
         [2 * t for t in plain.layer_forward_time_s], rel=1e-12)
     block_s = plain.layer_forward_time_s[1]
@@ -177,8 +277,15 @@ def test_backward_is_twice_forward_and_recompute_adds_one_block_forward():
     assert extra == pytest.approx([block_s] * model.num_layers, rel=1e-9)  # head not recomputed
     assert again.backward_flops - plain.backward_flops == pytest.approx(
         model.num_layers * block_forward_flops(model, 1) / 4, rel=1e-12)
+    # selective recomputes the attention core only: 4 b s^2 h / t per block
+    s, h = model.seq_length, model.hidden_size
+    assert selective.backward_flops - plain.backward_flops == pytest.approx(
+        model.num_layers * 4 * s * s * h / 4, rel=1e-12)
+    assert 0 < selective.backward_time_s - plain.backward_time_s < (
+        again.backward_time_s - plain.backward_time_s)
     assert (plain.tp_allreduces_forward, plain.tp_allreduces_backward) == (48, 48)
     assert (again.tp_allreduces_forward, again.tp_allreduces_backward) == (48, 96)
+    assert selective.tp_allreduces_backward == 48
 
 
 def test_communication_sizes():
@@ -199,9 +306,11 @@ def test_segment_grad_bytes_partition_the_model():
 def test_optimizer_step_is_memory_bound_and_sharded_by_zero1():
     params = rank_params(LLAMA2_7B, 2, 1, 16)
     alone = optimizer_time_s(LLAMA2_7B, A100, 2, 1, 16, dp=4, zero_stage=0)
-    assert alone == pytest.approx(28 * params / A100.hbm_bytes_per_s, rel=1e-12)
-    sharded = optimizer_time_s(LLAMA2_7B, A100, 2, 1, 16, dp=4, zero_stage=1)
-    assert sharded == pytest.approx(alone / 4, rel=1e-12)
+    assert alone == pytest.approx(
+        28 * params / (A100.hbm_bytes_per_s * A100.hbm_efficiency), rel=1e-12)
+    for stage in (1, 3):
+        sharded = optimizer_time_s(LLAMA2_7B, A100, 2, 1, 16, dp=4, zero_stage=stage)
+        assert sharded == pytest.approx(alone / 4, rel=1e-12)
 
 
 @pytest.mark.parametrize("first,last", [(0, 3), (3, 2), (1, 33)])

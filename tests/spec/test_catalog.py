@@ -60,17 +60,21 @@ def test_partial_entry_overrides_only_given_fields(tmp_path, catalog):
         "  H100:\n"
         "    capex_usd: 30000\n"
         "  MI300X:\n"
-        "    peak_bf16_tflops: 1307\n    hbm_gb: 192\n    hbm_tb_per_s: 5.3\n"
-        "    scale_up_gbps: 3584\n    scale_up_latency_ns: 25\n    pcie_gbps: 512\n"
-        "    pcie_latency_ns: 287.5\n    default_nic: cx7\n    capex_usd: 20000\n"
-        "    power_w: 1200\n    cloud_usd_per_hour: 3.0\n    efficiency: 0.4\n"
+        "    peak_bf16_tflops: 1307\n    hbm_gib: 192\n    hbm_tb_per_s: 5.3\n"
+        "    scale_up_gbps: 3584\n    scale_up_latency_ns: 25\n    scale_up_link: infinity\n"
+        "    pcie_gbps: 512\n    pcie_latency_ns: 287.5\n    pcie_link: pcie5\n"
+        "    default_nic: cx7\n    capex_usd: 20000\n    power_w: 1200\n"
+        "    cloud_usd_per_hour: 3.0\n    num_sms: 304\n    gemm_efficiency: 0.6\n"
+        "    flash_attention_efficiency: 0.5\n    hbm_efficiency: 0.9\n"
+        "links:\n  infinity: {bus_efficiency: 0.7, launch_latency_us: 12}\n"
         "nics:\n  cx7: {latency_ns: 500}\n"
     )
     merged = load_catalog([extra])
     h100 = merged.gpu("H100-SXM")
     assert h100.capex_usd == 30000
     assert h100.peak_bf16_tflops == catalog.gpu("H100-SXM").peak_bf16_tflops
-    assert merged.gpu("mi300x").hbm_gb == 192
+    assert merged.gpu("mi300x").hbm_gib == 192
+    assert merged.link(merged.gpu("mi300x").scale_up_link).bus_efficiency == 0.7
     assert merged.nic("cx7").latency_ns == 500
     assert merged.nic("cx7").bandwidth_gbps == 400
     assert load_catalog().nic("cx7").latency_ns == 368  # the defaults are untouched
@@ -81,8 +85,14 @@ def test_partial_entry_overrides_only_given_fields(tmp_path, catalog):
     [
         ("switches: {}\n", "switches"),
         ("gpus:\n  H100: {tflops: 1}\n", "gpus.H100.tflops"),
-        ("gpus:\n  X1: {hbm_gb: 10}\n", "gpus.X1"),
-        ("gpus:\n  H100: {hbm_gb: -1}\n", "gpus.H100.hbm_gb"),
+        ("gpus:\n  X1: {hbm_gib: 10}\n", "gpus.X1"),
+        ("gpus:\n  H100: {hbm_gib: -1}\n", "gpus.H100.hbm_gib"),
+        ("gpus:\n  H100: {hbm_gb: 80}\n", "gpus.H100.hbm_gb"),
+        ("gpus:\n  H100: {gemm_efficiency: 1.2}\n", "gpus.H100.gemm_efficiency"),
+        ("gpus:\n  H100: {scale_up_link: nvlink9}\n", "gpus.H100-SXM.scale_up_link"),
+        ("links:\n  nvlink3: {bus_efficiency: 0}\n", "links.nvlink3.bus_efficiency"),
+        ("nics:\n  cx7: {bus_efficiency: 1.5}\n", "nics.cx7.bus_efficiency"),
+        ("models:\n  llama2-7b: {dropout: 0.1}\n", "models.llama2-7b.dropout"),
         ("gpus:\n  H100: {default_nic: cx99}\n", "gpus.H100-SXM.default_nic"),
         ("models:\n  llama2-7b: {mlp: relu}\n", "models.llama2-7b.mlp"),
         ("models:\n  llama2-7b: {num_layers: 3.5}\n", "models.llama2-7b.num_layers"),

@@ -16,6 +16,7 @@ from xsweep.spec.plan_io import (
     plan_to_json,
     plan_to_text,
     rank_layout,
+    recompute_name,
     resharding_name,
     resolve_model,
     schedule_name,
@@ -41,17 +42,31 @@ def models(draw) -> pb.Model:
         value = draw(st.none() | values)
         if value is not None:
             setattr(model, field, value)  # presence matters: 0 set differs from unset
+    dropout = draw(st.none() | st.booleans())
+    if dropout is not None:
+        model.dropout = dropout
     return model
 
 
-trainings = st.builds(
-    pb.Training, global_batch_size=int64, schedule=enum_values(pb.Schedule),
-    resharding=enum_values(pb.Resharding), activation_recompute=st.booleans(),
-    zero_stage=int32, total_tokens=doubles,
-)
+@st.composite
+def trainings(draw) -> pb.Training:
+    training = pb.Training(
+        global_batch_size=draw(int64), schedule=draw(enum_values(pb.Schedule)),
+        resharding=draw(enum_values(pb.Resharding)), recompute=draw(enum_values(pb.Recompute)),
+        zero_stage=draw(int32), total_tokens=draw(doubles),
+        virtual_pipeline_stages=draw(int32), dp_overlap=draw(st.booleans()),
+        dp_bucket_params=draw(int64),
+    )
+    for field in ("sequence_parallel", "flash_attention"):
+        value = draw(st.none() | st.booleans())
+        if value is not None:
+            setattr(training, field, value)  # presence matters: false set differs from unset
+    return training
+
+
 nodes = st.builds(
     pb.Node, gpu=names, num_gpus=int32, nic=names, cluster=int32,
-    scale_up=st.builds(pb.ScaleUp, bandwidth_gbps=doubles, latency_ns=doubles),
+    scale_up=st.builds(pb.ScaleUp, bandwidth_gbps=doubles, latency_ns=doubles, link=names),
 )
 fabrics = st.builds(
     pb.Fabric, kind=enum_values(pb.FabricKind), oversubscription=doubles,
@@ -64,7 +79,7 @@ groups = st.builds(
     num_micro_batches=int32,
 )
 plans = st.builds(
-    pb.DeploymentPlan, name=names, model=models(), training=trainings,
+    pb.DeploymentPlan, name=names, model=models(), training=trainings(),
     cluster=st.builds(pb.Cluster, nodes=st.lists(nodes, max_size=3), fabric=fabrics),
     device_groups=st.lists(groups, max_size=4),
 )
@@ -121,8 +136,11 @@ def test_explicit_model_defaults_to_gelu(catalog):
 
 def test_enum_names_with_unspecified_defaults():
     plan = pb.DeploymentPlan()
-    assert (schedule_name(plan), resharding_name(plan), fabric_name(plan)) == (
-        "gpipe", "lcm", "rail_optimized")
+    assert (schedule_name(plan), resharding_name(plan), fabric_name(plan),
+            recompute_name(plan)) == ("1f1b", "lcm", "rail_optimized", "none")
+    plan.training.schedule = pb.GPIPE
+    plan.training.recompute = pb.SELECTIVE
+    assert (schedule_name(plan), recompute_name(plan)) == ("gpipe", "selective")
     plan.training.schedule = pb.ONE_F_ONE_B
     plan.training.resharding = pb.ALPACOMM
     plan.cluster.fabric.kind = pb.FAT_TREE

@@ -26,7 +26,7 @@ def reject(plan, catalog, field: str, reason: str) -> InputError:
 
 
 def test_shipped_examples_are_valid(spaces_dir, catalog):
-    for path in sorted(spaces_dir.glob("*.pbtxt")):
+    for path in sorted(spaces_dir.rglob("*.pbtxt")):
         validate_plan(load_plan(path, catalog), catalog, str(path))
 
 
@@ -76,10 +76,57 @@ def test_duplicate_group_id(plan, catalog):
     reject(plan, catalog, "device_groups[3].id", "already used")
 
 
-@pytest.mark.parametrize("stage", [2, -1])
+@pytest.mark.parametrize("stage", [2, -1, 4])
 def test_zero_stage(plan, catalog, stage):
     plan.training.zero_stage = stage
-    reject(plan, catalog, "training.zero_stage", "0 or 1")
+    reject(plan, catalog, "training.zero_stage", "0, 1 (distributed optimizer) or 3 (FSDP)")
+
+
+@pytest.mark.parametrize("stage", [0, 1])
+def test_zero_stages_megatron_offers(plan, catalog, stage):
+    plan.training.zero_stage = stage
+    validate_plan(plan, catalog)
+
+
+def test_fsdp_needs_replicas_of_one_shape(plan, catalog):
+    plan.training.zero_stage = 3
+    reject(plan, catalog, "device_groups[2]", "replica 0's stages (layer ranges)")
+    plan.device_groups[2].last_layer, plan.device_groups[3].first_layer = 20, 21
+    validate_plan(plan, catalog)  # TP degrees and GPUs may differ
+    plan.device_groups[2].num_micro_batches = plan.device_groups[3].num_micro_batches = 4
+    plan.training.global_batch_size -= 4
+    reject(plan, catalog, "device_groups[2]", "micro-batch count")
+
+
+def test_unknown_enum_numbers(plan, catalog):
+    plan.training.recompute = 7  # an open proto3 enum keeps unknown numbers
+    reject(plan, catalog, "training.recompute", "NO_RECOMPUTE, SELECTIVE, FULL")
+
+
+@pytest.mark.parametrize("field", ["virtual_pipeline_stages", "dp_bucket_params"])
+def test_negative_stack_sizes(plan, catalog, field):
+    setattr(plan.training, field, -1)
+    reject(plan, catalog, f"training.{field}", "must be at least 1 (or 0 for the default)")
+
+
+def test_interleaving_needs_1f1b_several_stages_and_even_chunks(plan, catalog):
+    plan.training.virtual_pipeline_stages = 2
+    reject(plan, catalog, "training.virtual_pipeline_stages", "ONE_F_ONE_B")
+    plan.training.schedule = pb.ONE_F_ONE_B
+    # replica 0: DG1 holds layers 21-32 (12, even), DG0 1-20; replica 1: DG2 1-15 (odd)
+    reject(plan, catalog, "device_groups[2].last_layer", "do not split into 2 virtual stages")
+    plan.device_groups[2].last_layer, plan.device_groups[3].first_layer = 16, 17
+    plan.device_groups[0].num_micro_batches = plan.device_groups[1].num_micro_batches = 3
+    plan.training.global_batch_size = 3 + 8
+    reject(plan, catalog, "device_groups[0].num_micro_batches", "multiple of the 2 pipeline")
+    plan.device_groups[0].num_micro_batches = plan.device_groups[1].num_micro_batches = 4
+    plan.training.global_batch_size = 4 + 8
+    validate_plan(plan, catalog)
+
+
+def test_unknown_scale_up_link(plan, catalog):
+    plan.cluster.nodes[0].scale_up.link = "nvlink9"
+    reject(plan, catalog, "cluster.nodes[0].scale_up.link", "unknown link")
 
 
 def test_oversubscription(plan, catalog):

@@ -51,6 +51,30 @@ def test_scalars_become_single_value_axes():
     assert sweep.objectives == ["iteration_time_s"]
 
 
+def test_training_stack_defaults_follow_megatrons_recipe():
+    axes = sweep_from_dict(MINIMAL).axes()
+    assert {key: axes[f"training.{key}"] for key in (
+        "schedule", "recompute", "sequence_parallel", "flash_attention",
+        "virtual_pipeline_stages", "dp_overlap", "dp_bucket_params", "zero_stage")} == {
+        "schedule": ["1f1b"], "recompute": ["none"], "sequence_parallel": [True],
+        "flash_attention": [True], "virtual_pipeline_stages": [1], "dp_overlap": [False],
+        "dp_bucket_params": [0], "zero_stage": [0]}
+
+
+def test_training_stack_options_are_axes():
+    document = copy.deepcopy(MINIMAL)
+    document["training"].update(recompute=["none", "selective", "full"],
+                                sequence_parallel=[False, True], zero_stage=[0, 1, 3],
+                                virtual_pipeline_stages=[1, 2, 4], dp_overlap=[False, True])
+    sweep = sweep_from_dict(document)
+    assert sweep.grid_size() == 3 * 2 * 3 * 3 * 2 * 2  # the TP axis has 2 values
+
+
+def test_memory_objective_is_in_gib():
+    sweep = sweep_from_dict(with_change("objectives", ["memory_per_gpu"]))
+    assert sweep.objectives == ["memory_per_gpu_gib"]
+
+
 def test_short_objective_names_map_to_metrics():
     document = with_change("objectives", ["iteration_time", "cost_per_run"])
     document["training"]["total_tokens"] = 1e9
@@ -74,6 +98,13 @@ def test_short_objective_names_map_to_metrics():
         ("objectives", ["cost_per_run_usd"], "training.total_tokens", "cost_per_run_usd"),
         ("objectives", ["mfu", "mfu"], "objectives", "repeated"),
         ("search.sampler", "anneal", "search.sampler", "Input should be"),
+        ("training.recompute", "partial", "training.recompute[0]", "Input should be"),
+        ("training.zero_stage", 2, "training.zero_stage[0]", "Input should be"),
+        ("training.virtual_pipeline_stages", 0, "training.virtual_pipeline_stages[0]",
+         "greater than 0"),
+        ("training.dp_bucket_params", -5, "training.dp_bucket_params[0]", "greater than or equal"),
+        ("training.sequence_parallel", "yes please", "training.sequence_parallel[0]", "boolean"),
+        ("training.activation_recompute", True, "training.activation_recompute", "Extra inputs"),
     ],
 )
 def test_errors_name_field(path, value, field, reason):
@@ -94,3 +125,13 @@ def test_unknown_names_checked_against_catalog(tmp_path):
         load_sweep(path)
     assert info.value.field == "cluster.pools[0].nic[1]"
     assert info.value.value == "cx42"
+
+
+def test_interleaving_needs_the_1f1b_schedule():
+    document = copy.deepcopy(MINIMAL)
+    document["training"].update(schedule="gpipe", virtual_pipeline_stages=[1, 2])
+    with pytest.raises(InputError) as info:
+        sweep_from_dict(document, "s.yaml")
+    assert info.value.field == "training.virtual_pipeline_stages"
+    document["training"]["schedule"] = ["gpipe", "1f1b"]  # the planner drops gpipe x 2
+    assert sweep_from_dict(document).grid_size() == 2 * 2 * 2

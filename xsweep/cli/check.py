@@ -6,10 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from xsweep.cli.common import BAD_INPUT_ERRORS, EXIT_BAD_INPUT, EXIT_OK, error_line
+from xsweep.cli.common import BAD_INPUT_ERRORS, EXIT_BAD_INPUT, EXIT_OK, error_line, one_line
 from xsweep.errors import InputError
-from xsweep.spec.catalog import Catalog, is_catalog_document, load_catalog, read_yaml
+from xsweep.spec.catalog import Catalog, is_catalog_document, load_catalog
 from xsweep.spec.plan_io import JSON_SUFFIXES, TEXT_SUFFIXES, load_plan
+from xsweep.spec.reader import read_yaml_file
 from xsweep.spec.sweep import check_sweep_names, sweep_from_dict
 
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -29,13 +30,21 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    """One line per FILE, in order: what it is on stdout, or why it is bad on stderr.
+
+    Every file is checked whatever happened to the ones before; exit 2 if any is bad.
+    """
     catalog = load_catalog(args.catalog)
     status = EXIT_OK
     for file in args.files:
         try:
-            print(f"{file}: {describe(file, catalog, args.catalog)}")
+            print(f"{file}: {describe(file, catalog, args.catalog)}", flush=True)
         except BAD_INPUT_ERRORS as error:
-            print(error_line(error), file=sys.stderr)
+            print(error_line(error), file=sys.stderr, flush=True)
+            status = EXIT_BAD_INPUT
+        except Exception as error:  # a defect must not hide the verdict on the other files
+            print(one_line(f"{file}: internal error, please report it: "
+                           f"{type(error).__name__}: {error}")[:500], file=sys.stderr, flush=True)
             status = EXIT_BAD_INPUT
     return status
 
@@ -55,7 +64,7 @@ def describe(file: str, catalog: Catalog, catalog_files: list[str]) -> str:
         return (f"valid deployment plan {plan.name!r} "
                 f"({ranks} ranks, {len(plan.device_groups)} device groups)")
     if suffix in YAML_SUFFIXES:
-        document = read_yaml(Path(file).read_text(encoding="utf-8"), file)
+        document = read_yaml_file(file)
         if is_catalog_document(document):
             merged = load_catalog([*catalog_files, file])
             return (f"valid catalog ({len(merged.gpus)} gpus, {len(merged.nics)} nics, "

@@ -1,20 +1,27 @@
-"""Error mapping shared by every subcommand: domain errors become one stderr line and an exit code."""
+"""What every subcommand shares: error lines and exit codes, output paths, JSON on stdout.
+
+This module imports nothing heavy, so the dispatcher can load it (and catch a
+Ctrl-C) before any command pulls in protobuf, YAML or numpy.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
-
-import yaml
-from google.protobuf import json_format, text_format
+from pathlib import Path
 
 from xsweep.errors import InputError
+from xsweep.metrics import jsonable
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
 EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # the shell's code for a process ended by SIGINT (128 + 2)
 
 
 def one_line(text: object) -> str:
@@ -32,23 +39,75 @@ def error_line(error: BaseException) -> str:
     return one_line(f"{type(error).__name__}: {error}")
 
 
-# Errors that mean "bad input" (exit 2) rather than a defect in xsweep.
-BAD_INPUT_ERRORS: tuple[type[BaseException], ...] = (
-    InputError,
-    OSError,
-    yaml.YAMLError,
-    text_format.ParseError,
-    json_format.ParseError,
-)
+# Errors that mean "bad input" (exit 2) rather than a defect in xsweep. The readers turn
+# parse errors into InputError; OSError is left for writing outputs.
+BAD_INPUT_ERRORS: tuple[type[BaseException], ...] = (InputError, OSError)
+
+
+def interrupted() -> int:
+    """Report a Ctrl-C in one line; the exit code to return."""
+    print("interrupted", file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
+def _on_sigint(signum: int, frame) -> None:
+    """Raise KeyboardInterrupt where the main thread is, unless that is a garbage-collector
+    callback (JAX registers one): Python prints and swallows exceptions raised there, so the
+    interrupt would be lost. Then the signal is sent again a moment later."""
+    if frame is not None and frame.f_code.co_name.endswith("gc_callback"):
+        threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGINT)).start()
+        return
+    raise KeyboardInterrupt
 
 
 def run_guarded(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """Call ``run(args)``; bad input prints one line on stderr and returns 2, Ctrl-C 130."""
     try:
+        signal.signal(signal.SIGINT, _on_sigint)
         return run(args)
     except BAD_INPUT_ERRORS as error:
         print(error_line(error), file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return interrupted()
+
+
+def check_output_path(path: str | None, option: str) -> None:
+    """Refuse an output path that cannot be written, before any work starts.
+
+    Args:
+        path: the path as the user gave it (None: the option was not given).
+        option: the option's name, for the message when the path is empty.
+
+    Raises:
+        InputError: naming the path as given (an empty one: the option).
+    """
+    if path is None:
+        return
+    if not path.strip():
+        raise InputError(option, None, path, "needs a file name")
+    target = Path(path)
+    folder = target.parent
+    if target.is_dir():
+        raise InputError(path, None, None, "is a folder; expected a file name")
+    if not folder.is_dir():
+        raise InputError(path, None, None, f"cannot be written: folder {str(folder)!r} "
+                         "does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(path, None, None, f"cannot be written: no permission to create "
+                         f"files in {str(folder)!r}")
+
+
+def emit(text: str) -> None:
+    """Print a command's result on stdout whole: a Ctrl-C waits until it is written."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def json_text(document: object) -> str:
+    """``document`` as JSON text; NaN and infinities become ``null`` (JSON has neither)."""
+    return json.dumps(jsonable(document), indent=2, allow_nan=False)

@@ -8,34 +8,46 @@ Each subcommand is a module of this package (``xsweep/cli/<name>.py``) that defi
   (0 ok, 1 a check failed, 2 bad input).
 
 Modules are discovered at start-up, so adding a subcommand means adding a
-module; nothing here changes. ``run`` may raise ``InputError`` (or OSError,
-YAML and protobuf parse errors): the dispatcher prints the one-line reason on
-stderr and exits with 2 (see ``xsweep.cli.common``).
+module; nothing here changes. ``run`` may raise ``InputError`` (or OSError): the
+dispatcher prints the one-line reason on stderr and exits with 2 (see
+``xsweep.cli.common``). Ctrl-C at any moment, the loading of a command's modules
+included, ends the command with one line on stderr and exit code 130 (only the
+interpreter's own start-up, before any xsweep code runs, is out of reach).
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
-import pkgutil
+# Only what the interpreter has loaded anyway, so that a Ctrl-C lands inside main()
+# as early as possible; everything else is imported there.
+import os
+import signal
 import sys
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import xsweep
-import xsweep.cli
-from xsweep.cli.common import run_guarded
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
 
 _NOT_COMMANDS = {"main", "common"}
 
 
 def command_modules() -> list[str]:
     """Names of the subcommand modules of this package, sorted."""
+    import pkgutil
+
+    import xsweep.cli
+
     return sorted(info.name for info in pkgutil.iter_modules(xsweep.cli.__path__)
                   if info.name not in _NOT_COMMANDS and not info.name.startswith("_"))
 
 
 def build_parser(modules: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The top-level parser with the given subcommand modules (default: all) registered."""
+    import argparse
+    import importlib
+
+    import xsweep
+
     parser = argparse.ArgumentParser(
         prog="xsweep",
         description="Plan LLM training on heterogeneous GPU clusters.",
@@ -54,6 +66,35 @@ def build_parser(modules: Sequence[str] | None = None) -> argparse.ArgumentParse
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (default: ``sys.argv[1:]``), run the subcommand, return its exit code."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # while modules load, before run_guarded
+        from xsweep.cli.common import interrupted
+
+        return interrupted()
+
+
+def entry() -> None:
+    """The ``xsweep`` program: :func:`main`, then exit with its code.
+
+    Once the command has finished, its output is complete: a Ctrl-C while the
+    interpreter shuts down is ignored rather than reported as a traceback. After an
+    interrupt the process ends at once with 130: CPython would otherwise turn an
+    interrupt that arrived inside some extension modules' start-up code into death
+    by SIGINT, even though it was handled.
+    """
+    code = main()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if code == 130:  # xsweep.cli.common.EXIT_INTERRUPTED
+        os._exit(code)
+    sys.exit(code)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    from xsweep.cli.common import run_guarded
+
     argv = list(sys.argv[1:] if argv is None else argv)
     # Import only the named command's module when it has one: start-up stays fast
     # however heavy the other commands' imports are.
@@ -67,4 +108,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

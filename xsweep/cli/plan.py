@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
-from xsweep.plan.analysis import analyze
-from xsweep.plan.lower import lower
-from xsweep.plan.profile import load_profile
+from xsweep.cli.common import emit, json_text
+from xsweep.pipeline import prepare, resolve_inputs
 from xsweep.plan.summary import format_plan, plan_summary
-from xsweep.spec import load_catalog, load_plan
+from xsweep.spec.catalog import load_catalog
 
 
 def add_plan_inputs(parser) -> None:
@@ -21,24 +18,20 @@ def add_plan_inputs(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
 
 
-def read_plan(args):
-    """Load, validate, analyse and lower the plan named on the command line."""
-    catalog = load_catalog(args.catalog)
-    plan = load_plan(args.plan, catalog)
-    profile = load_profile(args.profile, catalog) if args.profile else None
-    analysis = analyze(plan, catalog, profile=profile)
-    return analysis, lower(analysis)
+def prepare_from(args):
+    """The plan named on the command line, prepared with the catalog and profile given."""
+    catalog, profile = resolve_inputs(load_catalog(args.catalog), args.profile)
+    return prepare(args.plan, catalog, profile)
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("plan", help="show groups, rings, chunks, resharding and memory",
                               description=__doc__)
     add_plan_inputs(p)
-    p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    analysis, program = read_plan(args)
-    summary = plan_summary(analysis, program)
-    print(json.dumps(summary, indent=2) if args.json else format_plan(summary))
+    prepared = prepare_from(args)
+    summary = plan_summary(prepared.analysis, prepared.program)
+    emit(json_text(summary) if args.json else format_plan(summary))
     return 0

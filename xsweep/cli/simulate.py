@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
-from xsweep.cli.plan import add_plan_inputs, read_plan
-from xsweep.outcome import format_outcome, outcome
-from xsweep.sim import simulate, write_trace
+from xsweep.cli.common import check_output_path, emit, json_text
+from xsweep.cli.plan import add_plan_inputs, prepare_from
+from xsweep.outcome import format_outcome, simulate_plan
+from xsweep.sim import write_trace
 
 
 def register(subparsers) -> None:
@@ -19,13 +19,14 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    analysis, program = read_plan(args)
+    check_output_path(args.trace, "--trace")
+    prepared = prepare_from(args)
+    program = prepared.program
     print(f"simulating {program.num_tasks} tasks, {program.num_flows} flows ...",
           file=sys.stderr)
-    result = simulate(program)
-    if args.trace:
+    result, doc = simulate_plan(prepared)
+    if args.trace is not None:
         write_trace(program, result, args.trace)
         print(f"trace written to {args.trace}", file=sys.stderr)
-    doc = outcome(analysis, program, result)
-    print(json.dumps(doc, indent=2) if args.json else format_outcome(doc))
+    emit(json_text(doc) if args.json else format_outcome(doc))
     return 0

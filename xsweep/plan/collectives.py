@@ -1,100 +1,55 @@
-"""Collectives lowered to steps of concurrent point-to-point flows.
+"""Ring collectives as NCCL pipelines them: one flow per rank to its ring successor.
 
-A lowering is a list of steps; the flows of one step run at the same time, and
-a step starts when the previous one has finished. A flow is
-``(src_rank, dst_rank, bytes)``. Sizes are those of the whole tensor each rank
-holds; ring algorithms move it in ``k`` equal chunks.
+A ring all-reduce of ``S`` bytes over ``k`` ranks is a reduce-scatter then an
+all-gather; in each of its ``2(k-1)`` steps every rank sends ``S/k`` to its
+successor. NCCL does not wait for every rank between steps: it streams slices of
+the buffer round the ring, so each rank's link to its successor carries one
+continuous transfer. The lowering writes a collective that way, as one flow per
+rank of everything that rank sends, after the hop latencies of all its steps:
+
+=================  ==========  ============================  ===============
+collective         passes      bytes per flow                hop latencies
+=================  ==========  ============================  ===============
+all-reduce         2           ``2(k-1)/k x S``              ``2(k-1)``
+reduce-scatter     1           ``(k-1)/k x S``               ``k-1``
+all-gather         1           ``(k-1)/k x S``               ``k-1``
+=================  ==========  ============================  ===============
+
+With nothing else on the links this takes exactly the time of the steps one after
+another, ``passes (k-1)(alpha + S/(kB))``. ``count`` back-to-back collectives of
+the same group and size (the tensor-parallel all-reduces of one pass) are one
+flow of ``count`` times the bytes and hops.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 
-Flow = tuple[int, int, float]
-Step = list[Flow]
-
-
-def ring_allreduce(ranks: Sequence[int], size_bytes: float) -> list[Step]:
-    """Ring all-reduce: reduce-scatter then all-gather, 2(k-1) steps of ``size/k`` per rank."""
-    return _ring(ranks, size_bytes, passes=2)
+#: Trips round the ring: an all-reduce makes two (reduce-scatter, then all-gather).
+ALLREDUCE, REDUCE_SCATTER, ALLGATHER = 2, 1, 1
 
 
-def ring_reduce_scatter(ranks: Sequence[int], size_bytes: float) -> list[Step]:
-    """Ring reduce-scatter of a ``size_bytes`` tensor: k-1 steps of ``size/k`` per rank."""
-    return _ring(ranks, size_bytes, passes=1)
+def pipelined_ring(ranks: Sequence[int], size_bytes: float, count: float = 1.0,
+                   passes: int = ALLREDUCE) -> list[tuple[int, int, float, float]]:
+    """The flows of ``count`` ring collectives of ``size_bytes`` over ``ranks``.
 
-
-def ring_allgather(ranks: Sequence[int], size_bytes: float) -> list[Step]:
-    """Ring all-gather into a ``size_bytes`` tensor: k-1 steps of ``size/k`` per rank."""
-    return _ring(ranks, size_bytes, passes=1)
-
-
-def hierarchical_allreduce(ranks: Sequence[int], size_bytes: float,
-                           node_of: Callable[[int], int]) -> list[Step]:
-    """Intra-node reduce-scatter, inter-node ring all-reduce per local position, intra all-gather.
-
-    With ``n`` ranks on each of ``m`` nodes every rank sends ``2(n-1)/n * S`` bytes
-    inside its node and ``2(m-1)/m * S/n`` across nodes. Nodes are taken in the
-    order they first appear in ``ranks``, and ranks inside a node in their order
-    there; the rank at position ``j`` of every node forms inter-node ring ``j``.
-    When nodes hold different numbers of the ranks the positions do not line up,
-    so the plain ring all-reduce over ``ranks`` is returned instead.
+    Returns:
+      ``(src, dst, bytes, hops)`` per rank; none for one rank or no collective.
     """
-    _checked_group(ranks, size_bytes)
-    by_node: dict[int, list[int]] = {}
-    for rank in ranks:
-        by_node.setdefault(node_of(rank), []).append(rank)
-    local_groups = list(by_node.values())
-    n = len(local_groups[0])
-    if any(len(group) != n for group in local_groups):
-        return ring_allreduce(ranks, size_bytes)
-    position_groups = [list(column) for column in zip(*local_groups, strict=True)]
-    shard_bytes = size_bytes / n
-    return [
-        *_concurrent([ring_reduce_scatter(g, size_bytes) for g in local_groups]),
-        *_concurrent([ring_allreduce(g, shard_bytes) for g in position_groups]),
-        *_concurrent([ring_allgather(g, size_bytes) for g in local_groups]),
-    ]
-
-
-def p2p(pairs: Iterable[Flow]) -> list[Step]:
-    """Independent transfers ``(src, dst, bytes)`` as one step (no step when there are none)."""
-    step = [(int(src), int(dst), float(nbytes)) for src, dst, nbytes in pairs]
-    for src, dst, nbytes in step:
-        if src == dst or nbytes < 0:
-            raise ValueError(f"bad transfer {src} -> {dst} of {nbytes} bytes")
-    return [step] if step else []
-
-
-def bytes_sent_per_rank(steps: Iterable[Step]) -> dict[int, float]:
-    """Total bytes each sending rank puts on the network over all ``steps``."""
-    sent: dict[int, float] = {}
-    for step in steps:
-        for src, _, nbytes in step:
-            sent[src] = sent.get(src, 0.0) + nbytes
-    return sent
-
-
-def _ring(ranks: Sequence[int], size_bytes: float, passes: int) -> list[Step]:
-    """``passes`` trips round the ring: k-1 steps each, every rank sending ``size/k``."""
-    k = _checked_group(ranks, size_bytes)
-    step = [(int(ranks[i]), int(ranks[(i + 1) % k]), size_bytes / k) for i in range(k)]
-    return [list(step) for _ in range(passes * (k - 1))]
-
-
-def _concurrent(lowerings: list[list[Step]]) -> list[Step]:
-    """Run independent lowerings side by side: step ``i`` joins the ``i``-th step of each."""
-    num_steps = max((len(steps) for steps in lowerings), default=0)
-    return [[flow for steps in lowerings if i < len(steps) for flow in steps[i]]
-            for i in range(num_steps)]
-
-
-def _checked_group(ranks: Sequence[int], size_bytes: float) -> int:
-    """Number of ranks in a collective group, after checking the group and size."""
+    k = len(ranks)
     if not ranks:
         raise ValueError("a collective needs at least one rank")
-    if len(set(ranks)) != len(ranks):
+    if len(set(ranks)) != k:
         raise ValueError(f"ranks repeat in collective group {list(ranks)}")
     if size_bytes < 0:
         raise ValueError(f"collective size must not be negative, got {size_bytes}")
-    return len(ranks)
+    if k == 1 or count <= 0:
+        return []
+    nbytes, hops = pipelined_ring_flow(k, size_bytes, count, passes)
+    return [(int(ranks[i]), int(ranks[(i + 1) % k]), nbytes, hops) for i in range(k)]
+
+
+def pipelined_ring_flow(k: int, size_bytes: float, count: float = 1.0,
+                        passes: int = ALLREDUCE) -> tuple[float, float]:
+    """``(bytes, hops)`` of each flow of :func:`pipelined_ring` over ``k`` ranks."""
+    return passes * (k - 1) / k * (count * size_bytes), passes * (k - 1) * count

@@ -2,185 +2,487 @@
 
 Granularity (what one task stands for):
 
-* one forward or backward pass of one device group on one micro-batch is one
-  COMPUTE task on that group's stream, followed by one blocking TP task;
-* the TP all-reduces of that pass (Megatron: two per block and direction) are
-  lowered as one pipelined ring, as NCCL streams a ring: each rank sends one flow
-  of ``2(k-1)/k * n * S`` bytes to its ring successor, after ``2(k-1) * n`` hop
-  latencies. With nothing else on the scale-up links this takes exactly the time
-  of ``n`` back-to-back ring all-reduces, ``n * 2(k-1)(alpha + S/(kB))``;
-* activations (forward) and their gradients (backward) between consecutive
+* one forward or backward pass of one device group on one micro-batch (under
+  interleaved 1F1B, of one model chunk) is one COMPUTE task on that group's stream,
+  followed by one blocking TP task; some passes are cut into pieces of layers
+  (:mod:`xsweep.plan.passes`): the last backward of each chunk at the DP segment and
+  gradient-bucket boundaries, every pass into its layers under FSDP;
+* the TP all-reduces of a piece (Megatron: two per block and direction) are lowered as
+  one pipelined ring (:mod:`xsweep.plan.collectives`); NCCL's bus efficiency and launch
+  latency (per operation: two per all-reduce under sequence parallelism, whose
+  reduce-scatter and all-gather move the all-reduce's bytes over the same ring, so its
+  time differs only by that launch) come on top, as numbers
+  (:mod:`xsweep.plan.transport`);
+* activations (forward) and their gradients (backward) between consecutive virtual
   stages move as explicit transfers, one COMM task per resharding phase;
-* the last backward pass of every group is cut at the sweep-line segment
-  boundaries, so that each DP group starts synchronising (behind a BARRIER task)
-  as soon as every member has produced the gradients of its segment;
-* DP synchronisation is one ring all-reduce per LCM chunk ring, lowered step by
-  step (``2(k-1)`` COMM tasks of concurrent flows), all rings of a group at once;
-* the optimizer step is one COMPUTE task per group after all its DP groups.
+* DP synchronisation is per sweep-line DP group and gradient bucket (one bucket, the
+  segment, unless ``dp_overlap``): a BARRIER task waits for the piece of every member
+  that completes the bucket, then one COMM task runs a pipelined ring per LCM chunk
+  ring: an all-reduce, or under ZeRO-1 a reduce-scatter;
+* ZeRO-1's all-gather of the updated parameters runs after the members' optimizer
+  steps, or with ``dp_overlap`` (Megatron's ``--overlap-param-gather``) at the start of
+  the iteration, bucket after bucket, each forward piece waiting for its own (steady
+  state: the gathers carry the previous step's update);
+* FSDP's per-layer all-gathers and reduce-scatters belong to the passes
+  (:mod:`xsweep.plan.passes`);
+* the optimizer step is one COMPUTE task per group after all its DP collectives.
+
+How it is built. The variants of a sweep share structure: the DAG, the flows and
+their paths depend on the device groups, the schedule and virtual stages, the
+resharding scheme, the ZeRO stage and the gradient buckets, and the cluster's shape
+(``Topology.shape_key``), while the GPU and NIC models, the micro-batch size,
+recompute and oversubscription change only numbers. So a plan is lowered in two parts:
+
+* a :class:`Template` (the structure) is built once per :func:`structure_key` and
+  kept: every task, dependency, flow and path as arrays, and for every duration,
+  flow size and hop count a *value key* saying which number of the analysis it is;
+* :meth:`Template.fill` computes those numbers for one analysis (one Python call per
+  distinct value, the rest numpy) and returns the :class:`~xsweep.plan.program.Program`.
+
+Replicas of one shape are one block of tasks, built once and copied with their ranks
+and task ids shifted (under FSDP all replicas are one block); DP collectives are
+generated as arrays. Task order, dependencies, flows and every number are those of
+the straightforward per-task lowering this replaces (kept in the tests as the
+reference, and compared bit for bit on random plans and numeric variants).
 """
 
 from __future__ import annotations
 
-from xsweep.plan import reshard as reshard_mod
-from xsweep.plan.analysis import GroupInfo, PlanAnalysis
-from xsweep.plan.collectives import ring_allreduce
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from xsweep.plan.analysis import PlanAnalysis
+from xsweep.plan.collectives import ALLGATHER, ALLREDUCE, REDUCE_SCATTER, pipelined_ring_flow
 from xsweep.plan.groups import chunk_bytes_per_rank
-from xsweep.plan.program import Category, Program, ProgramBuilder
-from xsweep.plan.schedule import stage_order
+from xsweep.plan.passes import COMM, COMPUTE, ONE, ZERO, cached_block
+from xsweep.plan.program import Category, Program
+
+# -- value keys --------------------------------------------------------------------------
+# A value key is a tuple (kind, *args); VALUES[kind](analysis, *args) is its number. Group
+# arguments are indices into analysis.groups, DP arguments into analysis.dp_groups; layer
+# spans inside a group are offsets from its first layer, end exclusive. Key 0 is the
+# constant 0 and key 1 the constant 1.
 
 
-class _Lowering:
-    def __init__(self, a: PlanAnalysis):
-        self.a = a
-        topo = a.topology
-        self.topo = topo
-        self.b = ProgramBuilder(
-            topo.capacity, topo.latency_s, topo.names,
-            rank_node=[topo.node_of(r) for r in range(topo.num_ranks)],
-        )
-        self.streams = [self.b.add_stream(g.id, g.ranks) for g in a.groups]
-        self.last = [None] * len(a.groups)  # last task on each stream
-        self.boundaries = sorted({g.first_layer for g in a.dp_groups}
-                                 | {g.last_layer + 1 for g in a.dp_groups})
-        self.piece_end: dict[tuple[int, int], int] = {}  # (group id, first layer) -> task
+def _pass_s(a: PlanAnalysis, gi: int, kind: str, i0: int, i1: int) -> float:
+    cost = a.groups[gi].cost
+    times = cost.layer_forward_time_s if kind == "F" else cost.layer_backward_time_s
+    return sum(times[i0:i1])
 
-    # -- flows ---------------------------------------------------------------------------
-    def _flow(self, src, dst, nbytes, hops=1):
-        path = self.topo.path(src, dst)
-        return (src, dst, nbytes, hops * self.topo.path_latency_s(path), path)
 
-    def _tp_flows(self, g: GroupInfo, count: float):
-        k = g.tp
-        if k == 1 or count <= 0:
-            return []
-        size = count * g.cost.tp_allreduce_bytes
-        return [self._flow(g.ranks[i], g.ranks[(i + 1) % k], 2 * (k - 1) / k * size,
-                           hops=2 * (k - 1) * count) for i in range(k)]
+def _tp_count(a: PlanAnalysis, gi: int, kind: str, i0: int, i1: int) -> float:
+    """TP all-reduces of a piece: the pass's, in proportion to its layers."""
+    cost = a.groups[gi].cost
+    total = cost.tp_allreduces_forward if kind == "F" else cost.tp_allreduces_backward
+    return total * (i1 - i0) / len(cost.layer_forward_time_s)
 
-    # -- passes --------------------------------------------------------------------------
-    def _on_stream(self, gi: int, category, duration, deps, tp_count, mb, name):
-        g = self.a.groups[gi]
-        labels = dict(stage=g.stage, micro_batch=mb, device_group=g.id, replica=g.replica)
-        deps = [d for d in [self.last[gi], *deps] if d is not None]
-        t = self.b.add_compute(category, self.streams[gi], duration, deps, name=name, **labels)
-        flows = self._tp_flows(g, tp_count)
-        if flows:
-            t = self.b.add_comm(Category.TP, flows, [t], stream=self.streams[gi],
-                                name=f"tp {name}", **labels)
-        self.last[gi] = t
-        return t
 
-    def _transfer(self, src: GroupInfo, dst: GroupInfo, nbytes, mb, after, backward):
-        """Move one micro-batch's activations (or their gradients) between stages."""
-        transfers = reshard_mod.reshard(self.a.resharding, src.ranks, dst.ranks, nbytes)
-        category = Category.PP if src.tp == dst.tp else Category.RESHARD
-        phases: dict[int, list] = {}
-        for tr in transfers:
-            phases.setdefault(tr.phase, []).append(self._flow(tr.src, tr.dst, tr.bytes))
-        t = after
-        direction = "grad" if backward else "act"
-        for phase in sorted(phases):
-            t = self.b.add_comm(category, phases[phase], [t], stage=src.stage, micro_batch=mb,
-                                device_group=src.id, replica=src.replica, phase=phase,
-                                name=f"{direction} {src.id}->{dst.id} mb{mb} p{phase}")
-        return t
+def _tp_flow(a: PlanAnalysis, gi: int, *span) -> tuple[float, float]:
+    """(bytes, hops) of each flow of a piece's pipelined TP ring."""
+    g = a.groups[gi]
+    return pipelined_ring_flow(g.tp, g.cost.tp_allreduce_bytes, _tp_count(a, gi, *span))
 
-    def _backward(self, gi: int, mb: int, deps, last_of_stage: bool):
-        g = self.a.groups[gi]
-        cost = g.cost
-        n_layers = g.last_layer - g.first_layer + 1
-        if not last_of_stage:
-            return self._on_stream(gi, Category.BACKWARD, cost.backward_time_s, deps,
-                                   cost.tp_allreduces_backward, mb, f"B dg{g.id} mb{mb}")
-        # cut at segment boundaries, last layers first (backward runs top down)
-        cuts = [x for x in self.boundaries if g.first_layer < x <= g.last_layer]
-        edges = [g.first_layer, *cuts, g.last_layer + 1]
-        t = None
-        for lo, hi in reversed(list(zip(edges, edges[1:], strict=False))):
-            i0, i1 = lo - g.first_layer, hi - g.first_layer
-            duration = sum(cost.layer_backward_time_s[i0:i1])
-            count = cost.tp_allreduces_backward * (hi - lo) / n_layers
-            t = self._on_stream(gi, Category.BACKWARD, duration, deps, count, mb,
-                                f"B dg{g.id} mb{mb} L{lo}-{hi - 1}")
-            deps = []
-            self.piece_end[(g.id, lo)] = t
-        return t
 
-    def _replica(self, members: tuple[int, ...]):
-        """Add every pass of one replica in an order that respects all dependencies."""
-        groups = self.a.groups
-        p = len(members)
-        orders = [stage_order(self.a.schedule, s, p, groups[gi].num_micro_batches)
-                  for s, gi in enumerate(members)]
-        last_b = [max((i for i, (k, _) in enumerate(o) if k == "B"), default=-1) for o in orders]
-        pos = [0] * p
-        fwd_in: dict[tuple[int, int], int] = {}  # (stage, mb) -> arrival of activations
-        bwd_in: dict[tuple[int, int], int] = {}  # (stage, mb) -> arrival of gradients
-        while any(pos[s] < len(orders[s]) for s in range(p)):
-            progressed = False
-            for s, gi in enumerate(members):
-                while pos[s] < len(orders[s]):
-                    kind, mb = orders[s][pos[s]]
-                    g = groups[gi]
-                    if kind == "F":
-                        if s > 0 and (s, mb) not in fwd_in:
-                            break
-                        deps = [fwd_in[(s, mb)]] if s > 0 else []
-                        t = self._on_stream(gi, Category.FORWARD, g.cost.forward_time_s, deps,
-                                            g.cost.tp_allreduces_forward, mb, f"F dg{g.id} mb{mb}")
-                        if s + 1 < p:
-                            fwd_in[(s + 1, mb)] = self._transfer(
-                                g, groups[members[s + 1]], g.cost.activation_bytes, mb, t, False)
-                    else:
-                        if s + 1 < p and (s, mb) not in bwd_in:
-                            break
-                        deps = [bwd_in[(s, mb)]] if s + 1 < p else []
-                        t = self._backward(gi, mb, deps, pos[s] == last_b[s])
-                        if s > 0:
-                            bwd_in[(s - 1, mb)] = self._transfer(
-                                g, groups[members[s - 1]], g.cost.activation_bytes, mb, t, True)
-                    pos[s] += 1
-                    progressed = True
-            assert progressed, "pipeline schedule deadlocked"
+def _ring_flow(a: PlanAnalysis, d: int, first: int, last: int, passes: int):
+    """(bytes, hops) of each flow of a DP collective on the gradients (or parameters) of
+    layers first..last: a pipelined ring per LCM chunk, each on ``d / lcm`` bytes."""
+    dpg = a.dp_groups[d]
+    chunk = chunk_bytes_per_rank(a.grad_bytes(first, last), dpg.tps)
+    return pipelined_ring_flow(len(dpg.device_groups), chunk, 1.0, passes)
 
-    def _dp_sync(self) -> dict[int, list[int]]:
-        """Barrier + ring all-reduces per DP group; returns group id -> final tasks."""
-        finals: dict[int, list[int]] = {}
-        for gi, (dpg, nbytes) in enumerate(zip(self.a.dp_groups, self.a.dp_segment_bytes,
-                                               strict=True)):
-            members = [self.piece_end[(dg, dpg.first_layer)] for dg in dpg.device_groups]
-            barrier = self.b.add_compute(Category.BARRIER, -1, 0.0, members,
-                                         name=f"dp barrier L{dpg.first_layer}-{dpg.last_layer}",
-                                         phase=gi)
-            tps = [self.a.groups[self.a.index_of(dg)].tp for dg in dpg.device_groups]
-            chunk = chunk_bytes_per_rank(nbytes, tps)
-            ends = [barrier]
-            for ring in dpg.rings:
-                t = barrier
-                for step, pairs in enumerate(ring_allreduce(list(ring.ranks), chunk)):
-                    t = self.b.add_comm(Category.DP, [self._flow(*x) for x in pairs], [t],
-                                        phase=step,
-                                        name=f"dp L{dpg.first_layer}-{dpg.last_layer} "
-                                             f"ring{ring.chunk} step{step}")
-                ends.append(t)
+
+VALUES: dict[str, Callable] = {
+    "zero": lambda a: 0.0,
+    "one": lambda a: 1.0,
+    "pass_s": _pass_s,
+    "optimizer_s": lambda a, gi: a.groups[gi].optimizer_time_s,
+    "tp_bytes": lambda a, *args: _tp_flow(a, *args)[0],
+    "tp_hops": lambda a, *args: _tp_flow(a, *args)[1],
+    "tp_launches": lambda a, gi, *span: (_tp_count(a, gi, *span)
+                                         * a.groups[gi].cost.tp_ops_per_allreduce),
+    "transfer_bytes": lambda a, src, dst, i: a.transfers(src, dst)[i].bytes,
+    "ring_bytes": lambda a, *args: _ring_flow(a, *args)[0],
+    "ring_hops": lambda a, d, passes: pipelined_ring_flow(len(a.dp_groups[d].device_groups),
+                                                          0.0, 1.0, passes)[1],
+}
+#: Which arguments of a block's value keys are block streams (-> group indices) and which
+#: the block's stages as DP groups (-> DP group indices).
+_STREAM_ARGS = {"pass_s": (1,), "tp_bytes": (1,), "tp_hops": (1,), "tp_launches": (1,),
+                "transfer_bytes": (1, 2)}
+_DP_ARGS = {"ring_bytes": (1,), "ring_hops": (1,)}
+
+
+# -- the structure -----------------------------------------------------------------------
+
+
+def structure_key(a: PlanAnalysis) -> tuple:
+    """What a plan's program structure depends on: equal keys, equal DAGs, flows and paths.
+
+    The device groups (ranks, stage, replica, layers, micro-batches), the schedule and its
+    virtual stages, the resharding scheme, the ZeRO stage, gradient overlap and buckets,
+    and the cluster's shape (``Topology.shape_key``).
+    """
+    groups = tuple((g.id, g.ranks, g.stage, g.replica, g.first_layer, g.last_layer,
+                    g.num_micro_batches) for g in a.groups)
+    s = a.stack
+    return (a.schedule, a.resharding, a.topology.shape_key(), groups,
+            s.virtual_pipeline_stages, s.zero_stage, s.dp_overlap, a.dp_buckets)
+
+
+def _cut_points(a: PlanAnalysis) -> tuple[int, ...]:
+    """Where backward pieces end: every DP segment boundary and gradient-bucket start."""
+    return tuple(sorted({g.first_layer for g in a.dp_groups}
+                        | {g.last_layer + 1 for g in a.dp_groups}
+                        | {x for starts in a.dp_buckets for x in starts}))
+
+
+def _fsdp_rings(a: PlanAnalysis, replicas: list[tuple[int, ...]]) -> tuple[tuple, tuple]:
+    """Under FSDP, per pipeline stage: its replicas in the ring order of its DP group, and
+    that DP group's index."""
+    replica_of = {a.groups[gi].id: r for r, members in enumerate(replicas) for gi in members}
+    orders, dp = [], []
+    for gi in replicas[0]:
+        d = next(d for d, g in enumerate(a.dp_groups) if g.first_layer == a.groups[gi].first_layer)
+        orders.append(tuple(replica_of[dg] for dg in a.dp_groups[d].device_groups))
+        dp.append(d)
+    return tuple(orders), tuple(dp)
+
+
+class _Builder:
+    """Columnar program structure: tasks, dependencies, flows (global ranks), value keys."""
+
+    def __init__(self) -> None:
+        self.cols: list[np.ndarray] = []
+        self.dep_counts: list[np.ndarray] = []
+        self.dep_idx: list[np.ndarray] = []
+        self.keys: dict[tuple, int] = {ZERO: 0, ONE: 1}
+        self.value: list[np.ndarray] = []
+        self.names: list[Callable[[], list[str]]] = []  # made only when asked for
+        self.flow_task: list[np.ndarray] = []
+        self.flow_src: list[np.ndarray] = []
+        self.flow_dst: list[np.ndarray] = []
+        self.flow_bytes: list[np.ndarray] = []
+        self.flow_hops: list[np.ndarray] = []
+        self.flow_launches: list[np.ndarray] = []
+        self.flow_p2p: list[np.ndarray] = []
+        self.num_tasks = 0
+
+    def key(self, value: tuple) -> int:
+        return self.keys.setdefault(value, len(self.keys))
+
+    def extend(self, cols, dep_counts, dep_idx, value, names, flow_task, flow_src, flow_dst,
+               flow_bytes, flow_hops, flow_launches, flow_p2p) -> int:
+        """Append tasks (ids already global, keys already indices); return the first id."""
+        first = self.num_tasks
+        self.cols.append(np.asarray(cols, np.int64).reshape(-1, 8))
+        for column, data in ((self.dep_counts, dep_counts), (self.dep_idx, dep_idx),
+                             (self.value, value), (self.flow_task, flow_task),
+                             (self.flow_src, flow_src), (self.flow_dst, flow_dst),
+                             (self.flow_bytes, flow_bytes), (self.flow_hops, flow_hops),
+                             (self.flow_launches, flow_launches)):
+            column.append(np.asarray(data, np.int64))
+        self.flow_p2p.append(np.asarray(flow_p2p, bool))
+        self.names.append(names)
+        self.num_tasks += len(self.cols[-1])
+        return first
+
+    def add(self, category, stream, deps, value, labels, name) -> int:
+        """One COMPUTE task without flows."""
+        deps = sorted(set(deps))
+        return self.extend([(COMPUTE, int(category), stream, *labels)], [len(deps)], deps,
+                           [self.key(value)], lambda: [name], [], [], [], [], [], [], [])
+
+    def collective(self, deps, name, src, dst, nbytes: tuple, hops: tuple) -> int:
+        """One DP COMM task: flows ``src[i] -> dst[i]`` carrying ``nbytes`` after ``hops``
+        hop latencies and one NCCL launch."""
+        deps = sorted(set(deps))
+        n = len(src)
+        return self.extend([(COMM, int(Category.DP), -1, -1, -1, -1, -1, -1)], [len(deps)],
+                           deps, [0], lambda: [name], np.full(n, self.num_tasks), src, dst,
+                           np.full(n, self.key(nbytes)), np.full(n, self.key(hops)),
+                           np.ones(n), np.zeros(n, bool))
+
+
+def _with_groups(key: tuple, stream_group, dp_group) -> tuple:
+    """A block's value key with its streams and DP groups replaced by the program's."""
+    kind, args = key[0], list(key)
+    for i in _STREAM_ARGS.get(kind, ()):
+        args[i] = stream_group[key[i]]
+    for i in _DP_ARGS.get(kind, ()):
+        args[i] = dp_group[key[i]]
+    return tuple(args)
+
+
+def _add_block(out: _Builder, a: PlanAnalysis, replicas: list[tuple[int, ...]], cuts: tuple,
+               gather: dict, last: list[int], piece_end: dict, finals: dict) -> None:
+    """Place the block of ``replicas`` (group indices per stage): its streams become
+    groups, its ranks global ranks, its task ids the program's, its waits for parameter
+    gathers dependencies on ``gather`` ((group id, layer) -> task)."""
+    groups = a.groups
+    members = [gi for rep in replicas for gi in rep]
+    orders, dp = _fsdp_rings(a, replicas) if a.fsdp else ((), ())
+    shape = tuple(tuple((groups[gi].tp, groups[gi].first_layer, groups[gi].last_layer,
+                         groups[gi].num_micro_batches) for gi in rep) for rep in replicas)
+    block = cached_block(a.schedule, a.resharding, a.stack.virtual_pipeline_stages, shape,
+                         cuts, bool(gather), orders)
+    base = out.num_tasks
+    members_arr = np.asarray(members, np.int64)
+    ids = np.array([groups[gi].id for gi in members], np.int64)
+    cols = block.cols.copy()
+    on_stream = cols[:, 2] >= 0
+    cols[on_stream, 2] = members_arr[cols[on_stream, 2]]  # block stream -> stream (group index)
+    own = cols[:, 5] >= 0
+    cols[own, 5] = ids[cols[own, 5]]  # block stream -> device group id, replica
+    cols[own, 6] = np.array([groups[gi].replica for gi in members], np.int64)[cols[own, 6]]
+    # dependencies, with the waits for parameter gathers (earlier tasks) merged in
+    owner = np.repeat(np.arange(len(cols)), np.diff(block.dep_ptr))
+    dep = block.dep_idx + base
+    waits = [(t, gather[(int(ids[st]), lo)]) for t, st, lo in block.waits
+             if (int(ids[st]), lo) in gather]
+    if waits:
+        owner = np.concatenate([owner, [t for t, _ in waits]])
+        dep = np.concatenate([dep, [g for _, g in waits]])
+        order = np.lexsort((dep, owner))
+        owner, dep = owner[order], dep[order]
+    # (block stream, TP index) -> global rank, and the block's keys -> the program's keys
+    rank_table = np.array([r for gi in members for r in groups[gi].ranks], np.int64)
+    offset = np.concatenate([[0], np.cumsum([groups[gi].tp for gi in members])])
+    remap = np.array([out.key(_with_groups(k, members, dp)) for k in block.keys], np.int64)
+    fill = {f"dg{st}": groups[gi].id for st, gi in enumerate(members)}
+    out.extend(cols, np.bincount(owner, minlength=len(cols)), dep, remap[block.value],
+               lambda: [n.format(**fill) for n in block.names], block.flow_task + base,
+               rank_table[offset[block.flow_src[:, 0]] + block.flow_src[:, 1]],
+               rank_table[offset[block.flow_dst[:, 0]] + block.flow_dst[:, 1]],
+               remap[block.flow_bytes], remap[block.flow_hops], remap[block.flow_launches],
+               block.flow_p2p)
+    for st, gi in enumerate(members):
+        last[gi] = block.last[st] + base if block.last[st] >= 0 else -1
+    for (st, lo), t in block.piece_end.items():
+        piece_end[(groups[members[st]].id, lo)] = t + base
+    for st, t in block.finals.items():
+        finals.setdefault(groups[members[st]].id, []).append(t + base)
+
+
+def _ring_arrays(dpg) -> tuple[np.ndarray, np.ndarray]:
+    """Source and destination ranks of a DP group's collective: a ring per LCM chunk."""
+    rings = np.array([ring.ranks for ring in dpg.rings], np.int64)  # [lcm, k]
+    return rings.ravel(), np.roll(rings, -1, axis=1).ravel()
+
+
+def _add_dp_sync(out: _Builder, a: PlanAnalysis, piece_end: dict) -> dict[int, list[int]]:
+    """Per DP group and bucket a barrier and an all-reduce (ZeRO-1: a reduce-scatter) of
+    the bucket's gradients; returns group id -> the collectives it waits for."""
+    finals: dict[int, list[int]] = {}
+    zero1 = a.stack.zero_stage == 1
+    passes, verb = (REDUCE_SCATTER, "rs") if zero1 else (ALLREDUCE, "dp")
+    for d, dpg in enumerate(a.dp_groups):
+        src, dst = _ring_arrays(dpg)
+        for lo, hi in a.buckets(d):
+            barrier = out.add(Category.BARRIER, -1,
+                              [piece_end[(dg, lo)] for dg in dpg.device_groups], ZERO,
+                              (-1, -1, -1, -1, d), f"dp barrier L{lo}-{hi}")
+            t = out.collective([barrier], f"{verb} L{lo}-{hi}", src, dst,
+                               ("ring_bytes", d, lo, hi, passes), ("ring_hops", d, passes))
             for dg in dpg.device_groups:
-                finals.setdefault(dg, []).extend(ends)
-        return finals
-
-    def run(self) -> Program:
-        for members in self.a.replicas.values():
-            self._replica(members)
-        finals = self._dp_sync()
-        for gi, g in enumerate(self.a.groups):
-            self._on_stream(gi, Category.OPTIMIZER, g.optimizer_time_s, finals.get(g.id, []),
-                            0, -1, f"optimizer dg{g.id}")
-        return self.b.build(
-            tokens_per_iteration=self.a.tokens_per_iteration,
-            model_flops_per_iteration=self.a.model_flops_per_iteration,
-            peak_flops_per_s=self.a.peak_flops_per_s,
-        )
+                finals.setdefault(dg, []).append(t)
+    return finals
 
 
-def lower(analysis: PlanAnalysis) -> Program:
-    """Build the program IR of one iteration of an analysed plan."""
-    return _Lowering(analysis).run()
+def _add_param_gathers(out: _Builder, a: PlanAnalysis,
+                       after: dict[int, int] | None) -> dict[tuple[int, int], int]:
+    """ZeRO-1's all-gather of the updated parameters, per DP group and bucket: after the
+    members' optimizer steps (``after``: group id -> task), or else at the start of the
+    iteration, one bucket after another in the order the forward pass needs them.
+
+    Returns:
+      (group id, layer) -> the gather that layer's forward waits for.
+    """
+    gathered: dict[tuple[int, int], int] = {}
+    for d, dpg in enumerate(a.dp_groups):
+        src, dst = _ring_arrays(dpg)
+        previous: list[int] = []
+        for lo, hi in a.buckets(d):
+            deps = previous if after is None else [after[dg] for dg in dpg.device_groups]
+            t = out.collective(deps, f"ag L{lo}-{hi}", src, dst,
+                               ("ring_bytes", d, lo, hi, ALLGATHER), ("ring_hops", d, ALLGATHER))
+            previous = [t]
+            gathered |= {(dg, layer): t for dg in dpg.device_groups
+                         for layer in range(lo, hi + 1)}
+    return gathered
+
+
+@dataclass(frozen=True, eq=False)
+class Template:
+    """The structure of a plan's program, with a value key for every number.
+
+    ``fill(analysis)`` makes the program of any analysis whose :func:`structure_key`
+    equals the one this was built from.
+    """
+
+    key: tuple
+    arrays: dict  # the structural fields of Program
+    keys: tuple[tuple, ...]  # distinct value keys; index 0 is ("zero",), 1 is ("one",)
+    task_value: np.ndarray  # int32[T]: duration key of each task
+    flow_bytes_value: np.ndarray  # int32[F]: the payload
+    flow_hops_value: np.ndarray  # int32[F]
+    flow_launches_value: np.ndarray  # int32[F]: NCCL operations the flow waits for
+    flow_p2p: np.ndarray  # bool[F]: a point-to-point send (its launch occupies the path)
+    path_matrix: np.ndarray  # int64[F, longest path]: each flow's links, L (none) after them
+    _names: tuple  # per block of tasks: a function that makes their names
+
+    def _along_paths(self, per_link: np.ndarray, pad: float) -> np.ndarray:
+        """float64[F, longest path]: a per-link figure at each hop of each flow."""
+        return np.append(per_link, pad)[self.path_matrix]
+
+    def path_latency_s(self, latency_s: np.ndarray) -> np.ndarray:
+        """float64[F]: the sum of the latencies along each flow's path, added link by link
+        in path order (as a sequential sum does: the same bits)."""
+        total = np.zeros(len(self.path_matrix))
+        for column in self._along_paths(latency_s, 0.0).T:
+            total += column
+        return total
+
+    def flow_numbers(self, topo, payload: np.ndarray, hops: np.ndarray,
+                     launches: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Bytes and latency of every flow, as ``xsweep.plan.transport.flow_numbers`` gives
+        them one flow at a time: the payload over the bus efficiency of the path's
+        narrowest link (plus, for a point-to-point send, its launch time at that link's
+        rate), and the path's latency per hop plus the launches it waits for."""
+        capacity = self._along_paths(topo.capacity, np.inf)
+        rows = np.arange(len(capacity))
+        narrowest = np.argmin(capacity, axis=1)
+        efficiency = self._along_paths(topo.bus_efficiency, 1.0)[rows, narrowest]
+        launch_s = self._along_paths(topo.launch_latency_s, -np.inf).max(axis=1, initial=0.0)
+        wire = payload / efficiency
+        wire = np.where(self.flow_p2p, wire + launch_s * capacity[rows, narrowest], wire)
+        return wire, hops * self.path_latency_s(topo.latency_s) + launches * launch_s
+
+    def values(self, a: PlanAnalysis) -> np.ndarray:
+        """float64[len(keys)]: the number behind every value key, for ``a``."""
+        return np.array([VALUES[k[0]](a, *k[1:]) for k in self.keys], np.float64)
+
+    def task_names(self) -> tuple[str, ...]:
+        return tuple(name for make in self._names for name in make())
+
+    def fill(self, a: PlanAnalysis, *, names: bool = False) -> Program:
+        """The program of ``a``: this structure with ``a``'s numbers.
+
+        Args:
+          names: give every task a readable name (for traces; costs a string each).
+        """
+        values = self.values(a)
+        topo = a.topology
+        flow_bytes, flow_latency_s = self.flow_numbers(
+            topo, values[self.flow_bytes_value], values[self.flow_hops_value],
+            values[self.flow_launches_value])
+        return Program(
+            link_capacity=topo.capacity, link_latency_s=topo.latency_s,
+            link_names=topo.names,
+            task_duration_s=values[self.task_value],
+            flow_bytes=flow_bytes, flow_latency_s=flow_latency_s,
+            tokens_per_iteration=a.tokens_per_iteration,
+            model_flops_per_iteration=a.model_flops_per_iteration,
+            peak_flops_per_s=a.peak_flops_per_s,
+            task_names=self.task_names() if names else (), structure=self,
+            **self.arrays)
+
+
+def build_template(a: PlanAnalysis) -> Template:
+    """Lower the structure of ``a`` once (see the module's description)."""
+    out = _Builder()
+    groups = a.groups
+    zero1 = a.stack.zero_stage == 1 and bool(a.dp_groups)
+    overlapped = a.stack.dp_overlap
+    gather = _add_param_gathers(out, a, None) if zero1 and overlapped else {}
+    last = [-1] * len(groups)
+    piece_end: dict[tuple[int, int], int] = {}
+    finals: dict[int, list[int]] = {}
+    replicas = list(a.replicas.values())
+    cuts = _cut_points(a)
+    for block in [replicas] if a.fsdp else [[members] for members in replicas]:
+        _add_block(out, a, block, cuts, gather, last, piece_end, finals)
+    if not a.fsdp:
+        finals = _add_dp_sync(out, a, piece_end)
+    optimizer = {}
+    for gi, g in enumerate(groups):
+        deps = [d for d in [last[gi], *finals.get(g.id, [])] if d >= 0]
+        optimizer[g.id] = out.add(Category.OPTIMIZER, gi, deps, ("optimizer_s", gi),
+                                  (g.stage, -1, g.id, g.replica, -1), f"optimizer dg{g.id}")
+    if zero1 and not overlapped:
+        _add_param_gathers(out, a, optimizer)
+    return _freeze(a, out)
+
+
+def _freeze(a: PlanAnalysis, out: _Builder) -> Template:
+    topo = a.topology
+    cols = np.concatenate(out.cols)
+    dep_counts = np.concatenate(out.dep_counts)
+    src = np.concatenate(out.flow_src)
+    dst = np.concatenate(out.flow_dst)
+    flow_task = np.concatenate(out.flow_task)
+    path_ptr, path_links = topo.paths(src, dst)
+    num_tasks = len(cols)
+
+    def ptr(counts: np.ndarray) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+
+    arrays = dict(
+        stream_device_group=np.array([g.id for g in a.groups], np.int32),
+        stream_rank_ptr=ptr([g.tp for g in a.groups]),
+        stream_ranks=np.array([r for g in a.groups for r in g.ranks], np.int32),
+        num_ranks=topo.num_ranks, rank_node=topo.rank_nodes(),
+        task_kind=cols[:, 0].astype(np.int8), task_category=cols[:, 1].astype(np.int8),
+        task_stream=cols[:, 2].astype(np.int32), task_stage=cols[:, 3].astype(np.int32),
+        task_micro_batch=cols[:, 4].astype(np.int32),
+        task_device_group=cols[:, 5].astype(np.int32),
+        task_replica=cols[:, 6].astype(np.int32), task_phase=cols[:, 7].astype(np.int32),
+        dep_ptr=ptr(dep_counts), dep_idx=np.concatenate(out.dep_idx).astype(np.int32),
+        flow_ptr=ptr(np.bincount(flow_task, minlength=num_tasks)),
+        flow_src=src.astype(np.int32), flow_dst=dst.astype(np.int32),
+        path_ptr=path_ptr.astype(np.int32), path_links=path_links.astype(np.int32))
+    lengths = np.diff(path_ptr)
+    # at least one column, so that a program without flows still takes the vector path
+    path_matrix = np.full((len(lengths), int(lengths.max(initial=1))), topo.num_links, np.int64)
+    owner = np.repeat(np.arange(len(lengths)), lengths)
+    path_matrix[owner, np.arange(len(owner)) - path_ptr[:-1][owner]] = path_links
+    return Template(structure_key(a), arrays, tuple(out.keys),
+                    np.concatenate(out.value).astype(np.int32),
+                    np.concatenate(out.flow_bytes).astype(np.int32),
+                    np.concatenate(out.flow_hops).astype(np.int32),
+                    np.concatenate(out.flow_launches).astype(np.int32),
+                    np.concatenate(out.flow_p2p), path_matrix, tuple(out.names))
+
+
+class TemplateCache:
+    """Templates by structure key, at most ``size`` of them (least recently used go)."""
+
+    def __init__(self, size: int = 4096):
+        self.size = size
+        self._templates: dict[tuple, Template] = {}
+
+    def __len__(self) -> int:
+        return len(self._templates)
+
+    def get(self, a: PlanAnalysis) -> Template:
+        key = structure_key(a)
+        template = self._templates.pop(key, None)
+        if template is None:
+            template = build_template(a)
+            if len(self._templates) >= self.size:
+                self._templates.pop(next(iter(self._templates)))
+        self._templates[key] = template  # most recently used last
+        return template
+
+
+def lower(analysis: PlanAnalysis, *, templates: TemplateCache | None = None,
+          names: bool = True) -> Program:
+    """Build the program IR of one iteration of an analysed plan.
+
+    Args:
+      templates: where structures are kept between calls (default: built afresh).
+      names: give every task a readable name (for traces).
+    """
+    template = templates.get(analysis) if templates is not None else build_template(analysis)
+    return template.fill(analysis, names=names)

@@ -61,8 +61,6 @@ class Category(IntEnum):
     BARRIER = 7
 
 
-#: Communication categories in the order of ``exposed_comm_s`` fields.
-COMM_KINDS = ("tp", "pp", "reshard", "dp")
 
 
 @dataclass(frozen=True, eq=False)
@@ -107,6 +105,10 @@ class Program:
     model_flops_per_iteration: float = 0.0
     peak_flops_per_s: float = 0.0  # sum over the ranks in use
     task_names: tuple[str, ...] = field(default=())  # optional, for traces
+    #: Programs with the same (non-None) ``structure`` share every field but the numbers
+    #: (durations, bytes, latencies, capacities, the scalars): what is derived from the
+    #: structure alone may be kept per structure.
+    structure: object = field(default=None, repr=False)
 
     @property
     def num_tasks(self) -> int:

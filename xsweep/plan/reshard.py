@@ -24,6 +24,7 @@ boundaries compare equal as floats.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -103,14 +104,25 @@ def reshard(scheme: Scheme | str, src_ranks: Sequence[int], dst_ranks: Sequence[
         raise ValueError(f"negative tensor size {total_bytes}")
     if total_bytes == 0:
         return []
-    moves = _PLANNERS[Scheme(scheme)](src, dst)
-    phases = sorted({m[2] for m in moves})
-    renumber = {p: i for i, p in enumerate(phases)}
-    return [Transfer(src=s, dst=d, phase=renumber[p],
-                     bytes=_scale(total_bytes, sum(hi - lo for lo, hi in pieces)),
+    ranks = src + dst
+    return [Transfer(src=ranks[s], dst=ranks[d], phase=phase, bytes=_scale(total_bytes, size),
                      pieces=tuple((_scale(total_bytes, lo), _scale(total_bytes, hi))
                                   for lo, hi in pieces))
-            for s, d, p, pieces in sorted(moves, key=lambda m: m[2])]
+            for s, d, phase, size, pieces in _moves(Scheme(scheme), len(src), len(dst))]
+
+
+@functools.lru_cache(maxsize=1024)
+def _moves(scheme: Scheme, t_s: int, t_d: int) -> tuple:
+    """The moves of ``scheme`` between TP degrees ``t_s`` and ``t_d``, by position: sources
+    ``0..t_s-1``, destinations ``t_s..t_s+t_d-1``; ordered by phase, phases numbered from 0.
+
+    Each is ``(source, destination, phase, size, pieces)`` in fractions of the tensor.
+    They depend on the degrees alone, so they are worked out (in exact fractions) once.
+    """
+    moves = _PLANNERS[scheme](tuple(range(t_s)), tuple(range(t_s, t_s + t_d)))
+    renumber = {p: i for i, p in enumerate(sorted({m[2] for m in moves}))}
+    return tuple((s, d, renumber[p], sum(hi - lo for lo, hi in pieces), pieces)
+                 for s, d, p, pieces in sorted(moves, key=lambda m: m[2]))
 
 
 # A planned move: (source rank, destination rank, phase, intervals as fractions).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from xsweep.plan.analysis import PlanAnalysis
 from xsweep.plan.groups import chunk_bytes_per_rank
 from xsweep.plan.program import Program
@@ -10,7 +12,7 @@ from xsweep.plan.program import Program
 def plan_summary(a: PlanAnalysis, program: Program) -> dict:
     """A JSON-ready description of an analysed plan and the size of its program."""
     dp_groups = []
-    for g, nbytes in zip(a.dp_groups, a.dp_segment_bytes, strict=True):
+    for d, (g, nbytes) in enumerate(zip(a.dp_groups, a.dp_segment_bytes, strict=True)):
         tps = [a.groups[a.index_of(d)].tp for d in g.device_groups]
         dp_groups.append({
             "first_layer": g.first_layer, "last_layer": g.last_layer,
@@ -18,6 +20,7 @@ def plan_summary(a: PlanAnalysis, program: Program) -> dict:
             "rings": [{"chunk": r.chunk, "ranks": list(r.ranks)} for r in g.rings],
             "gradient_bytes": nbytes,
             "bytes_per_rank_per_chunk": chunk_bytes_per_rank(nbytes, tps),
+            "buckets": [list(b) for b in a.buckets(d)],
         })
     resharding = [{
         "from_group": r.from_group, "to_group": r.to_group,
@@ -26,10 +29,10 @@ def plan_summary(a: PlanAnalysis, program: Program) -> dict:
                       for t in r.transfers],
     } for r in a.reshards]
     memory = [{
-        "device_group": g.id, "gpu": g.gpu.name, "per_gpu_gb": g.memory.total_gb,
-        "weights_gb": g.memory.weights_gb, "grads_gb": g.memory.grads_gb,
-        "optimizer_gb": g.memory.optimizer_gb, "activations_gb": g.memory.activations_gb,
-        "capacity_gb": g.gpu.hbm_gb, "fits": g.fits,
+        "device_group": g.id, "gpu": g.gpu.name, "per_gpu_gib": g.memory.total_gib,
+        "weights_gib": g.memory.weights_gib, "grads_gib": g.memory.grads_gib,
+        "optimizer_gib": g.memory.optimizer_gib, "activations_gib": g.memory.activations_gib,
+        "capacity_gib": g.gpu.hbm_gib, "fits": g.fits,
     } for g in a.groups]
     workload = [{
         "device_group": g.id, "gpu": g.gpu.name, "tp": g.tp, "stage": g.stage,
@@ -43,6 +46,7 @@ def plan_summary(a: PlanAnalysis, program: Program) -> dict:
         "name": a.name,
         "model": a.model.name,
         "schedule": a.schedule,
+        "stack": dataclasses.asdict(a.stack),
         "resharding_scheme": a.resharding,
         "dp_groups": dp_groups,
         "resharding": resharding,
@@ -53,14 +57,16 @@ def plan_summary(a: PlanAnalysis, program: Program) -> dict:
     }
 
 
-def _gb(x: float) -> str:
-    return f"{x:.2f} GB"
+def _gib(x: float) -> str:
+    return f"{x:.2f} GiB"
 
 
 def format_plan(s: dict) -> str:
     """The readable form of :func:`plan_summary`."""
+    st = s["stack"]
     out = [f"plan {s['name']!r}: model {s['model']}, schedule {s['schedule']}, "
-           f"resharding {s['resharding_scheme']}"]
+           f"resharding {s['resharding_scheme']}",
+           "stack: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in st.items())]
     out.append("\ndevice groups:")
     mem = {m["device_group"]: m for m in s["memory"]}
     for w in s["workload"]:
@@ -70,7 +76,7 @@ def format_plan(s: dict) -> str:
             f"stage {w['stage']} layers {w['layers'][0]}-{w['layers'][1]}, "
             f"{w['num_micro_batches']} x mb {w['micro_batch_size']}: "
             f"fwd {w['forward_time_s'] * 1e3:.2f} ms, bwd {w['backward_time_s'] * 1e3:.2f} ms; "
-            f"memory {_gb(m['per_gpu_gb'])} of {_gb(m['capacity_gb'])}"
+            f"memory {_gib(m['per_gpu_gib'])} of {_gib(m['capacity_gib'])}"
             + ("" if m["fits"] else "  DOES NOT FIT")
         )
     out.append("\ndata-parallel groups (sweep line):")

@@ -12,10 +12,17 @@ Latency placement: a link carries the delay of the medium it models (scale-up,
 PCIe, NIC) plus ``switch_latency_ns`` when it enters a ToR or spine switch, so a
 path's latency counts each traversed scale-out switch exactly once. The scale-up
 switch has no extra delay: the scale-up latency already stands for it.
+
+Every link also carries what NCCL makes of its kind (:mod:`xsweep.plan.transport`
+reads them): the bus-bandwidth fraction of its line rate and the fixed time of one
+NCCL operation, from the catalog's link kinds (scale-up and PCIe) and NICs. ToR
+uplinks and inter-site links carry the network's figures (the lowest efficiency and
+the highest launch latency of the NICs below them).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import permutations
@@ -23,8 +30,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from xsweep.errors import InputError
-from xsweep.spec.catalog import GpuSpec, NicSpec
+from xsweep.spec.catalog import GpuSpec, LinkSpec, NicSpec
 
 RAIL_OPTIMIZED = "rail_optimized"
 FAT_TREE = "fat_tree"
@@ -48,6 +54,8 @@ class NodeHw:
     num_gpus: int
     scale_up_gbps: float  # per GPU, Gb/s (the node's override, else the GPU's catalog value)
     scale_up_latency_ns: float
+    scale_up_link: LinkSpec  # link kind of the scale-up fabric (the node's override, else the GPU's)
+    pcie_link: LinkSpec  # link kind of the GPU's PCIe path
     cluster: int = 0  # index of the site the node sits in
 
 
@@ -85,6 +93,8 @@ class Topology:
 
     capacity: np.ndarray  # float64[L], bytes/s
     latency_s: np.ndarray  # float64[L], s
+    bus_efficiency: np.ndarray  # float64[L], fraction of capacity NCCL's bus bandwidth reaches
+    launch_latency_s: np.ndarray  # float64[L], fixed time of one NCCL operation over the link
     names: tuple[str, ...]
     nodes: tuple[NodeHw, ...]
     fabric: FabricHw
@@ -122,6 +132,32 @@ class Topology:
             route = self._paths[key] = self._route(*key)
         return route
 
+    def paths(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The routes of many (``src``, ``dst``) pairs as CSR: ``(ptr, links)``."""
+        if len(src) == 0:
+            return np.zeros(1, np.int64), np.zeros(0, np.int64)
+        n = self.num_ranks
+        pairs, inverse = np.unique(np.asarray(src, np.int64) * n + dst, return_inverse=True)
+        routes = [self.path(p // n, p % n) for p in pairs.tolist()]
+        lengths = np.array([len(r) for r in routes], np.int64)
+        flat = np.fromiter((x for r in routes for x in r), np.int64, int(lengths.sum()))
+        starts = np.concatenate([[0], np.cumsum(lengths)])
+        counts = lengths[inverse.ravel()]
+        ptr = np.concatenate([[0], np.cumsum(counts)])
+        owner = np.repeat(np.arange(len(counts)), counts)
+        links = flat[starts[inverse.ravel()][owner] + np.arange(int(ptr[-1])) - ptr[:-1][owner]]
+        return ptr, links
+
+    def shape_key(self) -> tuple:
+        """What the links and routes depend on (not their capacities or latencies)."""
+        fabric = self.fabric
+        return (tuple((n.num_gpus, n.cluster) for n in self.nodes), fabric.kind,
+                fabric.nodes_per_rack if fabric.kind == FAT_TREE else 0)
+
+    def rank_nodes(self) -> np.ndarray:
+        """int32[R]: the node index of every global rank."""
+        return np.array(self._rank_node, np.int32)
+
     def path_latency_s(self, path: Sequence[int]) -> float:
         """Sum of the latencies of the links on ``path``."""
         return float(sum(float(self.latency_s[link]) for link in path))
@@ -145,25 +181,46 @@ class Topology:
         return (s.pcie_out, s.nic_out, *middle, d.nic_in, d.pcie_in)
 
 
+class _Kind(NamedTuple):
+    """What NCCL makes of a link: bus-bandwidth fraction and launch latency in us."""
+
+    bus_efficiency: float
+    launch_latency_us: float
+
+
 class _LinkTable:
-    """Accumulates links, converting Gb/s to bytes/s and ns to s in one place."""
+    """Accumulates links, converting Gb/s to bytes/s and ns, us to s in one place."""
 
     def __init__(self) -> None:
         self.capacity: list[float] = []
         self.latency_s: list[float] = []
+        self.efficiency: list[float] = []
+        self.launch_s: list[float] = []
         self.names: list[str] = []
 
-    def add(self, tail: str, head: str, gbps: float, latency_ns: float) -> int:
+    def add(self, tail: str, head: str, gbps: float, latency_ns: float, kind: _Kind) -> int:
         self.capacity.append(gbps * 1e9 / 8)
         self.latency_s.append(latency_ns * 1e-9)
+        self.efficiency.append(kind.bus_efficiency)
+        self.launch_s.append(kind.launch_latency_us * 1e-6)
         self.names.append(f"{tail}->{head}")
         return len(self.names) - 1
+
+
+def _kind(spec: LinkSpec | NicSpec) -> _Kind:
+    return _Kind(spec.bus_efficiency, spec.launch_latency_us)
+
+
+def _network_kind(kinds: list[_Kind]) -> _Kind:
+    """A fabric link shared by several NICs: the least efficient, slowest to launch."""
+    return _Kind(min(k.bus_efficiency for k in kinds), max(k.launch_latency_us for k in kinds))
 
 
 def build_topology(nodes: Sequence[NodeHw], fabric: FabricHw) -> Topology:
     """Build the link graph of ``nodes`` (global ranks numbered node by node) on ``fabric``."""
     nodes = tuple(nodes)
-    _validate(nodes, fabric)
+    if fabric.kind not in FABRIC_KINDS:
+        raise ValueError(f"unknown fabric kind {fabric.kind!r}; expected one of {FABRIC_KINDS}")
     switch_ns = fabric.switch_latency_ns
     links = _LinkTable()
     rank_node: list[int] = []
@@ -171,6 +228,7 @@ def build_topology(nodes: Sequence[NodeHw], fabric: FabricHw) -> Topology:
     rank_tor_key: list[tuple[int, int]] = []
     per_rank: list[tuple[int, ...]] = []
     tor_port_gbps: dict[tuple[int, int], float] = {}
+    tor_kinds: dict[tuple[int, int], list[_Kind]] = {}
     nodes_seen_in_site: dict[int, int] = {}
     for n, node in enumerate(nodes):
         rack = nodes_seen_in_site.get(node.cluster, 0) // fabric.nodes_per_rack
@@ -181,15 +239,17 @@ def build_topology(nodes: Sequence[NodeHw], fabric: FabricHw) -> Topology:
             key = (node.cluster, local if fabric.kind == RAIL_OPTIMIZED else rack)
             tor = _tor_name(fabric.kind, key)
             nic_gbps = node.nic.bandwidth_gbps
+            up, pcie, net = _kind(node.scale_up_link), _kind(node.pcie_link), _kind(node.nic)
             per_rank.append((
-                links.add(gpu, su, node.scale_up_gbps, node.scale_up_latency_ns),
-                links.add(su, gpu, node.scale_up_gbps, node.scale_up_latency_ns),
-                links.add(gpu, nic, node.gpu.pcie_gbps, node.gpu.pcie_latency_ns),
-                links.add(nic, gpu, node.gpu.pcie_gbps, node.gpu.pcie_latency_ns),
-                links.add(nic, tor, nic_gbps, node.nic.latency_ns + switch_ns),
-                links.add(tor, nic, nic_gbps, node.nic.latency_ns),
+                links.add(gpu, su, node.scale_up_gbps, node.scale_up_latency_ns, up),
+                links.add(su, gpu, node.scale_up_gbps, node.scale_up_latency_ns, up),
+                links.add(gpu, nic, node.gpu.pcie_gbps, node.gpu.pcie_latency_ns, pcie),
+                links.add(nic, gpu, node.gpu.pcie_gbps, node.gpu.pcie_latency_ns, pcie),
+                links.add(nic, tor, nic_gbps, node.nic.latency_ns + switch_ns, net),
+                links.add(tor, nic, nic_gbps, node.nic.latency_ns, net),
             ))
             tor_port_gbps[key] = tor_port_gbps.get(key, 0.0) + nic_gbps
+            tor_kinds.setdefault(key, []).append(net)
             rank_node.append(n)
             rank_local.append(local)
             rank_tor_key.append(key)
@@ -200,21 +260,27 @@ def build_topology(nodes: Sequence[NodeHw], fabric: FabricHw) -> Topology:
     for key in tor_keys:
         tor, spine = _tor_name(fabric.kind, key), _spine_name(key[0])
         uplink_gbps = tor_port_gbps[key] / fabric.oversubscription
-        tor_up.append(links.add(tor, spine, uplink_gbps, switch_ns))
-        tor_down.append(links.add(spine, tor, uplink_gbps, switch_ns))
+        kind = _network_kind(tor_kinds[key])
+        tor_up.append(links.add(tor, spine, uplink_gbps, switch_ns, kind))
+        tor_down.append(links.add(spine, tor, uplink_gbps, switch_ns, kind))
+    network = _network_kind([k for kinds in tor_kinds.values() for k in kinds])
     inter_cluster = {
         (a, b): links.add(_spine_name(a), _spine_name(b), fabric.inter_cluster_gbps,
-                          fabric.inter_cluster_latency_ns + switch_ns)
+                          fabric.inter_cluster_latency_ns + switch_ns, network)
         for a, b in permutations(sorted(nodes_seen_in_site), 2)
     }
 
-    capacity = np.array(links.capacity, dtype=np.float64)
-    latency_s = np.array(links.latency_s, dtype=np.float64)
-    capacity.setflags(write=False)
-    latency_s.setflags(write=False)
+    _check_links(links)
+    arrays = [np.array(values, dtype=np.float64) for values in
+              (links.capacity, links.latency_s, links.efficiency, links.launch_s)]
+    for array in arrays:
+        array.setflags(write=False)
+    capacity, latency_s, efficiency, launch_s = arrays
     return Topology(
         capacity=capacity,
         latency_s=latency_s,
+        bus_efficiency=efficiency,
+        launch_latency_s=launch_s,
         names=tuple(links.names),
         nodes=nodes,
         fabric=fabric,
@@ -238,44 +304,11 @@ def _spine_name(site: int) -> str:
     return f"spine{site}"
 
 
-def _validate(nodes: tuple[NodeHw, ...], fabric: FabricHw) -> None:
-    """Reject hardware descriptions no network can be built from."""
-    where = "cluster.fabric"
-    if fabric.kind not in FABRIC_KINDS:
-        raise InputError(None, f"{where}.kind", fabric.kind, f"must be one of {FABRIC_KINDS}")
-    if not fabric.oversubscription > 0:
-        raise InputError(None, f"{where}.oversubscription", fabric.oversubscription,
-                         "must be positive")
-    if fabric.nodes_per_rack < 1:
-        raise InputError(None, f"{where}.nodes_per_rack", fabric.nodes_per_rack,
-                         "must be at least 1")
-    if fabric.switch_latency_ns < 0:
-        raise InputError(None, f"{where}.switch_latency_ns", fabric.switch_latency_ns,
-                         "must not be negative")
-    if fabric.inter_cluster_latency_ns < 0:
-        raise InputError(None, f"{where}.inter_cluster.latency_ns",
-                         fabric.inter_cluster_latency_ns, "must not be negative")
-    if not nodes:
-        raise InputError(None, "cluster.nodes", [], "a cluster needs at least one node")
-    for i, node in enumerate(nodes):
-        at = f"cluster.nodes[{i}]"
-        if node.num_gpus < 1:
-            raise InputError(None, f"{at}.num_gpus", node.num_gpus, "must be at least 1")
-        if node.cluster < 0:
-            raise InputError(None, f"{at}.cluster", node.cluster, "must not be negative")
-        if not node.scale_up_gbps > 0 or node.scale_up_latency_ns < 0:
-            raise InputError(None, f"{at}.scale_up", (node.scale_up_gbps,
-                             node.scale_up_latency_ns),
-                             "bandwidth must be positive and latency not negative")
-        if not node.gpu.pcie_gbps > 0 or node.gpu.pcie_latency_ns < 0:
-            raise InputError(None, f"{at}.gpu", node.gpu.name,
-                             "PCIe bandwidth must be positive and latency not negative")
-        if not node.nic.bandwidth_gbps > 0 or node.nic.latency_ns < 0:
-            raise InputError(None, f"{at}.nic", node.nic.name,
-                             "NIC bandwidth must be positive and latency not negative")
-    sites = {node.cluster for node in nodes}
-    if len(sites) > 1 and not fabric.inter_cluster_gbps > 0:
-        raise InputError(None, f"{where}.inter_cluster.bandwidth_gbps",
-                         fabric.inter_cluster_gbps,
-                         f"nodes sit in {len(sites)} clusters, so the link between them "
-                         "needs a positive bandwidth")
+def _check_links(links: _LinkTable) -> None:
+    """Every link must carry data and take a non-negative time: a validated plan ensures it
+    (``xsweep.spec.validate``), so a failure here is a caller's error, not the user's."""
+    for name, capacity, latency in zip(links.names, links.capacity, links.latency_s,
+                                       strict=True):
+        if not (0 < capacity < math.inf and 0 <= latency < math.inf):
+            raise ValueError(f"link {name}: capacity {capacity} bytes/s and latency "
+                             f"{latency} s; build topologies from validated plans")

@@ -16,14 +16,34 @@ these sizes; the largest shard (``ceil(n / tp)`` of ``n``) sets a group's time a
 memory, so every per-GPU figure here is that of the largest shard. When ``tp`` exceeds
 the number of KV heads, each rank keeps one KV head.
 
-Compute time is a roofline per operator group (one fused kernel each: the QKV
-projection, the attention core, the output projection, the FFN input and output
-matrices, the embedding gather, the logits and the loss):
-``max(flops / (peak x efficiency), bytes / HBM bandwidth)``, where bytes are the
-weights read once per micro-batch plus the activations read and written, in bf16. The
-attention core is taken as fused (flash attention): it reads Q, K, V and writes its
-output without materialising the scores. Backward time is twice the forward time of
-each group. A measured :class:`~xsweep.plan.profile.Profile` replaces the estimate of
+Time is a roofline per kernel, ``max(flops / rate, bytes / (HBM bandwidth x hbm_efficiency))``,
+where bytes are the weights read once per micro-batch plus the activations read and
+written (bf16; dropout masks one byte an element). The rate depends on the kernel:
+
+* GEMMs run at ``peak x gemm_efficiency x w / max(w + 1/2, 1)`` with ``w`` the waves
+  of output tiles over the GPU's SMs: the last wave is on average half empty, and a
+  GEMM of fewer tiles than SMs leaves SMs idle. Tiles are 256 x 128 (the tile of
+  cuBLAS's fastest kernels in NVIDIA's *Matrix Multiplication Background User's
+  Guide*), narrowed to a dimension smaller than that, down to 64. Large GEMMs reach
+  the sustained maximum (``gemm_efficiency``); small or skinny ones (high TP, short
+  sequences) fall below it, and GEMMs of little arithmetic intensity hit the HBM roof.
+  Tile quantization is left out (transformer sizes are multiples of 128).
+* Fused (flash) attention runs at ``peak x flash_attention_efficiency`` with the same
+  wave factor over blocks of 128 query rows; it skips the masked half of the causal
+  scores, so it takes half the time of its counted FLOPs at that rate.
+* Without flash attention the core is two batched GEMMs (scores ``Q K^T`` and weighted
+  values), with the fused scale-mask-softmax and, for models with dropout, the dropout
+  of the probabilities as memory-bound passes over the ``b x heads x s x s`` scores.
+* Norms, activations, dropout and residual additions are memory bound (Megatron fuses
+  bias, dropout and residual into one pass): two norms (read and write ``h``), two
+  residual additions (read ``2h``, write ``h``, plus the dropout mask), the activation
+  (GELU reads and writes ``f/t``; SwiGLU reads ``2f/t`` and writes ``f/t``). Without
+  sequence parallelism every TP rank repeats the norms and residuals on all tokens;
+  with it each handles ``1/t`` of them.
+
+Backward time is twice the forward time of each kernel. Selective recompute adds the
+forward of the attention core to the backward pass, full recompute the forward of the
+whole block. A measured :class:`~xsweep.spec.profile.Profile` replaces the estimate of
 the transformer blocks; embedding and head are always estimated.
 """
 
@@ -32,8 +52,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xsweep.errors import InputError
-from xsweep.plan.profile import Profile
+from xsweep.plan.stack import DEFAULT_STACK, ZERO_STAGES, Stack
 from xsweep.spec.catalog import GpuSpec, ModelSpec
+from xsweep.spec.profile import Profile
 
 BF16_BYTES = 2
 #: Bytes one parameter's mixed-precision Adam step touches: it reads fp32 master weight,
@@ -81,9 +102,9 @@ def _block_weights(model: ModelSpec, shard: TpShard) -> int:
     return attention + ffn + 2 * h  # two norm gains, replicated on every rank
 
 
-def block_params(model: ModelSpec) -> int:
-    """Parameters of one transformer block."""
-    return _block_weights(model, tp_shard(model, 1))
+def block_params(model: ModelSpec, tp: int = 1) -> int:
+    """Parameters of one transformer block (on the largest shard at TP ``tp``)."""
+    return _block_weights(model, tp_shard(model, tp))
 
 
 def embedding_params(model: ModelSpec) -> int:
@@ -134,80 +155,164 @@ def segment_grad_bytes(model: ModelSpec, first: int, last: int,
     return BF16_BYTES * _segment_params(model, tp_shard(model, 1), first, last, total)
 
 
+#: Output tile (rows, columns) of the GEMM kernels that reach ``gemm_efficiency``
+#: (cuBLAS's 256 x 128), and the narrowest tile side used for smaller dimensions.
+GEMM_TILE = (256, 128)
+MIN_TILE_SIDE = 64
+#: Query rows per thread block of a fused attention kernel (FlashAttention-2, head dim 128).
+ATTENTION_TILE_ROWS = 128
+#: Fraction of the counted attention FLOPs a fused causal kernel computes.
+CAUSAL_WORK = 0.5
+MASK_BYTES = 1  # a dropout mask element
+
+
 @dataclass(frozen=True)
 class _Op:
-    """One kernel on one rank: FLOPs and HBM bytes moved."""
+    """One kernel on one rank: counted FLOPs, HBM bytes moved, and how it runs."""
 
+    kind: str  # "gemm", "attention" (fused) or "memory"
     flops: float
     bytes: float
+    tiles: float = 0.0  # output tiles (GEMM) or query blocks (attention): the parallel work
+    work: float = 1.0  # fraction of ``flops`` the kernel computes (causal skipping)
 
 
-def _gemm(tokens: int, k: int, n: int, *, in_cols: int, out_cols: int) -> _Op:
-    """``tokens x k`` times ``k x n`` weight; reads ``in_cols``, writes ``out_cols`` per token."""
-    return _Op(2.0 * tokens * k * n, BF16_BYTES * (k * n + tokens * (in_cols + out_cols)))
+def wave_efficiency(tiles: float, num_sms: int) -> float:
+    """Busy fraction of the SMs for ``tiles`` equal work units: ``w / max(w + 1/2, 1)``.
+
+    ``w = tiles / num_sms`` waves; the last wave is taken as half full on average, and
+    below one wave the idle SMs are counted. Increasing in ``tiles``, below 1.
+    """
+    waves = tiles / num_sms
+    return waves / max(waves + 0.5, 1.0)
 
 
-def _block_ops(model: ModelSpec, micro_batch_size: int, shard: TpShard) -> tuple[_Op, ...]:
-    h, s, d = model.hidden_size, model.seq_length, _head_dim(model)
-    tokens = micro_batch_size * s
+def gemm_tiles(m: float, n: float, batch: float = 1.0) -> float:
+    """Output tiles of ``batch`` GEMMs with ``m x n`` outputs (see the module docstring)."""
+    rows = min(GEMM_TILE[0], max(MIN_TILE_SIDE, m))
+    cols = min(GEMM_TILE[1], max(MIN_TILE_SIDE, n))
+    return batch * m * n / (rows * cols)
+
+
+def gemm_efficiency(gpu: GpuSpec, m: float, n: float, batch: float = 1.0) -> float:
+    """Fraction of peak a GEMM with a ``batch x m x n`` output reaches when compute bound."""
+    return gpu.gemm_efficiency * wave_efficiency(gemm_tiles(m, n, batch), gpu.num_sms)
+
+
+def _gemm(tokens: float, k: int, n: int) -> _Op:
+    """``tokens x k`` activations times a ``k x n`` weight."""
+    return _Op("gemm", 2.0 * tokens * k * n, BF16_BYTES * (k * n + tokens * (k + n)),
+               tiles=gemm_tiles(tokens, n))
+
+
+def _memory(nbytes: float) -> _Op:
+    return _Op("memory", 0.0, nbytes)
+
+
+def _attention_ops(model: ModelSpec, micro_batch_size: int, shard: TpShard,
+                   flash: bool) -> tuple[_Op, ...]:
+    """The attention core: scores, softmax (and dropout), weighted values."""
+    s, d, b = model.seq_length, _head_dim(model), micro_batch_size
+    heads = shard.heads
+    tokens = b * s
+    if flash:  # reads Q, K, V and writes the output; the scores stay on chip
+        return (_Op("attention", 4.0 * b * s * s * d * heads,
+                    BF16_BYTES * tokens * (2 * d * heads + 2 * d * shard.kv_heads),
+                    tiles=b * heads * max(s / ATTENTION_TILE_ROWS, 1.0), work=CAUSAL_WORK),)
+    matrices, scores = b * heads, b * heads * s * s
+    ops = [
+        _Op("gemm", 2.0 * scores * d, BF16_BYTES * (2 * matrices * s * d + scores),
+            tiles=gemm_tiles(s, s, matrices)),  # Q K^T
+        _memory(2 * BF16_BYTES * scores),  # scale, mask and softmax in one pass
+    ]
+    if model.dropout:
+        ops.append(_memory((2 * BF16_BYTES + MASK_BYTES) * scores))
+    ops.append(_Op("gemm", 2.0 * scores * d, BF16_BYTES * (scores + 2 * matrices * s * d),
+                   tiles=gemm_tiles(s, d, matrices)))  # probabilities x V
+    return tuple(ops)
+
+
+def _pointwise_ops(model: ModelSpec, micro_batch_size: int, shard: TpShard, tp: int,
+                   stack: Stack) -> tuple[_Op, ...]:
+    """Norms, residual additions (with dropout) and the activation of one block."""
+    h, tokens = model.hidden_size, micro_batch_size * model.seq_length
+    shared = tokens / tp if stack.sequence_parallel else tokens  # tokens of the replicated ops
+    norm = _memory(2 * BF16_BYTES * h * shared)
+    residual = _memory((3 * BF16_BYTES + (MASK_BYTES if model.dropout else 0)) * h * shared)
+    activation = _memory(mlp_matrices(model) * BF16_BYTES * shard.ffn * tokens)
+    return (norm, residual, norm, residual, activation)
+
+
+def _block_ops(model: ModelSpec, micro_batch_size: int, shard: TpShard, tp: int,
+               stack: Stack) -> tuple[tuple[_Op, ...], tuple[_Op, ...]]:
+    """The kernels of one block's forward pass: (attention core, everything else)."""
+    h, d = model.hidden_size, _head_dim(model)
+    tokens = micro_batch_size * model.seq_length
     q_cols, kv_cols = d * shard.heads, 2 * d * shard.kv_heads
-    qkv_cols = q_cols + kv_cols
     ffn_in = (mlp_matrices(model) - 1) * shard.ffn
-    attention_core = _Op(  # scores and weighted values, 2*b*s^2*d per head each
-        4.0 * micro_batch_size * s * s * q_cols,
-        BF16_BYTES * tokens * (qkv_cols + q_cols),
-    )
-    return (
-        _gemm(tokens, h, qkv_cols, in_cols=h, out_cols=qkv_cols),
-        attention_core,
-        _gemm(tokens, q_cols, h, in_cols=q_cols, out_cols=h),
-        _gemm(tokens, h, ffn_in, in_cols=h, out_cols=ffn_in),
-        _gemm(tokens, shard.ffn, h, in_cols=shard.ffn, out_cols=h),
-    )
+    gemms = (_gemm(tokens, h, q_cols + kv_cols), _gemm(tokens, q_cols, h),
+             _gemm(tokens, h, ffn_in), _gemm(tokens, shard.ffn, h))
+    return (_attention_ops(model, micro_batch_size, shard, stack.flash_attention),
+            gemms + _pointwise_ops(model, micro_batch_size, shard, tp, stack))
 
 
 def _embedding_ops(model: ModelSpec, micro_batch_size: int) -> tuple[_Op, ...]:
     row_bytes = BF16_BYTES * micro_batch_size * model.seq_length * model.hidden_size
-    return (_Op(0.0, 2 * row_bytes),)  # gather the rows, write the layer input
+    return (_memory(2 * row_bytes),)  # gather the rows, write the layer input
 
 
-def _head_ops(model: ModelSpec, micro_batch_size: int, shard: TpShard) -> tuple[_Op, ...]:
-    tokens = micro_batch_size * model.seq_length
-    logits = _gemm(tokens, model.hidden_size, shard.vocab, in_cols=model.hidden_size,
-                   out_cols=shard.vocab)
-    loss = _Op(0.0, BF16_BYTES * tokens * shard.vocab)  # the loss reads the logits once more
-    return (logits, loss)
+def _head_ops(model: ModelSpec, micro_batch_size: int, shard: TpShard, tp: int,
+              stack: Stack) -> tuple[_Op, ...]:
+    h, tokens = model.hidden_size, micro_batch_size * model.seq_length
+    shared = tokens / tp if stack.sequence_parallel else tokens
+    final_norm = _memory(2 * BF16_BYTES * h * shared)
+    logits = _gemm(tokens, h, shard.vocab)
+    loss = _memory(BF16_BYTES * tokens * shard.vocab)  # the loss reads the logits once more
+    return (final_norm, logits, loss)
 
 
 def _flops(ops: tuple[_Op, ...]) -> float:
     return sum(op.flops for op in ops)
 
 
-def _roofline_s(ops: tuple[_Op, ...], gpu: GpuSpec) -> float:
-    rate = gpu.peak_flops * gpu.efficiency
-    return sum(max(op.flops / rate, op.bytes / gpu.hbm_bytes_per_s) for op in ops)
+def op_time_s(op: _Op, gpu: GpuSpec) -> float:
+    """Roofline time of one kernel on ``gpu`` (see the module docstring)."""
+    memory_s = op.bytes / (gpu.hbm_bytes_per_s * gpu.hbm_efficiency)
+    if op.kind == "memory":
+        return memory_s
+    fraction = gpu.gemm_efficiency if op.kind == "gemm" else gpu.flash_attention_efficiency
+    rate = gpu.peak_flops * fraction * wave_efficiency(op.tiles, gpu.num_sms)
+    return max(op.work * op.flops / rate, memory_s)
+
+
+def _time_s(ops: tuple[_Op, ...], gpu: GpuSpec) -> float:
+    return sum(op_time_s(op, gpu) for op in ops)
 
 
 def block_forward_flops(model: ModelSpec, micro_batch_size: int) -> float:
     """Forward FLOPs of one transformer block for one micro-batch (no parallelism)."""
-    return _flops(_block_ops(model, micro_batch_size, tp_shard(model, 1)))
+    attention, rest = _block_ops(model, micro_batch_size, tp_shard(model, 1), 1, DEFAULT_STACK)
+    return _flops(attention + rest)
 
 
-def block_forward_bytes(model: ModelSpec, micro_batch_size: int) -> float:
+def block_forward_bytes(model: ModelSpec, micro_batch_size: int,
+                        stack: Stack = DEFAULT_STACK) -> float:
     """HBM bytes one block's forward pass moves for one micro-batch (no parallelism)."""
-    return sum(op.bytes for op in _block_ops(model, micro_batch_size, tp_shard(model, 1)))
+    attention, rest = _block_ops(model, micro_batch_size, tp_shard(model, 1), 1, stack)
+    return sum(op.bytes for op in attention + rest)
 
 
 def head_forward_flops(model: ModelSpec, micro_batch_size: int) -> float:
     """Forward FLOPs of the LM head (logits) for one micro-batch: ``2 b s h V``."""
-    return _flops(_head_ops(model, micro_batch_size, tp_shard(model, 1)))
+    return _flops(_head_ops(model, micro_batch_size, tp_shard(model, 1), 1, DEFAULT_STACK))
 
 
 def iteration_model_flops(model: ModelSpec, global_batch: int, recompute: bool = False) -> float:
     """FLOPs of one training iteration over ``global_batch`` sequences.
 
     Forward plus backward (twice the forward) of all blocks and the head; with
-    ``recompute`` one more forward of the blocks.
+    ``recompute`` one more forward of the blocks (Megatron's hardware FLOPs under full
+    recompute, the figure its papers report throughput in).
     """
     blocks = model.num_layers * block_forward_flops(model, global_batch)
     head = head_forward_flops(model, global_batch)
@@ -232,6 +337,7 @@ class StageCost:
     tp_allreduce_bytes: float  # one Megatron TP all-reduce: b*s*h bf16 values
     tp_allreduces_forward: int
     tp_allreduces_backward: int
+    tp_ops_per_allreduce: int  # NCCL operations per all-reduce: 2 under sequence parallelism
     activation_bytes: float  # sent to the next stage per micro-batch (gradient back: same)
     grad_bytes: float  # bf16 gradients held by one rank for its layers
     profiled: bool  # block times come from a measured profile, not the roofline
@@ -247,16 +353,17 @@ def _block_times_s(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: in
         measured = profile.lookup(gpu.name, tp, micro_batch_size)
         if measured is not None:
             return measured[0], measured[1], True
-    forward_s = _roofline_s(ops, gpu)
+    forward_s = _time_s(ops, gpu)
     return forward_s, 2.0 * forward_s, False
 
 
 def stage_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
-               first_layer: int, last_layer: int, *, recompute: bool = False,
+               first_layer: int, last_layer: int, *, stack: Stack = DEFAULT_STACK,
                profile: Profile | None = None) -> StageCost:
     """Cost of one micro-batch on a device group running layers first..last (1-based).
 
     Args:
+        stack: training-stack options (sequence parallelism, flash attention, recompute).
         profile: measured block times; where it has no entry for (GPU, TP, micro-batch
             size), or the size lies outside its measured range, the roofline is used.
     """
@@ -265,25 +372,28 @@ def stage_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
         raise ValueError(f"micro_batch_size must be at least 1, got {micro_batch_size}")
     shard = tp_shard(model, tp)
     num_blocks = last_layer - first_layer + 1
-    ops = _block_ops(model, micro_batch_size, shard)
+    attention, rest = _block_ops(model, micro_batch_size, shard, tp, stack)
+    ops = attention + rest
     block_fwd_s, block_bwd_s, profiled = _block_times_s(model, gpu, tp, micro_batch_size,
                                                         ops, profile)
-    if recompute:
-        block_bwd_s += block_fwd_s
-    fwd_s, bwd_s = [block_fwd_s] * num_blocks, [block_bwd_s] * num_blocks
     block_flops = _flops(ops)
+    recomputed_flops = {"none": 0.0, "selective": _flops(attention),
+                        "full": block_flops}[stack.recompute]
+    block_bwd_s += {"none": 0.0, "selective": _time_s(attention, gpu),
+                    "full": block_fwd_s}[stack.recompute]
+    fwd_s, bwd_s = [block_fwd_s] * num_blocks, [block_bwd_s] * num_blocks
     forward_flops = num_blocks * block_flops
     if first_layer == 1:
-        embed_s = _roofline_s(_embedding_ops(model, micro_batch_size), gpu)
+        embed_s = _time_s(_embedding_ops(model, micro_batch_size), gpu)
         fwd_s[0] += embed_s
         bwd_s[0] += 2.0 * embed_s
     if last_layer == total:
-        head = _head_ops(model, micro_batch_size, shard)
-        head_s = _roofline_s(head, gpu)
+        head = _head_ops(model, micro_batch_size, shard, tp, stack)
+        head_s = _time_s(head, gpu)
         fwd_s[-1] += head_s
         bwd_s[-1] += 2.0 * head_s
         forward_flops += _flops(head)
-    backward_flops = 2.0 * forward_flops + (num_blocks * block_flops if recompute else 0.0)
+    backward_flops = 2.0 * forward_flops + num_blocks * recomputed_flops
     activation_bytes = float(BF16_BYTES * micro_batch_size * model.seq_length
                              * model.hidden_size)
     return StageCost(
@@ -295,7 +405,8 @@ def stage_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
         layer_backward_time_s=tuple(bwd_s),
         tp_allreduce_bytes=activation_bytes,
         tp_allreduces_forward=2 * num_blocks,
-        tp_allreduces_backward=(4 if recompute else 2) * num_blocks,
+        tp_allreduces_backward=(4 if stack.recompute == "full" else 2) * num_blocks,
+        tp_ops_per_allreduce=2 if stack.sequence_parallel else 1,
         activation_bytes=activation_bytes,
         grad_bytes=float(BF16_BYTES * rank_params(model, tp, first_layer, last_layer)),
         profiled=profiled,
@@ -306,12 +417,14 @@ def optimizer_time_s(model: ModelSpec, gpu: GpuSpec, tp: int, first: int, last: 
                      dp: int, zero_stage: int) -> float:
     """Time of one mixed-precision Adam step on one rank of a group (memory bound).
 
-    With ZeRO stage 1 each of the ``dp`` replicas updates only its share of the states.
+    With ZeRO stage 1 or 3 each of the ``dp`` replicas updates only its share of the
+    states.
     """
-    if zero_stage not in (0, 1):
-        raise ValueError(f"zero_stage must be 0 or 1, got {zero_stage}")
+    if zero_stage not in ZERO_STAGES:
+        raise ValueError(f"zero_stage must be one of {ZERO_STAGES}, got {zero_stage}")
     if dp < 1:
         raise ValueError(f"dp must be at least 1, got {dp}")
     step_bytes = ADAM_STEP_BYTES_PER_PARAM * rank_params(model, tp, first, last)
-    return step_bytes / gpu.hbm_bytes_per_s / (dp if zero_stage == 1 else 1)
+    rate = gpu.hbm_bytes_per_s * gpu.hbm_efficiency
+    return step_bytes / rate / (dp if zero_stage else 1)
 

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xsweep import metrics
-from xsweep.plan.program import COMM_KINDS, Program
+from xsweep import timeline
+from xsweep.metrics import STREAM_METRICS
+from xsweep.plan.program import Program
 
 
 @dataclass(frozen=True, eq=False)
@@ -24,9 +25,9 @@ class SimResult:
     num_rate_updates: int  # max-min recomputations
 
 
-def _stream_metrics(program: Program, result: SimResult) -> tuple[metrics.MetricIndex, dict]:
-    index = metrics.metric_index(program)
-    return index, metrics.stream_metrics(np, index, result.task_start_s, result.task_end_s)
+def _stream_metrics(program: Program, result: SimResult) -> tuple[timeline.MetricIndex, dict]:
+    index = timeline.metric_index(program)
+    return index, timeline.stream_metrics(np, index, result.task_start_s, result.task_end_s)
 
 
 def rank_metrics(program: Program, result: SimResult) -> list[dict]:
@@ -34,14 +35,8 @@ def rank_metrics(program: Program, result: SimResult) -> list[dict]:
     _, per_stream = _stream_metrics(program, result)
     rows = []
     for s in range(program.num_streams):
-        common = {
-            "stream": s,
-            "device_group": int(program.stream_device_group[s]),
-            **{name: float(per_stream[name][s])
-               for name in ("busy_s", "idle_s", "bubble_s", "straggler_wait_s")},
-            "exposed_comm_s": {kind: float(per_stream[f"exposed_{kind}_s"][s])
-                               for kind in COMM_KINDS},
-        }
+        common = {"stream": s, "device_group": int(program.stream_device_group[s]),
+                  **{name: float(per_stream[name][s]) for name in STREAM_METRICS}}
         rows += [{"rank": int(r), **common} for r in program.ranks_of_stream(s)]
     return sorted(rows, key=lambda row: row["rank"])
 
@@ -49,7 +44,7 @@ def rank_metrics(program: Program, result: SimResult) -> list[dict]:
 def summary(program: Program, result: SimResult) -> dict:
     """Iteration time, tokens/s, MFU and the mean and max over ranks of every rank metric."""
     index, per_stream = _stream_metrics(program, result)
-    out = metrics.summarize(np, index, per_stream, result.task_start_s, result.task_end_s,
+    out = timeline.summarize(np, index, per_stream, result.task_start_s, result.task_end_s,
                             program.tokens_per_iteration, program.model_flops_per_iteration,
                             program.peak_flops_per_s)
     return {name: float(value) for name, value in out.items()}

@@ -116,12 +116,15 @@ def write_trace(program: Program, result: SimResult, path) -> Path:
     """Write the trace JSON to ``path`` atomically (a temporary file, then a rename)."""
     path = Path(path)
     document = trace_events(program, result)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as out:
-            json.dump(document, out, separators=(",", ":"))
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as out:
+                json.dump(document, out, separators=(",", ":"))
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError as error:  # name the file the caller asked for, not the temporary one
+        raise OSError(error.errno, error.strerror, str(path)) from None
     return path

@@ -1,11 +1,11 @@
 """Inputs: the deployment-plan schema (protobuf), the sweep schema and the catalogs.
 
-Public here: ``load_catalog``, ``Catalog``, ``GpuSpec``, ``NicSpec``, ``ModelSpec``,
+Public here: ``load_catalog``, ``Catalog``, ``GpuSpec``, ``NicSpec``, ``LinkSpec``, ``ModelSpec``,
 ``load_plan`` and the plan helpers of ``plan_io``, ``validate_plan``, ``load_sweep``,
 ``sweep_from_dict``, ``check_sweep_names``, ``Sweep`` and ``OBJECTIVE_DIRECTIONS``.
 """
 
-from xsweep.spec.catalog import Catalog, GpuSpec, ModelSpec, NicSpec, load_catalog
+from xsweep.spec.catalog import Catalog, GpuSpec, LinkSpec, ModelSpec, NicSpec, load_catalog
 from xsweep.spec.plan_io import (
     RankPlace,
     fabric_name,
@@ -15,6 +15,7 @@ from xsweep.spec.plan_io import (
     plan_to_json,
     plan_to_text,
     rank_layout,
+    recompute_name,
     resharding_name,
     resolve_model,
     schedule_name,
@@ -32,6 +33,7 @@ __all__ = [
     "OBJECTIVE_DIRECTIONS",
     "Catalog",
     "GpuSpec",
+    "LinkSpec",
     "ModelSpec",
     "NicSpec",
     "RankPlace",
@@ -46,6 +48,7 @@ __all__ = [
     "plan_to_json",
     "plan_to_text",
     "rank_layout",
+    "recompute_name",
     "resharding_name",
     "resolve_model",
     "schedule_name",

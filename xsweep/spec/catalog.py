@@ -1,10 +1,11 @@
-"""Hardware and model catalogs: GPUs, NICs and model presets.
+"""Hardware and model catalogs: GPUs, NICs, link kinds and model presets.
 
 Defaults ship as package data (``xsweep/spec/data/*.yaml``, every number with its
 source in a comment); users merge their own YAML over them with ``--catalog``.
-Units live in the field names: ``gbps`` is gigabits per second, ``gb`` gigabytes.
+Units live in the field names: ``gbps`` is gigabits per second, ``gib`` gibibytes
+(2^30 bytes, the unit vendors give HBM in), ``us`` microseconds.
 
-A catalog YAML file has up to three top-level keys, ``gpus``, ``nics`` and
+A catalog YAML file has up to four top-level keys, ``gpus``, ``nics``, ``links`` and
 ``models``, each a mapping from an entry name to its fields. An entry may also
 list ``aliases``. Names are matched case-insensitively. A file merged over the
 defaults may give only some fields of an existing entry; a new entry needs all.
@@ -20,26 +21,34 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-import yaml
-
 from xsweep.errors import InputError
+from xsweep.spec import ranges
+from xsweep.spec.enums import MLP
+from xsweep.spec.reader import parse_yaml, read_yaml_file
+
+GIB = 2**30  # bytes in a GiB
 
 
 @dataclass(frozen=True)
 class GpuSpec:
     name: str
     peak_bf16_tflops: float  # dense BF16 tensor-core peak, TFLOP/s
-    hbm_gb: float  # HBM capacity, GB (1e9 bytes)
+    hbm_gib: float  # HBM capacity, GiB (2^30 bytes)
     hbm_tb_per_s: float  # HBM bandwidth, TB/s (1e12 bytes/s)
     scale_up_gbps: float  # scale-up (NVLink) bandwidth per GPU, Gb/s
     scale_up_latency_ns: float
+    scale_up_link: str  # link kind (links section) of the scale-up fabric
     pcie_gbps: float  # GPU <-> NIC PCIe bandwidth, Gb/s
     pcie_latency_ns: float  # one traversal of the PCIe path (switch in and out)
+    pcie_link: str  # link kind (links section) of the GPU's PCIe path
     default_nic: str
     capex_usd: float  # purchase price per GPU, server share included
     power_w: float  # per GPU, server share included
     cloud_usd_per_hour: float  # on-demand price per GPU-hour
-    efficiency: float  # achieved fraction of peak on transformer GEMMs
+    num_sms: int  # streaming multiprocessors: the width of one wave of GEMM tiles
+    gemm_efficiency: float  # fraction of peak the largest, best-shaped GEMMs reach
+    flash_attention_efficiency: float  # fraction of peak a fused attention kernel reaches
+    hbm_efficiency: float  # fraction of the HBM bandwidth a streaming kernel reaches
 
     @property
     def peak_flops(self) -> float:
@@ -49,13 +58,28 @@ class GpuSpec:
     def hbm_bytes_per_s(self) -> float:
         return self.hbm_tb_per_s * 1e12
 
+    @property
+    def hbm_bytes(self) -> float:
+        return self.hbm_gib * GIB
+
 
 @dataclass(frozen=True)
 class NicSpec:
     name: str
     bandwidth_gbps: float
     latency_ns: float
+    bus_efficiency: float  # fraction of the line rate NCCL's bus bandwidth reaches
+    launch_latency_us: float  # fixed time of one NCCL operation over this NIC
     capex_usd: float = 0.0  # per port: adapter plus a share of switch port and optics
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """A kind of intra-node link (NVLink generation, PCIe generation) as NCCL drives it."""
+
+    name: str
+    bus_efficiency: float  # fraction of the line rate NCCL's bus bandwidth reaches
+    launch_latency_us: float  # fixed time of one NCCL operation over this link
 
 
 @dataclass(frozen=True)
@@ -69,14 +93,13 @@ class ModelSpec:
     vocab_size: int
     seq_length: int
     mlp: str  # "gelu" (two FFN matrices) or "swiglu" (three)
+    dropout: bool = False  # trained with dropout (masks are kept and applied)
 
 
-MLP_KINDS = ("gelu", "swiglu")
-_SECTIONS = {"gpus": GpuSpec, "nics": NicSpec, "models": ModelSpec}
-_DEFAULT_FILES = ("gpus.yaml", "nics.yaml", "models.yaml")
-_ZERO_ALLOWED = {"capex_usd", "cloud_usd_per_hour"}  # prices may be unknown; sizes may not
+_SECTIONS = {"gpus": GpuSpec, "nics": NicSpec, "links": LinkSpec, "models": ModelSpec}
+_DEFAULT_FILES = ("gpus.yaml", "nics.yaml", "links.yaml", "models.yaml")
 
-Spec = TypeVar("Spec", GpuSpec, NicSpec, ModelSpec)
+Spec = TypeVar("Spec", GpuSpec, NicSpec, LinkSpec, ModelSpec)
 
 
 @dataclass
@@ -102,10 +125,11 @@ class _Table(Generic[Spec]):
 
 @dataclass
 class Catalog:
-    """GPUs, NICs and model presets, looked up by name or alias (any case)."""
+    """GPUs, NICs, link kinds and model presets, looked up by name or alias (any case)."""
 
     gpus: dict[str, GpuSpec]
     nics: dict[str, NicSpec]
+    links: dict[str, LinkSpec]
     models: dict[str, ModelSpec]
     _tables: dict[str, _Table] = field(repr=False, compare=False)
 
@@ -117,6 +141,10 @@ class Catalog:
         """The NIC called ``name``; InputError (naming ``file``/``field``) if unknown."""
         return self._tables["nics"].get(name, file, field)
 
+    def link(self, name: str, *, file: str | None = None, field: str | None = None) -> LinkSpec:
+        """The link kind called ``name``; InputError (naming ``file``/``field``) if unknown."""
+        return self._tables["links"].get(name, file, field)
+
     def model(self, name: str, *, file: str | None = None, field: str | None = None) -> ModelSpec:
         """The model preset called ``name``; InputError (naming ``file``/``field``) if unknown."""
         return self._tables["models"].get(name, file, field)
@@ -127,15 +155,16 @@ def load_catalog(extra_files: Iterable[str | Path] = ()) -> Catalog:
     tables = {section: _Table(section[:-1]) for section in _SECTIONS}
     for file, document in _default_documents():
         _merge(tables, document, file)
-    _check_default_nics(tables, "xsweep/spec/data/gpus.yaml")
+    _check_gpu_references(tables, "xsweep/spec/data/gpus.yaml")
     for path in extra_files:
         file = str(path)
-        _merge(tables, read_yaml(Path(path).read_text(encoding="utf-8"), file), file)
-        _check_default_nics(tables, file)
+        _merge(tables, read_yaml_file(path), file)
+        _check_gpu_references(tables, file)
     # The dicts are shared with the lookup tables, so an entry added to them is found too.
     return Catalog(
         gpus=tables["gpus"].entries,
         nics=tables["nics"].entries,
+        links=tables["links"].entries,
         models=tables["models"].entries,
         _tables=tables,
     )
@@ -147,7 +176,7 @@ def _default_documents() -> tuple[tuple[str, Any], ...]:
     data_dir = resources.files("xsweep.spec") / "data"
     return tuple(
         (f"xsweep/spec/data/{name}",
-         read_yaml((data_dir / name).read_text(encoding="utf-8"), f"xsweep/spec/data/{name}"))
+         parse_yaml((data_dir / name).read_text(encoding="utf-8"), f"xsweep/spec/data/{name}"))
         for name in _DEFAULT_FILES
     )
 
@@ -157,39 +186,29 @@ def is_catalog_document(document: object) -> bool:
     return isinstance(document, Mapping) and bool(document) and set(document) <= set(_SECTIONS)
 
 
-def read_yaml(text: str, file: str) -> Any:
-    """Parse YAML with the safe loader; syntax errors become an InputError naming the line."""
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else None
-        problem = getattr(error, "problem", None) or str(error)
-        raise InputError(file, where, None, f"invalid YAML: {problem}") from None
-
-
 def _merge(tables: dict[str, _Table], document: object, file: str) -> None:
     if document is None:
         return
     if not isinstance(document, Mapping):
         raise InputError(file, None, type(document).__name__,
-                         "a catalog is a mapping with keys gpus, nics, models")
+                         "a catalog is a mapping with keys gpus, nics, links, models")
     for section, entries in document.items():
         if section not in _SECTIONS:
             raise InputError(file, str(section), None,
-                             "unknown catalog section; expected gpus, nics or models")
+                             "unknown catalog section; expected gpus, nics, links or models")
         if entries is None:
             continue
         if not isinstance(entries, Mapping):
             raise InputError(file, section, type(entries).__name__,
                              "expected a mapping from names to entries")
         for name, values in entries.items():
-            _merge_entry(tables[section], _SECTIONS[section], str(name), values, file,
+            _merge_entry(tables[section], section, str(name), values, file,
                          f"{section}.{name}")
 
 
-def _merge_entry(table: _Table, spec_type: type, name: str, values: object, file: str,
+def _merge_entry(table: _Table, section: str, name: str, values: object, file: str,
                  path: str) -> None:
+    spec_type = _SECTIONS[section]
     if not isinstance(values, Mapping):
         raise InputError(file, path, values, "expected a mapping of fields")
     values = dict(values)
@@ -201,7 +220,7 @@ def _merge_entry(table: _Table, spec_type: type, name: str, values: object, file
         if key not in fields or key == "name":
             known = ", ".join(f for f in fields if f != "name")
             raise InputError(file, f"{path}.{key}", None, f"unknown field; known: {known}")
-    checked = {key: _check_value(spec_type, key, value, file, f"{path}.{key}")
+    checked = {key: _check_value(section, key, value, file, f"{path}.{key}")
                for key, value in values.items()}
     canonical = table.find(name)
     if canonical is not None:
@@ -221,27 +240,31 @@ def _merge_entry(table: _Table, spec_type: type, name: str, values: object, file
             raise InputError(file, f"{path}.aliases", key, f"name already used by {owner!r}")
 
 
-def _check_value(spec_type: type, key: str, value: object, file: str, path: str) -> object:
-    kind = {f.name: f.type for f in dataclasses.fields(spec_type)}[key]
+def _check_value(section: str, key: str, value: object, file: str, path: str) -> object:
+    kind = {f.name: f.type for f in dataclasses.fields(_SECTIONS[section])}[key]
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise InputError(file, path, value, "expected true or false")
+        return value
     if kind == "str":
         if not isinstance(value, str) or not value.strip():
             raise InputError(file, path, value, "expected a non-empty string")
-        if key == "mlp" and value.lower() not in MLP_KINDS:
-            raise InputError(file, path, value, f"expected one of {', '.join(MLP_KINDS)}")
+        if key == "mlp" and value.lower() not in MLP.known():
+            raise InputError(file, path, value, f"expected one of {', '.join(MLP.known())}")
         return value.lower() if key == "mlp" else value
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InputError(file, path, value, "expected a number")
-    if kind == "int" and int(value) != value:
+    bounds = ranges.CATALOG[section][key]
+    bounds.check(value, file, path)
+    if kind == "int" and not float(value).is_integer():
         raise InputError(file, path, value, "expected an integer")
-    if value < 0 or (value == 0 and key not in _ZERO_ALLOWED):
-        raise InputError(file, path, value, "must be positive")
-    if key == "efficiency" and value > 1:
-        raise InputError(file, path, value, "is a fraction of peak, at most 1")
     return int(value) if kind == "int" else float(value)
 
 
-def _check_default_nics(tables: dict[str, _Table], file: str | None) -> None:
+def _check_gpu_references(tables: dict[str, _Table], file: str | None) -> None:
+    """Every GPU's default NIC and link kinds must exist in the merged catalog."""
     for gpu in tables["gpus"].entries.values():
-        if tables["nics"].find(gpu.default_nic) is None:
-            raise InputError(file, f"gpus.{gpu.name}.default_nic", gpu.default_nic,
-                             "names no NIC in the catalog")
+        for key, section, what in (("default_nic", "nics", "NIC"),
+                                   ("scale_up_link", "links", "link kind"),
+                                   ("pcie_link", "links", "link kind")):
+            if tables[section].find(getattr(gpu, key)) is None:
+                raise InputError(file, f"gpus.{gpu.name}.{key}", getattr(gpu, key),
+                                 f"names no {what} in the catalog")

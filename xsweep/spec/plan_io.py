@@ -7,7 +7,6 @@ function here that touches the file system.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import NamedTuple
 
@@ -16,6 +15,8 @@ from google.protobuf import json_format, text_format
 from xsweep.errors import InputError
 from xsweep.spec import xsweep_pb2
 from xsweep.spec.catalog import Catalog, GpuSpec, ModelSpec, NicSpec, load_catalog
+from xsweep.spec.enums import FABRIC, MLP, RECOMPUTE, RESHARDING, SCHEDULE, enum_name
+from xsweep.spec.reader import parse_json, read_text_file
 
 DeploymentPlan = xsweep_pb2.DeploymentPlan
 
@@ -48,7 +49,7 @@ def load_plan(path: str | Path, catalog: Catalog | None = None) -> DeploymentPla
     if suffix not in TEXT_SUFFIXES + JSON_SUFFIXES:
         raise InputError(file, None, suffix or None,
                          "unknown plan format; expected .pbtxt (text format) or .json")
-    text = Path(file).read_text(encoding="utf-8")
+    text = read_text_file(file)
     plan = plan_from_json(text, file) if suffix in JSON_SUFFIXES else plan_from_text(text, file)
     validate_plan(plan, catalog if catalog is not None else load_catalog(), file)
     return plan
@@ -65,15 +66,40 @@ def plan_from_text(text: str, file: str | None = None) -> DeploymentPlan:
 
 
 def plan_from_json(text: str, file: str | None = None) -> DeploymentPlan:
-    """Parse the protobuf JSON mapping; a syntax error names its line."""
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise InputError(file, f"line {error.lineno}", None, f"invalid JSON: {error.msg}") from None
+    """Parse the protobuf JSON mapping; a syntax error names its line.
+
+    A field given twice, also under its two spellings (``firstLayer`` and
+    ``first_layer``), is an error rather than the last one winning.
+    """
+    document = parse_json(text, file)
+    if not isinstance(document, dict):
+        raise InputError(file, None, type(document).__name__,
+                         "a plan in JSON is an object of plan fields")
+    _check_json_fields(document, DeploymentPlan.DESCRIPTOR, "", file)
     try:
         return json_format.ParseDict(document, DeploymentPlan())
     except json_format.ParseError as error:
         raise InputError(file, None, None, str(error).split("\n", 1)[0]) from None
+
+
+def _check_json_fields(document: dict, descriptor, path: str, file: str | None) -> None:
+    """Reject a field named twice in one JSON object (as ``name`` and as ``jsonName``)."""
+    seen: dict[str, str] = {}
+    for key, value in document.items():
+        field = descriptor.fields_by_name.get(key) or descriptor.fields_by_camelcase_name.get(key)
+        if field is None:
+            continue  # ParseDict reports unknown fields
+        where = f"{path}{field.name}"
+        if field.name in seen:
+            raise InputError(file, where, None, f"given twice (as {seen[field.name]!r} and {key!r})")
+        seen[field.name] = key
+        if field.message_type is None:
+            continue
+        items = value if isinstance(value, list) else [value]
+        for index, item in enumerate(items):
+            if isinstance(item, dict):
+                at = f"{where}[{index}]." if isinstance(value, list) else f"{where}."
+                _check_json_fields(item, field.message_type, at, file)
 
 
 def plan_to_text(plan: DeploymentPlan) -> str:
@@ -102,30 +128,35 @@ def resolve_model(plan: DeploymentPlan, catalog: Catalog, file: str | None = Non
         else:
             raise InputError(file, f"model.{name}", None,
                              "required when model.preset is empty")
-    if model.mlp != xsweep_pb2.MLP_UNSPECIFIED:
-        values["mlp"] = xsweep_pb2.Mlp.Name(model.mlp).lower()
-    else:
-        values["mlp"] = preset.mlp if preset is not None else "gelu"
+    values["mlp"] = (enum_name(MLP, model.mlp, file)
+                     or (preset.mlp if preset is not None else "gelu"))
+    if model.HasField("dropout"):
+        values["dropout"] = model.dropout
+    elif preset is not None:
+        values["dropout"] = preset.dropout
     name = preset.name if preset is not None else (plan.name or "custom")
     return ModelSpec(name=name, **values)
 
 
-def schedule_name(plan: DeploymentPlan) -> str:
-    """``"gpipe"`` or ``"1f1b"`` (unspecified means GPipe)."""
-    return "1f1b" if plan.training.schedule == xsweep_pb2.ONE_F_ONE_B else "gpipe"
+def schedule_name(plan: DeploymentPlan, file: str | None = None) -> str:
+    """``"gpipe"`` or ``"1f1b"`` (unspecified means 1F1B, as in Megatron-LM; an unknown
+    value is an InputError)."""
+    return enum_name(SCHEDULE, plan.training.schedule, file)
 
 
-def resharding_name(plan: DeploymentPlan) -> str:
+def recompute_name(plan: DeploymentPlan, file: str | None = None) -> str:
+    """``"none"``, ``"selective"`` or ``"full"`` (unspecified means none)."""
+    return enum_name(RECOMPUTE, plan.training.recompute, file)
+
+
+def resharding_name(plan: DeploymentPlan, file: str | None = None) -> str:
     """``"lcm"``, ``"hetauto"`` or ``"alpacomm"`` (unspecified means LCM)."""
-    value = plan.training.resharding
-    if value == xsweep_pb2.RESHARDING_UNSPECIFIED:
-        return "lcm"
-    return xsweep_pb2.Resharding.Name(value).lower()
+    return enum_name(RESHARDING, plan.training.resharding, file)
 
 
-def fabric_name(plan: DeploymentPlan) -> str:
+def fabric_name(plan: DeploymentPlan, file: str | None = None) -> str:
     """``"rail_optimized"`` or ``"fat_tree"`` (unspecified means rail-optimized)."""
-    return "fat_tree" if plan.cluster.fabric.kind == xsweep_pb2.FAT_TREE else "rail_optimized"
+    return enum_name(FABRIC, plan.cluster.fabric.kind, file)
 
 
 def rank_layout(plan: DeploymentPlan, catalog: Catalog, file: str | None = None) -> list[RankPlace]:
@@ -143,6 +174,10 @@ def rank_layout(plan: DeploymentPlan, catalog: Catalog, file: str | None = None)
             overrides["scale_up_gbps"] = node.scale_up.bandwidth_gbps
         if node.scale_up.latency_ns:
             overrides["scale_up_latency_ns"] = node.scale_up.latency_ns
+        if node.scale_up.link:
+            link = catalog.link(node.scale_up.link, file=file,
+                                field=f"cluster.nodes[{index}].scale_up.link")
+            overrides["scale_up_link"] = link.name
         if overrides:
             gpu = dataclasses.replace(gpu, **overrides)
         nic_name, nic_field = ((node.nic, f"cluster.nodes[{index}].nic") if node.nic

@@ -21,7 +21,11 @@ from pydantic import (
 )
 
 from xsweep.errors import InputError
-from xsweep.spec.catalog import Catalog, load_catalog, read_yaml
+from xsweep.metrics import directions
+from xsweep.spec import ranges
+from xsweep.spec.catalog import Catalog, load_catalog
+from xsweep.spec.enums import FABRIC, RECOMPUTE, RESHARDING, SCHEDULE
+from xsweep.spec.reader import read_yaml_file
 
 T = TypeVar("T")
 
@@ -46,25 +50,21 @@ def _unique(values: list) -> list:
 Axis = Annotated[list[T], BeforeValidator(_as_list), Field(min_length=1), AfterValidator(_unique),
                  _AXIS]
 
-PositiveInt = Annotated[int, Field(gt=0, strict=True)]
-NonNegativeInt = Annotated[int, Field(ge=0, strict=True)]
+# Counts bounded like the plan fields they become (xsweep.spec.ranges, xsweep.spec.limits).
+GlobalBatch = Annotated[int, Field(gt=0, le=ranges.PLAN["training.global_batch_size"].high,
+                                   strict=True)]
+NodeCount = Annotated[int, Field(ge=0, le=ranges.MAX_NODES, strict=True)]
+GpusPerNode = Annotated[int, Field(gt=0, le=ranges.MAX_NODES, strict=True)]
+TpDegree = Annotated[int, Field(gt=0, le=ranges.MAX_HEADS, strict=True)]
+StageCount = Annotated[int, Field(gt=0, le=ranges.MAX_LAYERS, strict=True)]
+MicroBatchSize = Annotated[int, Field(gt=0, le=ranges.MAX_MICRO_BATCH_SIZE, strict=True)]
 
-# Objective names accepted in a sweep, with the direction each is optimised in;
-# the short forms of the design sketch map onto the metric names. The paper's
-# capex / training-time figure is reported, not optimised: it grows as training
-# gets faster, so neither direction means "better".
-OBJECTIVE_DIRECTIONS = {
-    "iteration_time_s": "minimize",
-    "cost_per_run_usd": "minimize",
-    "cost_rate_usd_per_hour": "minimize",
-    "capex_usd": "minimize",
-    "memory_per_gpu_gb": "minimize",
-    "tokens_per_s": "maximize",
-    "mfu": "maximize",
-}
+# Objective names accepted in a sweep: every plan-level figure of the metrics table that
+# has a direction; the short forms of the design sketch map onto the metric names.
+OBJECTIVE_DIRECTIONS = directions()
 _OBJECTIVE_SHORT = {"iteration_time": "iteration_time_s", "cost_per_run": "cost_per_run_usd",
                     "cost_rate": "cost_rate_usd_per_hour", "capex": "capex_usd",
-                    "memory_per_gpu": "memory_per_gpu_gb"}
+                    "memory_per_gpu": "memory_per_gpu_gib"}
 
 
 def _objective(value: object) -> object:
@@ -75,58 +75,81 @@ Objective = Annotated[Literal[tuple(OBJECTIVE_DIRECTIONS)], BeforeValidator(_obj
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # NaN and infinities are refused everywhere: no bound would catch them all.
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True,
+                              allow_inf_nan=False)
 
 
 class Training(_Strict):
-    global_batch_size: Axis[PositiveInt]
-    schedule: Axis[Literal["gpipe", "1f1b"]] = ["gpipe"]
-    resharding: Axis[Literal["lcm", "hetauto", "alpacomm"]] = ["lcm"]
-    activation_recompute: Axis[bool] = [False]
-    zero_stage: Axis[Literal[0, 1]] = [0]
-    total_tokens: Annotated[float, Field(gt=0)] | None = None  # whole run, for cost per run
+    """Training settings; the stack options default to Megatron-LM's common recipe."""
+
+    global_batch_size: Axis[GlobalBatch]
+    schedule: Axis[Literal[SCHEDULE.known()]] = [SCHEDULE.default]
+    resharding: Axis[Literal[RESHARDING.known()]] = [RESHARDING.default]
+    recompute: Axis[Literal[RECOMPUTE.known()]] = [RECOMPUTE.default]
+    sequence_parallel: Axis[bool] = [True]
+    flash_attention: Axis[bool] = [True]
+    virtual_pipeline_stages: Axis[StageCount] = [1]
+    dp_overlap: Axis[bool] = [False]
+    dp_bucket_params: Axis[Annotated[int, Field(ge=0, le=1e15, strict=True)]] = [0]
+    # 0 above: max(40M, 1M x DP) parameters per bucket, as Megatron-LM
+    zero_stage: Axis[Literal[0, 1, 3]] = [0]  # 1: distributed optimizer; 3: FSDP
+    total_tokens: Annotated[float, Field(gt=0, le=ranges.PLAN["training.total_tokens"].high)] \
+        | None = None  # whole run, for cost per run
 
 
 class Pool(_Strict):
     gpu: Annotated[str, Field(min_length=1)]
-    nodes: Axis[NonNegativeInt]
-    gpus_per_node: Axis[PositiveInt] = [8]
+    nodes: Axis[NodeCount]
+    gpus_per_node: Axis[GpusPerNode] = [8]
     # Absent (None): the GPU's default NIC; not an axis then.
     nic: Axis[Annotated[str, Field(min_length=1)]] = None  # type: ignore[assignment]
 
 
 class Cluster(_Strict):
-    fabric: Axis[Literal["rail_optimized", "fat_tree"]] = ["rail_optimized"]
-    oversubscription: Axis[Annotated[float, Field(ge=1)]] = [1.0]
-    nodes_per_rack: PositiveInt = 4
+    fabric: Axis[Literal[FABRIC.known()]] = [FABRIC.default]
+    oversubscription: Axis[Annotated[float, Field(
+        ge=1, le=ranges.PLAN["fabric.oversubscription"].high)]] = [1.0]
+    nodes_per_rack: Annotated[int, Field(gt=0, le=ranges.PLAN["fabric.nodes_per_rack"].high,
+                                         strict=True)] = 4
     pools: Annotated[list[Pool], Field(min_length=1)]
 
 
 class Parallelism(_Strict):
-    tp: dict[str, Axis[PositiveInt]]  # per pool, keyed by the pool's gpu
-    pp: Axis[PositiveInt] = [1]
-    micro_batch_size: Axis[PositiveInt] = [1]
+    tp: dict[str, Axis[TpDegree]]  # per pool, keyed by the pool's gpu
+    pp: Axis[StageCount] = [1]
+    micro_batch_size: Axis[MicroBatchSize] = [1]
     pipeline_mix: Axis[Literal["separate", "mixed"]] = ["separate"]
     layer_split: Axis[Literal["proportional", "even"]] = ["proportional"]
 
 
+def _cost_field(name: str) -> Any:
+    bounds = ranges.COST[name]
+    return Annotated[float, Field(ge=bounds.low, le=bounds.high)]
+
+
+AmortizationYears = _cost_field("amortization_years")
+ElectricityPrice = _cost_field("electricity_usd_per_kwh")
+Pue = _cost_field("pue")
+
+
 class Cost(_Strict):
-    pricing: Axis[Literal["capex", "cloud"]] = ["capex"]
-    amortization_years: Annotated[float, Field(gt=0)] = 4.0
-    electricity_usd_per_kwh: Annotated[float, Field(ge=0)] = 0.10
-    pue: Annotated[float, Field(ge=1)] = 1.3
+    pricing: Axis[Literal[ranges.PRICING]] = ["capex"]
+    amortization_years: AmortizationYears = 4.0
+    electricity_usd_per_kwh: ElectricityPrice = 0.10
+    pue: Pue = 1.3
 
 
 class Search(_Strict):
     sampler: Literal["grid", "random", "tpe", "nsga2"] = "grid"
-    trials: PositiveInt = 1000
-    batch: PositiveInt = 256
-    seed: NonNegativeInt = 0
+    trials: Annotated[int, Field(gt=0, le=10**9, strict=True)] = 1000
+    batch: Annotated[int, Field(gt=0, le=2**20, strict=True)] = 256
+    seed: Annotated[int, Field(ge=0, le=2**32 - 1, strict=True)] = 0  # numpy seeds are 32-bit
 
 
 class Validation(_Strict):
-    top: NonNegativeInt = 5
-    tolerance: Annotated[float, Field(gt=0)] = 0.05
+    top: Annotated[int, Field(ge=0, le=10**6, strict=True)] = 5
+    tolerance: Annotated[float, Field(gt=0, le=1e6)] = 0.05
 
 
 class Sweep(_Strict):
@@ -174,8 +197,7 @@ def _collect_axes(model: BaseModel, prefix: str, found: dict[str, list]) -> None
 def load_sweep(path: str | Path, catalog: Catalog | None = None) -> Sweep:
     """Read and validate a sweep YAML; model, GPU and NIC names are checked against the catalog."""
     file = str(path)
-    document = read_yaml(Path(file).read_text(encoding="utf-8"), file)
-    sweep = sweep_from_dict(document, file)
+    sweep = sweep_from_dict(read_yaml_file(file), file)
     check_sweep_names(sweep, catalog if catalog is not None else load_catalog(), file)
     return sweep
 
@@ -213,6 +235,11 @@ def _cross_check(sweep: Sweep, file: str | None) -> None:
                              f"names no pool's gpu (pools: {', '.join(pools)})")
     if len(set(sweep.objectives)) != len(sweep.objectives):
         raise InputError(file, "objectives", sweep.objectives, "a metric is repeated")
+    training = sweep.training
+    if training.schedule == ["gpipe"] and max(training.virtual_pipeline_stages) > 1:
+        raise InputError(file, "training.virtual_pipeline_stages",
+                         training.virtual_pipeline_stages,
+                         "interleaving needs the 1f1b schedule")
     if "cost_per_run_usd" in sweep.objectives and sweep.training.total_tokens is None:
         raise InputError(file, "training.total_tokens", None,
                          "required by the objective cost_per_run_usd")

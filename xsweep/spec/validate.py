@@ -1,4 +1,12 @@
-"""Semantic checks of a DeploymentPlan: everything text format and JSON cannot express."""
+"""Semantic checks of a DeploymentPlan: everything text format and JSON cannot express.
+
+This is the one validation of a plan, whatever its origin (a file, the JSON
+mapping, a message built in memory): ``load_plan``, ``xsweep.evaluate`` and every
+command run it before anything is analysed, so the analysis and the network
+model may assume a valid plan. Checks run from the cheapest to the most
+expensive, and sizes are bounded (``xsweep.spec.limits``) before anything is
+built per GPU, per group or per task.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +14,39 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from xsweep.errors import InputError
-from xsweep.spec import xsweep_pb2
-from xsweep.spec.catalog import Catalog
+from xsweep.spec import ranges, xsweep_pb2
+from xsweep.spec.catalog import Catalog, ModelSpec
+from xsweep.spec.enums import FABRIC, MLP, RECOMPUTE, RESHARDING, SCHEDULE, enum_name
+from xsweep.spec.limits import Limits, active_limits, check_limit
 from xsweep.spec.plan_io import rank_layout, resolve_model
+from xsweep.spec.program_size import estimate_program_size
 
 
-def validate_plan(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str | None = None) -> None:
-    """Raise InputError (file, field path such as ``device_groups[2].ranks``, value) if invalid."""
-    num_layers, num_heads = _check_model(plan, catalog, file)
+def validate_plan(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str | None = None,
+                  limits: Limits | None = None) -> None:
+    """Raise InputError (file, field path such as ``device_groups[2].ranks``, value) if invalid.
+
+    Args:
+        limits: the size limits (default: :func:`xsweep.spec.limits.active_limits`).
+    """
+    if not isinstance(plan, xsweep_pb2.DeploymentPlan):
+        raise InputError(file, None, type(plan).__name__, "expected a DeploymentPlan message")
+    limits = limits if limits is not None else active_limits()
+    for table, value in ((SCHEDULE, plan.training.schedule),
+                         (RESHARDING, plan.training.resharding),
+                         (RECOMPUTE, plan.training.recompute),
+                         (FABRIC, plan.cluster.fabric.kind), (MLP, plan.model.mlp)):
+        enum_name(table, value, file)
+    model = _check_model(plan, catalog, file)
     _check_training(plan.training, file)
-    node_of_rank = _check_cluster(plan, catalog, file)
-    _check_groups(plan, num_layers, num_heads, node_of_rank, file)
+    node_of_rank = _check_cluster(plan, catalog, file, limits)
+    _check_groups(plan, model, node_of_rank, file, limits)
+    _check_virtual_stages(plan, file)
+    _check_fsdp(plan, file)
+    size = estimate_program_size(plan)
+    check_limit(size, limits, "program_size",
+                "the plan's program (tasks and flows of one iteration, estimated)", file,
+                "device_groups")
 
 
 def _positive(value: float, file: str | None, field: str) -> None:
@@ -24,62 +54,126 @@ def _positive(value: float, file: str | None, field: str) -> None:
         raise InputError(file, field, value, "must be positive")
 
 
+def _not_negative(value: float, file: str | None, field: str) -> None:
+    if value < 0:
+        raise InputError(file, field, value, "must not be negative")
+
+
 def _check_model(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog,
-                 file: str | None) -> tuple[int, int]:
+                 file: str | None) -> ModelSpec:
     model = resolve_model(plan, catalog, file)
-    for name in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
-                 "num_kv_heads", "vocab_size", "seq_length"):
-        _positive(getattr(model, name), file, f"model.{name}")
+    for name, bounds in ranges.MODEL.items():
+        bounds.check(getattr(model, name), file, f"model.{name}")
     if model.num_kv_heads > model.num_attention_heads:
         raise InputError(file, "model.num_kv_heads", model.num_kv_heads,
                          f"exceeds num_attention_heads ({model.num_attention_heads})")
-    return model.num_layers, model.num_attention_heads
+    if model.hidden_size % model.num_attention_heads:
+        raise InputError(file, "model.num_attention_heads", model.num_attention_heads,
+                         f"must divide hidden_size ({model.hidden_size}): every head has "
+                         "hidden_size / num_attention_heads channels")
+    return model
 
 
 def _check_training(training: xsweep_pb2.Training, file: str | None) -> None:
-    _positive(training.global_batch_size, file, "training.global_batch_size")
-    if training.zero_stage not in (0, 1):
-        raise InputError(file, "training.zero_stage", training.zero_stage, "must be 0 or 1")
-    if training.total_tokens < 0:
-        raise InputError(file, "training.total_tokens", training.total_tokens,
-                         "must not be negative")
+    ranges.PLAN["training.global_batch_size"].check(training.global_batch_size, file,
+                                                    "training.global_batch_size")
+    if training.zero_stage not in (0, 1, 3):
+        raise InputError(file, "training.zero_stage", training.zero_stage,
+                         "must be 0, 1 (distributed optimizer) or 3 (FSDP)")
+    for name in ("total_tokens", "virtual_pipeline_stages", "dp_bucket_params"):
+        ranges.PLAN[f"training.{name}"].check(getattr(training, name), file, f"training.{name}")
 
 
-def _check_cluster(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog,
-                   file: str | None) -> list[int]:
+def _check_virtual_stages(plan: xsweep_pb2.DeploymentPlan, file: str | None) -> None:
+    """Interleaved 1F1B, as Megatron-LM requires it: 1F1B, several stages, each stage's
+    layers split evenly into the chunks, micro-batches a multiple of the stages."""
+    v = plan.training.virtual_pipeline_stages
+    if v <= 1:
+        return
+    field = "training.virtual_pipeline_stages"
+    if plan.training.schedule == xsweep_pb2.GPIPE:
+        raise InputError(file, field, v, "interleaving needs the ONE_F_ONE_B schedule")
+    stages: dict[int, int] = defaultdict(int)
+    for group in plan.device_groups:
+        stages[group.dp_replica] += 1
+    for index, group in enumerate(plan.device_groups):
+        p = stages[group.dp_replica]
+        if p < 2:
+            raise InputError(file, field, v, f"replica {group.dp_replica} has one pipeline "
+                             "stage; interleaving needs at least two")
+        layers = group.last_layer - group.first_layer + 1
+        if layers % v:
+            raise InputError(file, f"device_groups[{index}].last_layer", group.last_layer,
+                             f"the stage's {layers} layers do not split into {v} virtual stages")
+        if group.num_micro_batches % p:
+            raise InputError(file, f"device_groups[{index}].num_micro_batches",
+                             group.num_micro_batches,
+                             f"interleaving needs a multiple of the {p} pipeline stages")
+
+
+def _check_fsdp(plan: xsweep_pb2.DeploymentPlan, file: str | None) -> None:
+    """FSDP gathers and reduces every layer over its data-parallel replicas, as collectives
+    that each replica calls in the order of its passes: the replicas must run the same
+    passes, so the same stages (layer ranges) and micro-batch counts."""
+    if plan.training.zero_stage != 3:
+        return
+    shapes: dict[int, list] = defaultdict(list)
+    for index, group in enumerate(plan.device_groups):
+        shapes[group.dp_replica].append(
+            (group.pp_stage, group.first_layer, group.last_layer, group.num_micro_batches, index))
+    reference = sorted(shapes.get(0, []))
+    for replica in sorted(shapes):
+        stages = sorted(shapes[replica])
+        if [x[:4] for x in stages] == [x[:4] for x in reference]:
+            continue
+        bad = next((x for x, y in zip(stages, reference, strict=False) if x[:4] != y[:4]),
+                   stages[-1])
+        raise InputError(file, f"device_groups[{bad[4]}]", f"replica {replica}",
+                         "zero_stage 3 (FSDP) needs every replica to have replica 0's stages "
+                         "(layer ranges) and micro-batch count")
+
+
+def _check_cluster(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str | None,
+                   limits: Limits) -> list[int]:
     """Check nodes and fabric; return the node index of every global rank."""
     cluster = plan.cluster
     if not cluster.nodes:
         raise InputError(file, "cluster.nodes", None, "a plan needs at least one node")
+    gpus = 0
     for index, node in enumerate(cluster.nodes):
         path = f"cluster.nodes[{index}]"
         _positive(node.num_gpus, file, f"{path}.num_gpus")
-        if node.scale_up.bandwidth_gbps < 0 or node.scale_up.latency_ns < 0:
-            raise InputError(file, f"{path}.scale_up", None, "must not be negative")
-        if node.cluster < 0:
-            raise InputError(file, f"{path}.cluster", node.cluster, "must not be negative")
+        gpus += node.num_gpus
+        check_limit(gpus, limits, "gpus", "the cluster's GPU count", file, f"{path}.num_gpus")
+        for name in ("bandwidth_gbps", "latency_ns"):
+            ranges.PLAN[f"scale_up.{name}"].check(getattr(node.scale_up, name), file,
+                                                  f"{path}.scale_up.{name}")
+        if node.scale_up.link:
+            catalog.link(node.scale_up.link, file=file, field=f"{path}.scale_up.link")
+        ranges.PLAN["cluster"].check(node.cluster, file, f"{path}.cluster")
     fabric = cluster.fabric
-    if fabric.oversubscription and fabric.oversubscription < 1:
-        raise InputError(file, "cluster.fabric.oversubscription", fabric.oversubscription,
-                         "must be at least 1 (0 means 1)")
-    for name in ("nodes_per_rack", "switch_latency_ns"):
-        if getattr(fabric, name) < 0:
-            raise InputError(file, f"cluster.fabric.{name}", getattr(fabric, name),
-                             "must not be negative")
-    if len({node.cluster for node in cluster.nodes}) > 1:
-        _positive(fabric.inter_cluster.bandwidth_gbps, file,
-                  "cluster.fabric.inter_cluster.bandwidth_gbps")
-    if fabric.inter_cluster.latency_ns < 0:
-        raise InputError(file, "cluster.fabric.inter_cluster.latency_ns",
-                         fabric.inter_cluster.latency_ns, "must not be negative")
+    for name in ("oversubscription", "nodes_per_rack", "switch_latency_ns"):
+        ranges.PLAN[f"fabric.{name}"].check(getattr(fabric, name), file,
+                                            f"cluster.fabric.{name}")
+    for name in ("bandwidth_gbps", "latency_ns"):
+        ranges.PLAN[f"inter_cluster.{name}"].check(getattr(fabric.inter_cluster, name), file,
+                                                   f"cluster.fabric.inter_cluster.{name}")
+    sites = len({node.cluster for node in cluster.nodes})
+    if sites > 1 and not fabric.inter_cluster.bandwidth_gbps > 0:
+        raise InputError(file, "cluster.fabric.inter_cluster.bandwidth_gbps",
+                         fabric.inter_cluster.bandwidth_gbps,
+                         f"nodes sit in {sites} clusters, so the link between them needs a "
+                         "positive bandwidth")
     return [place.node for place in rank_layout(plan, catalog, file)]
 
 
-def _check_groups(plan: xsweep_pb2.DeploymentPlan, num_layers: int, num_heads: int,
-                  node_of_rank: list[int], file: str | None) -> None:
+def _check_groups(plan: xsweep_pb2.DeploymentPlan, model: ModelSpec, node_of_rank: list[int],
+                  file: str | None, limits: Limits) -> None:
     groups = plan.device_groups
     if not groups:
         raise InputError(file, "device_groups", None, "a plan needs at least one device group")
+    check_limit(len(groups), limits, "device_groups", "the number of device groups", file,
+                "device_groups")
     owner: dict[int, int] = {}
     ids: dict[int, int] = {}
     replicas: dict[int, list[int]] = defaultdict(list)
@@ -89,28 +183,29 @@ def _check_groups(plan: xsweep_pb2.DeploymentPlan, num_layers: int, num_heads: i
             raise InputError(file, f"{path}.id", group.id,
                              f"already used by device_groups[{ids[group.id]}]")
         ids[group.id] = index
-        _check_ranks(group, path, owner, index, node_of_rank, num_heads, file)
+        _check_ranks(group, path, owner, index, node_of_rank, model.num_attention_heads, file)
         _positive(group.first_layer, file, f"{path}.first_layer")
         _positive(group.last_layer, file, f"{path}.last_layer")
         if group.last_layer < group.first_layer:
             raise InputError(file, f"{path}.last_layer", group.last_layer,
                              f"is before first_layer ({group.first_layer})")
-        if group.last_layer > num_layers:
+        if group.last_layer > model.num_layers:
             raise InputError(file, f"{path}.last_layer", group.last_layer,
-                             f"the model has {num_layers} layers")
-        _positive(group.micro_batch_size, file, f"{path}.micro_batch_size")
+                             f"the model has {model.num_layers} layers")
+        ranges.PLAN["micro_batch_size"].check(group.micro_batch_size, file,
+                                              f"{path}.micro_batch_size")
         _positive(group.num_micro_batches, file, f"{path}.num_micro_batches")
+        check_limit(group.num_micro_batches, limits, "micro_batches",
+                    "micro-batches per iteration", file, f"{path}.num_micro_batches")
         for name in ("pp_stage", "dp_replica"):
-            if getattr(group, name) < 0:
-                raise InputError(file, f"{path}.{name}", getattr(group, name),
-                                 "must not be negative")
+            _not_negative(getattr(group, name), file, f"{path}.{name}")
         replicas[group.dp_replica].append(index)
     if sorted(replicas) != list(range(len(replicas))):
-        raise InputError(file, "device_groups.dp_replica", sorted(replicas),
+        raise InputError(file, "device_groups.dp_replica", sorted(replicas)[:8],
                          "replicas must be numbered 0..R-1 without holes")
     sequences = 0
     for replica in sorted(replicas):
-        sequences += _check_replica(groups, replica, replicas[replica], num_layers, file)
+        sequences += _check_replica(groups, replica, replicas[replica], model.num_layers, file)
     if sequences != plan.training.global_batch_size:
         raise InputError(file, "training.global_batch_size", plan.training.global_batch_size,
                          f"replicas process {sequences} sequences per iteration "
@@ -121,6 +216,9 @@ def _check_ranks(group: xsweep_pb2.DeviceGroup, path: str, owner: dict[int, int]
                  node_of_rank: list[int], num_heads: int, file: str | None) -> None:
     if not group.ranks:
         raise InputError(file, f"{path}.ranks", None, "a device group needs at least one rank")
+    if len(group.ranks) > num_heads:
+        raise InputError(file, f"{path}.ranks", len(group.ranks),
+                         f"TP degree exceeds the model's {num_heads} attention heads")
     for rank in group.ranks:
         if not 0 <= rank < len(node_of_rank):
             raise InputError(file, f"{path}.ranks", rank,
@@ -131,15 +229,12 @@ def _check_ranks(group: xsweep_pb2.DeviceGroup, path: str, owner: dict[int, int]
         owner[rank] = index
     nodes = sorted({node_of_rank[rank] for rank in group.ranks})
     if len(nodes) > 1:
-        raise InputError(file, f"{path}.ranks", list(group.ranks),
-                         f"a TP group must sit in one node; these span nodes {nodes}")
-    if len(group.ranks) > num_heads:
-        raise InputError(file, f"{path}.ranks", len(group.ranks),
-                         f"TP degree exceeds the model's {num_heads} attention heads")
+        raise InputError(file, f"{path}.ranks", list(group.ranks)[:8],
+                         f"a TP group must sit in one node; these span nodes {nodes[:8]}")
 
 
-def _check_replica(groups: Sequence[xsweep_pb2.DeviceGroup], replica: int, members: list[int], num_layers: int,
-                   file: str | None) -> int:
+def _check_replica(groups: Sequence[xsweep_pb2.DeviceGroup], replica: int, members: list[int],
+                   num_layers: int, file: str | None) -> int:
     """Check one replica's stages; return the sequences it processes per iteration."""
     members = sorted(members, key=lambda i: groups[i].pp_stage)
     stages = [groups[i].pp_stage for i in members]
@@ -147,7 +242,7 @@ def _check_replica(groups: Sequence[xsweep_pb2.DeviceGroup], replica: int, membe
         bad = members[next(k for k, s in enumerate(stages) if s != k)]
         raise InputError(file, f"device_groups[{bad}].pp_stage", groups[bad].pp_stage,
                          f"stages of replica {replica} must be numbered 0..{len(members) - 1}, "
-                         f"each once (got {stages})")
+                         f"each once")
     head = groups[members[0]]
     next_layer = 1
     for i in members:

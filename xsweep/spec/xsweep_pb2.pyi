@@ -19,6 +19,13 @@ class Schedule(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     GPIPE: _ClassVar[Schedule]
     ONE_F_ONE_B: _ClassVar[Schedule]
 
+class Recompute(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RECOMPUTE_UNSPECIFIED: _ClassVar[Recompute]
+    NO_RECOMPUTE: _ClassVar[Recompute]
+    SELECTIVE: _ClassVar[Recompute]
+    FULL: _ClassVar[Recompute]
+
 class Resharding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     RESHARDING_UNSPECIFIED: _ClassVar[Resharding]
@@ -37,6 +44,10 @@ SWIGLU: Mlp
 SCHEDULE_UNSPECIFIED: Schedule
 GPIPE: Schedule
 ONE_F_ONE_B: Schedule
+RECOMPUTE_UNSPECIFIED: Recompute
+NO_RECOMPUTE: Recompute
+SELECTIVE: Recompute
+FULL: Recompute
 RESHARDING_UNSPECIFIED: Resharding
 LCM: Resharding
 HETAUTO: Resharding
@@ -46,7 +57,7 @@ RAIL_OPTIMIZED: FabricKind
 FAT_TREE: FabricKind
 
 class Model(_message.Message):
-    __slots__ = ("preset", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_kv_heads", "vocab_size", "seq_length", "mlp")
+    __slots__ = ("preset", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_kv_heads", "vocab_size", "seq_length", "mlp", "dropout")
     PRESET_FIELD_NUMBER: _ClassVar[int]
     NUM_LAYERS_FIELD_NUMBER: _ClassVar[int]
     HIDDEN_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -56,6 +67,7 @@ class Model(_message.Message):
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
     SEQ_LENGTH_FIELD_NUMBER: _ClassVar[int]
     MLP_FIELD_NUMBER: _ClassVar[int]
+    DROPOUT_FIELD_NUMBER: _ClassVar[int]
     preset: str
     num_layers: int
     hidden_size: int
@@ -65,31 +77,44 @@ class Model(_message.Message):
     vocab_size: int
     seq_length: int
     mlp: Mlp
-    def __init__(self, preset: _Optional[str] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., ffn_hidden_size: _Optional[int] = ..., num_attention_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., vocab_size: _Optional[int] = ..., seq_length: _Optional[int] = ..., mlp: _Optional[_Union[Mlp, str]] = ...) -> None: ...
+    dropout: bool
+    def __init__(self, preset: _Optional[str] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., ffn_hidden_size: _Optional[int] = ..., num_attention_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., vocab_size: _Optional[int] = ..., seq_length: _Optional[int] = ..., mlp: _Optional[_Union[Mlp, str]] = ..., dropout: _Optional[bool] = ...) -> None: ...
 
 class Training(_message.Message):
-    __slots__ = ("global_batch_size", "schedule", "resharding", "activation_recompute", "zero_stage", "total_tokens")
+    __slots__ = ("global_batch_size", "schedule", "resharding", "zero_stage", "total_tokens", "recompute", "sequence_parallel", "flash_attention", "virtual_pipeline_stages", "dp_overlap", "dp_bucket_params")
     GLOBAL_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     RESHARDING_FIELD_NUMBER: _ClassVar[int]
-    ACTIVATION_RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
     ZERO_STAGE_FIELD_NUMBER: _ClassVar[int]
     TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_PARALLEL_FIELD_NUMBER: _ClassVar[int]
+    FLASH_ATTENTION_FIELD_NUMBER: _ClassVar[int]
+    VIRTUAL_PIPELINE_STAGES_FIELD_NUMBER: _ClassVar[int]
+    DP_OVERLAP_FIELD_NUMBER: _ClassVar[int]
+    DP_BUCKET_PARAMS_FIELD_NUMBER: _ClassVar[int]
     global_batch_size: int
     schedule: Schedule
     resharding: Resharding
-    activation_recompute: bool
     zero_stage: int
     total_tokens: float
-    def __init__(self, global_batch_size: _Optional[int] = ..., schedule: _Optional[_Union[Schedule, str]] = ..., resharding: _Optional[_Union[Resharding, str]] = ..., activation_recompute: _Optional[bool] = ..., zero_stage: _Optional[int] = ..., total_tokens: _Optional[float] = ...) -> None: ...
+    recompute: Recompute
+    sequence_parallel: bool
+    flash_attention: bool
+    virtual_pipeline_stages: int
+    dp_overlap: bool
+    dp_bucket_params: int
+    def __init__(self, global_batch_size: _Optional[int] = ..., schedule: _Optional[_Union[Schedule, str]] = ..., resharding: _Optional[_Union[Resharding, str]] = ..., zero_stage: _Optional[int] = ..., total_tokens: _Optional[float] = ..., recompute: _Optional[_Union[Recompute, str]] = ..., sequence_parallel: _Optional[bool] = ..., flash_attention: _Optional[bool] = ..., virtual_pipeline_stages: _Optional[int] = ..., dp_overlap: _Optional[bool] = ..., dp_bucket_params: _Optional[int] = ...) -> None: ...
 
 class ScaleUp(_message.Message):
-    __slots__ = ("bandwidth_gbps", "latency_ns")
+    __slots__ = ("bandwidth_gbps", "latency_ns", "link")
     BANDWIDTH_GBPS_FIELD_NUMBER: _ClassVar[int]
     LATENCY_NS_FIELD_NUMBER: _ClassVar[int]
+    LINK_FIELD_NUMBER: _ClassVar[int]
     bandwidth_gbps: float
     latency_ns: float
-    def __init__(self, bandwidth_gbps: _Optional[float] = ..., latency_ns: _Optional[float] = ...) -> None: ...
+    link: str
+    def __init__(self, bandwidth_gbps: _Optional[float] = ..., latency_ns: _Optional[float] = ..., link: _Optional[str] = ...) -> None: ...
 
 class Node(_message.Message):
     __slots__ = ("gpu", "num_gpus", "nic", "scale_up", "cluster")

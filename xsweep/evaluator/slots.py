@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from xsweep.encode import ladder
+from xsweep.evaluator.shapes import ladder
 from xsweep.plan.program import Program
 
 #: Fewest slots handed to the exact level.

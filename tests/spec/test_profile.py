@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from xsweep.errors import InputError
-from xsweep.plan.profile import load_profile
+from xsweep.plan.stack import Stack
 from xsweep.plan.workload import stage_cost
-from xsweep.spec.catalog import GpuSpec, ModelSpec, load_catalog
+from xsweep.spec.catalog import ModelSpec, load_catalog
+from xsweep.spec.profile import load_profile
 
 LLAMA2_7B = ModelSpec("llama2-7b", 32, 4096, 11008, 32, 32, 32000, 4096, "swiglu")
-H100 = GpuSpec("H100-SXM", 989, 80, 3.35, 3600, 20.44, 512, 287.5, "cx7", 26250, 1275, 2.99,
-               0.5)
+H100 = load_catalog().gpu("H100-SXM")
 
 PROFILE_YAML = """\
 model: llama2-7b
@@ -130,7 +130,7 @@ def test_malformed_csv_names_line_and_field(tmp_path, text, field):
 
 
 def test_unreadable_or_unsafe_files_are_input_errors(tmp_path):
-    with pytest.raises(InputError, match="cannot be read"):
+    with pytest.raises(InputError, match="No such file"):
         load_profile(tmp_path / "missing.yaml")
     path = tmp_path / "evil.yaml"
     path.write_text("measurements: !!python/object/apply:os.system ['true']\n")
@@ -151,8 +151,18 @@ def test_stage_cost_uses_measured_block_times(profile):
     assert measured.layer_forward_time_s[0] == pytest.approx(forward_s + embedding_s, rel=1e-9)
     assert measured.layer_forward_time_s[-1] == pytest.approx(forward_s + head_s, rel=1e-9)
     assert measured.forward_flops == plain.forward_flops  # FLOPs stay the model's
-    again = stage_cost(LLAMA2_7B, H100, 2, 3, 5, 6, recompute=True, profile=profile)
+    again = stage_cost(LLAMA2_7B, H100, 2, 3, 5, 6, stack=Stack(recompute="full"),
+                       profile=profile)
     assert again.layer_backward_time_s == pytest.approx((backward_s + forward_s,) * 2, rel=1e-12)
+    # selective recompute adds the estimated attention core to the measured backward
+    selective = stage_cost(LLAMA2_7B, H100, 2, 3, 5, 6, stack=Stack(recompute="selective"),
+                           profile=profile)
+    assert selective.layer_backward_time_s[0] > backward_s
+    assert selective.layer_backward_time_s == pytest.approx(
+        [backward_s + (s - p) for s, p in zip(
+            stage_cost(LLAMA2_7B, H100, 2, 3, 5, 6, stack=Stack(recompute="selective"))
+            .layer_backward_time_s, stage_cost(LLAMA2_7B, H100, 2, 3, 5, 6)
+            .layer_backward_time_s, strict=True)], rel=1e-9)
 
 
 def test_stage_cost_falls_back_outside_the_profile(profile):

@@ -40,7 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xsweep.errors import InputError
-from xsweep.spec.catalog import Catalog, read_yaml
+from xsweep.spec import ranges
+from xsweep.spec.catalog import Catalog
+from xsweep.spec.limits import MAX_INTEGER_DIGITS
+from xsweep.spec.reader import parse_yaml, read_text_file
 
 _FIELDS = ("gpu", "tp", "micro_batch_size", "forward_s", "backward_s")
 _TOP_KEYS = ("model", "measurements")
@@ -49,7 +52,7 @@ _TOP_KEYS = ("model", "measurements")
 Points = tuple[tuple[int, float, float], ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: it keys memos
 class Profile:
     """Measured block times keyed by (lower-case GPU name, TP degree)."""
 
@@ -71,22 +74,25 @@ class Profile:
         return f0 + w * (f1 - f0), g0 + w * (g1 - g0)
 
 
-def _count(file: str, where: str, value: object) -> int:
+def _count(file: str, where: str, name: str, value: object) -> int:
     text = value.strip() if isinstance(value, str) else value
-    if isinstance(text, str) and text.isdigit():
+    if isinstance(text, str) and text.isascii() and text.isdigit() \
+            and len(text) <= MAX_INTEGER_DIGITS:
         text = int(text)
     if not isinstance(text, int) or isinstance(text, bool) or text < 1:
         raise InputError(file, where, value, "must be a positive integer")
+    ranges.PROFILE[name].check(text, file, where)
     return text
 
 
-def _seconds(file: str, where: str, value: object) -> float:
+def _seconds(file: str, where: str, name: str, value: object) -> float:
     try:
         seconds = float(value) if isinstance(value, int | float | str) else math.nan
     except ValueError:
         seconds = math.nan
     if isinstance(value, bool) or not math.isfinite(seconds) or seconds <= 0:
         raise InputError(file, where, value, "must be a positive number of seconds")
+    ranges.PROFILE[name].check(seconds, file, where)
     return seconds
 
 
@@ -105,20 +111,25 @@ def _measurement(file: str, where: str, record: object) -> tuple[str, int, int, 
     gpu = record["gpu"]
     if not isinstance(gpu, str) or not gpu.strip():
         raise InputError(file, where.format("gpu"), gpu, "must be a GPU name")
-    return (gpu.strip(), _count(file, where.format("tp"), record["tp"]),
-            _count(file, where.format("micro_batch_size"), record["micro_batch_size"]),
-            _seconds(file, where.format("forward_s"), record["forward_s"]),
-            _seconds(file, where.format("backward_s"), record["backward_s"]))
+    numbers = [check(file, where.format(name), name, record[name])
+               for check, name in ((_count, "tp"), (_count, "micro_batch_size"),
+                                   (_seconds, "forward_s"), (_seconds, "backward_s"))]
+    return (gpu.strip(), *numbers)
 
 
 def _records(file: str, text: str) -> tuple[str | None, list[tuple[str, object]]]:
     """The model name and the (location, record) pairs of a YAML or CSV profile."""
     if file.lower().endswith(".csv"):
         rows = csv.DictReader(io.StringIO(text), restkey="extra column")
-        if rows.fieldnames is None:
-            raise InputError(file, None, None, "is empty; expected a header " + ",".join(_FIELDS))
-        return None, [(f"line {rows.line_num}: {{}}", row) for row in rows]
-    data = read_yaml(text, file)
+        try:
+            if rows.fieldnames is None:
+                raise InputError(file, None, None,
+                                 "is empty; expected a header " + ",".join(_FIELDS))
+            return None, [(f"line {rows.line_num}: {{}}", row) for row in rows]
+        except csv.Error as error:
+            raise InputError(file, f"line {rows.line_num}", None,
+                             f"invalid CSV: {error}") from None
+    data = parse_yaml(text, file)
     if not isinstance(data, dict):
         raise InputError(file, None, type(data).__name__,
                          "must be a mapping with a 'measurements' list")
@@ -142,11 +153,7 @@ def load_profile(path: str | Path, catalog: Catalog | None = None) -> Profile:
             are stored under the catalog's name) and unknown GPUs are rejected.
     """
     file = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError(file, None, None, f"cannot be read: {error}") from None
-    model, records = _records(file, text)
+    model, records = _records(file, read_text_file(file))
     if not records:
         raise InputError(file, "measurements", None, "has no measurement")
     table: dict[tuple[str, int], dict[int, tuple[float, float]]] = {}

@@ -1,0 +1,76 @@
+"""Ctrl-C at any moment, output paths checked before work, and strict JSON on stdout."""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tests.budget import REPO_ROOT, run_cli
+from tests.hostile_inputs import PLAN
+from xsweep.cli.common import json_text
+
+# A plan whose simulation runs for a few seconds: 1,500 micro-batches per replica.
+SLOW_PLAN = (PLAN.replace("num_micro_batches: 4", "num_micro_batches: 1500")
+             .replace("global_batch_size: 8", "global_batch_size: 3000"))
+
+
+@pytest.mark.parametrize("delay_s", [0.3, 0.6, 1.0, 1.6, 2.5])
+def test_ctrl_c_at_any_moment_exits_130_with_one_line(tmp_path, delay_s):
+    plan = tmp_path / "slow.pbtxt"
+    plan.write_text(SLOW_PLAN)
+    trace = tmp_path / "trace.json"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "xsweep.cli.main", "simulate", plan, "--json", "--trace", trace],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(delay_s)  # start-up, loading modules, lowering or simulating
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+    assert "Traceback" not in stderr
+    if process.returncode == 0:  # finished first: a complete document
+        json.loads(stdout)
+        return
+    assert process.returncode == 130, stderr
+    assert stderr.splitlines()[-1] == "interrupted"
+    assert stdout == ""
+    assert [p.name for p in tmp_path.iterdir()] == ["slow.pbtxt"]  # nothing half-written
+
+
+@pytest.mark.parametrize(("trace", "message"), [
+    ("", "--trace: needs a file name (got '')"),
+    ("{tmp}/no/such/folder/t.json", "{tmp}/no/such/folder/t.json: cannot be written: folder "
+                                    "'{tmp}/no/such/folder' does not exist"),
+    ("{tmp}", "{tmp}: is a folder; expected a file name"),
+    ("{tmp}/plan.pbtxt/t.json", "{tmp}/plan.pbtxt/t.json: cannot be written: folder "
+                                "'{tmp}/plan.pbtxt' does not exist"),
+])
+def test_an_unwritable_trace_is_refused_before_any_work(tmp_path, trace, message):
+    plan = tmp_path / "plan.pbtxt"
+    plan.write_text(PLAN)
+    result = run_cli("simulate", plan, "--trace", trace.format(tmp=tmp_path))
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [message.format(tmp=tmp_path)]  # no "simulating"
+    assert result.stdout == ""
+
+
+def test_json_output_has_no_nan_or_infinity():
+    document = {"a": math.nan, "b": [math.inf, -math.inf, 1.5], "c": np.float32("nan"),
+                "d": np.int64(3), "e": {"f": (np.float64(2.0), None)}}
+    text = json_text(document)
+    assert json.loads(text, parse_constant=pytest.fail) == {
+        "a": None, "b": [None, None, 1.5], "c": None, "d": 3, "e": {"f": [2.0, None]}}
+
+
+def test_simulate_json_is_strict_json_without_a_run_length(tmp_path):
+    plan = tmp_path / "plan.pbtxt"
+    plan.write_text(PLAN.replace(" total_tokens: 1e9", ""))
+    result = run_cli("simulate", plan, "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout, parse_constant=pytest.fail)
+    assert doc["cost_per_run_usd"] is None and doc["iteration_time_s"] > 0

@@ -1,0 +1,297 @@
+"""Hypothesis strategies: valid plans, sweeps, catalogs and profiles, mutated.
+
+Mutations change types and values (huge, negative, NaN, infinite, unknown enum
+numbers), delete and duplicate entries, nest values deeply, rename keys, and spoil
+the bytes of the file (other encodings, truncation, inserted bytes, repeated keys,
+YAML aliases and tags). Each strategy draws a :class:`Sample`: a file's name and
+bytes and what kind of input it is.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from dataclasses import dataclass
+
+import yaml
+from google.protobuf import text_format
+from hypothesis import strategies as st
+
+from tests.conftest import SPACES
+from tests.hostile_inputs import PLAN, SWEEP
+from xsweep.spec.plan_io import plan_from_text, plan_to_json
+
+
+@dataclass(frozen=True)
+class Sample:
+    kind: str  # "plan", "sweep", "catalog" or "profile"
+    name: str  # file name, suffix included
+    data: bytes
+
+
+BASE_PLANS = (PLAN, (SPACES / "appendix-b.pbtxt").read_text())
+BASE_SWEEPS = (yaml.safe_load(SWEEP), yaml.safe_load((SPACES / "quickstart.yaml").read_text()))
+BASE_CATALOG = {
+    "gpus": {"H100": {"hbm_gib": 96, "capex_usd": 30000},
+             "X1": {"peak_bf16_tflops": 500, "hbm_gib": 64, "hbm_tb_per_s": 2.0,
+                    "scale_up_gbps": 1600, "scale_up_latency_ns": 30, "scale_up_link": "nvlink3",
+                    "pcie_gbps": 256, "pcie_latency_ns": 300, "pcie_link": "pcie4",
+                    "default_nic": "cx6", "capex_usd": 9000, "power_w": 500,
+                    "cloud_usd_per_hour": 2.5, "num_sms": 100, "gemm_efficiency": 0.7,
+                    "flash_attention_efficiency": 0.5, "hbm_efficiency": 0.9,
+                    "aliases": ["x-one"]}},
+    "nics": {"cx7": {"bandwidth_gbps": 400, "latency_ns": 350}},
+    "models": {"tiny": {"num_layers": 4, "hidden_size": 256, "ffn_hidden_size": 1024,
+                        "num_attention_heads": 8, "num_kv_heads": 8, "vocab_size": 1000,
+                        "seq_length": 128, "mlp": "gelu"}},
+}
+BASE_PROFILE = {"model": "llama2-7b", "measurements": [
+    {"gpu": "H100", "tp": 2, "micro_batch_size": 1, "forward_s": 0.002, "backward_s": 0.004},
+    {"gpu": "H100", "tp": 2, "micro_batch_size": 4, "forward_s": 0.007, "backward_s": 0.015}]}
+
+EDGE_INTEGERS = [0, -1, 1, 2, 3, 7, 64, 4096, 65_537, 2**31 - 1, -(2**31), 2**53 + 1,
+                 2**63 - 1, 10**40]
+EDGE_FLOATS = [math.nan, math.inf, -math.inf, -0.0, 5e-324, 1e-9, 0.5, 1e308, 1e18, 1e30]
+numbers = st.one_of(st.sampled_from(EDGE_INTEGERS), st.sampled_from(EDGE_FLOATS),
+                    st.integers(-1000, 100_000), st.floats())
+values = st.one_of(
+    numbers, st.booleans(), st.none(),
+    st.sampled_from(["", "NaN", "Infinity", "-Infinity", "1e999", "GPIPE", "ONE_F_ONE_B",
+                     "H100", "cx7", "llama2-7b", "é", "x" * 300]),
+    st.text(max_size=12), st.lists(st.integers(-3, 10), max_size=4),
+    st.dictionaries(st.sampled_from(["a", "tp", "nodes", "name"]), st.integers(0, 4),
+                    max_size=2))
+
+
+# -- document trees ----------------------------------------------------------------------
+@st.composite
+def _spot(draw, tree):
+    """A (container, key) inside ``tree``, reached by a random walk from its root."""
+    parent, key = None, None
+    node = tree
+    while isinstance(node, dict | list) and node:
+        keys = list(node) if isinstance(node, dict) else list(range(len(node)))
+        parent, key = node, draw(st.sampled_from(keys))
+        node = parent[key]
+        if draw(st.integers(0, 3)) == 0:
+            break
+    return parent, key
+
+
+@st.composite
+def mutated_tree(draw, base):
+    """``base`` (a JSON-like document) after up to three mutations; now and then a
+    plain value instead of a document."""
+    if draw(st.integers(0, 40)) == 0:  # not a mapping at all
+        return draw(values)
+    tree = copy.deepcopy(base)
+    for _ in range(draw(st.integers(0, 3))):
+        parent, key = draw(_spot(tree))
+        if parent is None:
+            continue
+        op = draw(st.sampled_from(["replace", "scale", "delete", "duplicate", "nest", "rename"]))
+        old = parent[key]
+        if op == "replace":
+            parent[key] = draw(values)
+        elif op == "scale" and isinstance(old, int | float) and not isinstance(old, bool):
+            parent[key] = old * draw(st.sampled_from([-1, 0, 2, 1000, 2**20, 1e300]))
+        elif op == "delete":
+            del parent[key]
+        elif op == "duplicate" and isinstance(parent, list):
+            parent.insert(key, copy.deepcopy(old))
+        elif op == "nest":
+            for _ in range(draw(st.integers(1, 40))):
+                old = [old] if draw(st.booleans()) else {"x": old}
+            parent[key] = old
+        elif op == "rename" and isinstance(parent, dict):
+            parent[draw(st.sampled_from([f"{key}_", str(key).upper(), "colour"]))] = \
+                parent.pop(key)
+    return tree
+
+
+# -- protobuf messages -------------------------------------------------------------------
+def _messages(message):
+    """``message`` and every message inside it, unset singular ones included (setting a
+    field of one makes it present)."""
+    yield message
+    for field in message.DESCRIPTOR.fields:
+        if field.message_type is None:
+            continue
+        value = getattr(message, field.name)
+        for item in (value if field.is_repeated else [value]):
+            yield from _messages(item)
+
+
+def _scalar_for(draw, field):
+    kind = field.type
+    if kind == field.TYPE_DOUBLE:
+        return draw(st.one_of(st.sampled_from(EDGE_FLOATS), st.floats(), st.integers(-5, 100)))
+    if kind == field.TYPE_BOOL:
+        return draw(st.booleans())
+    if kind == field.TYPE_STRING:
+        return draw(st.sampled_from(["", "H100", "A100-40GB", "cx7", "cx99", "llama2-7b",
+                                     "gpt3-175b", "é\n\t"]))
+    if kind == field.TYPE_ENUM:
+        return draw(st.integers(-3, 6))
+    low, high = (-(2**31), 2**31 - 1) if kind == field.TYPE_INT32 else (-(2**63), 2**63 - 1)
+    edges = [v for v in EDGE_INTEGERS if low <= v <= high]
+    return draw(st.one_of(st.sampled_from(edges), st.integers(-3, 70), st.integers(low, high)))
+
+
+@st.composite
+def mutated_plan(draw, base_text):
+    """A DeploymentPlan message from ``base_text`` with typed fields set to hostile values,
+    repeated fields emptied, shortened or lengthened."""
+    plan = plan_from_text(base_text)
+    for _ in range(draw(st.integers(0, 3))):
+        message = draw(st.sampled_from(list(_messages(plan))))
+        field = draw(st.sampled_from(list(message.DESCRIPTOR.fields)))
+        if field.is_repeated:
+            items = getattr(message, field.name)
+            op = draw(st.sampled_from(["clear", "drop", "copy", "append"]))
+            if op == "clear":
+                del items[:]
+            elif op == "drop" and len(items):
+                del items[draw(st.integers(0, len(items) - 1))]
+            elif op == "copy" and len(items) and field.message_type is not None:
+                items.add().CopyFrom(items[draw(st.integers(0, len(items) - 1))])
+            elif op == "append" and field.message_type is None:
+                items.append(_scalar_for(draw, field))
+        elif field.message_type is not None:
+            message.ClearField(field.name)
+        else:
+            setattr(message, field.name, _scalar_for(draw, field))
+    return plan
+
+
+# -- bytes -------------------------------------------------------------------------------
+@st.composite
+def spoiled(draw, data: bytes) -> bytes:
+    """``data``, mostly unchanged; otherwise re-encoded, cut, or with bytes inserted."""
+    op = draw(st.sampled_from(["keep"] * 6 + ["utf-16", "utf-32", "latin-1", "bom", "cut",
+                                               "insert", "nul"]))
+    if op == "utf-16":
+        return data.decode().encode("utf-16")
+    if op == "utf-32":
+        return data.decode().encode("utf-32-le")
+    if op == "latin-1":
+        return data.decode().replace("e", "é").encode("latin-1")
+    if op == "bom":
+        return b"\xef\xbb\xbf" + data
+    at = draw(st.integers(0, len(data)))
+    if op == "cut":
+        return data[:at]
+    if op == "insert":
+        return data[:at] + draw(st.binary(min_size=1, max_size=8)) + data[at:]
+    if op == "nul":
+        return data[:at] + b"\0" + data[at:]
+    return data
+
+
+YAML_EXTRAS = [
+    "", "name: again\n", "extra: !!python/object/apply:os.system [true]\n",
+    "anchor: &a [1, 2, 3]\nalias: [*a, *a, *a]\n", "<<: {name: merged}\n",
+    "x: &b [*b]\n", "big: " + "9" * 40 + "\n", "deep: " + "[" * 40 + "]" * 40 + "\n",
+]
+
+
+def _yaml_text(document, draw) -> bytes:
+    text = yaml.safe_dump(document, sort_keys=False)
+    return (text + draw(st.sampled_from(YAML_EXTRAS))).encode()
+
+
+# -- samples ----------------------------------------------------------------------------
+@st.composite
+def plan_samples(draw):
+    base = draw(st.sampled_from(BASE_PLANS))
+    if draw(st.booleans()):
+        text = text_format.MessageToString(draw(mutated_plan(base)))
+        return Sample("plan", "plan.pbtxt", draw(spoiled(text.encode())))
+    document = draw(mutated_tree(json.loads(plan_to_json(plan_from_text(base)))))
+    text = json.dumps(document)
+    if draw(st.integers(0, 5)) == 0:  # a key given twice
+        text = text.replace('{"name"', '{"name": "first", "name"', 1)
+    return Sample("plan", "plan.json", draw(spoiled(text.encode())))
+
+
+@st.composite
+def sweep_samples(draw):
+    document = draw(mutated_tree(draw(st.sampled_from(BASE_SWEEPS))))
+    return Sample("sweep", "sweep.yaml", draw(spoiled(_yaml_text(document, draw))))
+
+
+@st.composite
+def catalog_samples(draw):
+    document = draw(mutated_tree(BASE_CATALOG))
+    return Sample("catalog", "catalog.yaml", draw(spoiled(_yaml_text(document, draw))))
+
+
+@st.composite
+def profile_samples(draw):
+    document = draw(mutated_tree(BASE_PROFILE))
+    if draw(st.booleans()):
+        return Sample("profile", "profile.yaml", draw(spoiled(_yaml_text(document, draw))))
+    rows = document.get("measurements") if isinstance(document, dict) else None
+    rows = rows if isinstance(rows, list) else []
+    header = "gpu,tp,micro_batch_size,forward_s,backward_s\n"
+    lines = [",".join(str(row.get(k, "")) if isinstance(row, dict) else str(row)
+                      for k in header.strip().split(",")) for row in rows]
+    return Sample("profile", "profile.csv", draw(spoiled((header + "\n".join(lines)).encode())))
+
+
+any_sample = st.one_of(plan_samples(), sweep_samples(), catalog_samples())
+
+
+def write(sample: Sample, folder, index: int = 0):
+    """Write ``sample`` into ``folder`` under a unique name; return the path."""
+    stem, suffix = sample.name.rsplit(".", 1)
+    path = folder / f"{index}-{stem}.{suffix}"
+    path.write_bytes(sample.data)
+    return path
+
+
+# -- valid inputs at the ends of their ranges ---------------------------------------------
+def _ends(bounds, typical):
+    return st.sampled_from([bounds.low, bounds.high, typical])
+
+
+@st.composite
+def extreme_plans(draw):
+    """The base plan with its numbers drawn from the ends of their documented ranges:
+    valid, so every evaluator must give finite numbers for it."""
+    from xsweep.spec import ranges
+
+    plan = plan_from_text(PLAN)
+    model = plan.model
+    for name, typical in (("hidden_size", 4096), ("ffn_hidden_size", 11008),
+                          ("vocab_size", 32000), ("seq_length", 1024)):
+        setattr(model, name, int(draw(_ends(ranges.MODEL[name], typical))))
+    model.num_attention_heads = heads = draw(st.sampled_from([2, 32, ranges.MAX_HEADS]))
+    model.hidden_size = max(heads, model.hidden_size - model.hidden_size % heads)  # whole heads
+    model.num_kv_heads = draw(st.integers(1, model.num_attention_heads))
+    size = draw(_ends(ranges.PLAN["micro_batch_size"], 4))
+    for group in plan.device_groups:
+        group.micro_batch_size = size
+    plan.training.global_batch_size = size * 2 * 4
+    plan.training.total_tokens = draw(_ends(ranges.PLAN["training.total_tokens"], 1e12))
+    node, fabric = plan.cluster.nodes[0], plan.cluster.fabric
+    node.scale_up.bandwidth_gbps = draw(_ends(ranges.BANDWIDTH_GBPS, 0.0))
+    node.scale_up.latency_ns = draw(_ends(ranges.LATENCY_NS, 0.0))
+    fabric.oversubscription = draw(_ends(ranges.PLAN["fabric.oversubscription"], 0.0))
+    fabric.switch_latency_ns = draw(_ends(ranges.LATENCY_NS, 0.0))
+    return plan
+
+
+@st.composite
+def extreme_catalogs(draw):
+    """A catalog file setting every number of the base plan's GPU and NIC to an end of
+    its range (or a typical value)."""
+    from xsweep.spec import ranges
+
+    gpu = {name: draw(_ends(bounds, bounds.high / 2))
+           for name, bounds in ranges.CATALOG["gpus"].items()}
+    nic = {name: draw(_ends(bounds, bounds.high / 2))
+           for name, bounds in ranges.CATALOG["nics"].items()}
+    text = yaml.safe_dump({"gpus": {"H100-SXM": gpu}, "nics": {"cx7": nic}})
+    return Sample("catalog", "catalog.yaml", text.encode())

@@ -1,0 +1,327 @@
+"""The reference lowering: one task at a time, as readable as the semantics it spells out.
+
+``xsweep.plan.lower`` builds the same programs from cached structures and arrays;
+``test_lower_identity.py`` checks that the two agree bit for bit.
+
+Semantics (what one task stands for):
+
+* a pass (forward or backward, one micro-batch, one model chunk under interleaving)
+  of one device group is one COMPUTE task on its stream and one blocking TP task,
+  or several such pieces: the last backward of each chunk is cut at the DP segment
+  and gradient-bucket boundaries; with ZeRO-1 and overlap the first forward of each
+  chunk is cut the same way and each piece waits for its bucket's parameter
+  all-gather; under FSDP every pass is cut into layers;
+* the TP all-reduces of a piece are one pipelined ring: each rank sends
+  ``2(k-1)/k x n x S`` bytes to its successor after ``2(k-1) n`` hop latencies and
+  ``n`` NCCL launches per operation (two per all-reduce under sequence parallelism);
+* activations and gradients move between consecutive virtual stages (chunk ``c`` of
+  the last stage feeds chunk ``c + 1`` of the first), one COMM task per phase;
+* per DP group and bucket: a barrier on the member pieces that complete the bucket,
+  then one COMM task of pipelined rings, one per LCM chunk ring: an all-reduce of the
+  bucket's gradients, or a reduce-scatter under ZeRO-1;
+* ZeRO-1 all-gathers the updated parameters per bucket after the members' optimizer
+  steps, or with overlap at the start of the iteration, one bucket after another;
+* FSDP: before each layer piece an all-gather of that layer's parameters over its DP
+  group, issued when the previous gather is done and every member has finished the
+  compute two pieces back; after each backward layer piece, once every member has
+  it, a reduce-scatter of the layer's gradients, one after another; the last waits on
+  a barrier over the members' last pieces;
+* the optimizer step is one COMPUTE task per group after its DP collectives.
+
+Streams are visited round-robin and each runs its pieces as far as their inputs
+exist; under FSDP all replicas together, else one replica at a time.
+"""
+
+from __future__ import annotations
+
+from xsweep.plan import reshard as reshard_mod
+from xsweep.plan.analysis import GroupInfo, PlanAnalysis
+from xsweep.plan.collectives import ALLGATHER, ALLREDUCE, REDUCE_SCATTER, pipelined_ring
+from xsweep.plan.groups import chunk_bytes_per_rank
+from xsweep.plan.program import Category, Program, ProgramBuilder
+from xsweep.plan.schedule import stage_order
+from xsweep.plan.transport import flow_numbers
+
+
+class _Lowering:
+    def __init__(self, a: PlanAnalysis):
+        self.a = a
+        topo = a.topology
+        self.topo = topo
+        self.v = a.stack.virtual_pipeline_stages
+        self.b = ProgramBuilder(
+            topo.capacity, topo.latency_s, topo.names,
+            rank_node=[topo.node_of(r) for r in range(topo.num_ranks)],
+        )
+        self.streams = [self.b.add_stream(g.id, g.ranks) for g in a.groups]
+        self.last = [None] * len(a.groups)  # last task on each stream
+        self.cuts = sorted({g.first_layer for g in a.dp_groups}
+                           | {g.last_layer + 1 for g in a.dp_groups}
+                           | {x for starts in a.dp_buckets for x in starts})
+        self.piece_end: dict[tuple[int, int], int] = {}  # (group id, first layer) -> task
+        self.gather: dict[tuple[int, int], int] = {}  # (group id, layer) -> ZeRO-1 gather
+        self.zero1 = a.stack.zero_stage == 1 and bool(a.dp_groups)
+
+    # -- flows ---------------------------------------------------------------------------
+    def _flow(self, src, dst, nbytes, hops=1, launches=0, p2p=False):
+        path = self.topo.path(src, dst)
+        wire, extra_s = flow_numbers(self.topo, path, nbytes, launches=launches, p2p=p2p)
+        return (src, dst, wire, hops * self.topo.path_latency_s(path) + extra_s, path)
+
+    def _ring_flows(self, dpg, first, last, passes):
+        """A collective of a DP group on layers first..last: a pipelined ring per chunk."""
+        chunk = chunk_bytes_per_rank(self.a.grad_bytes(first, last), dpg.tps)
+        return [self._flow(src, dst, nbytes, hops=hops, launches=1)
+                for ring in dpg.rings
+                for src, dst, nbytes, hops in pipelined_ring(ring.ranks, chunk, 1.0, passes)]
+
+    # -- pieces --------------------------------------------------------------------------
+    def _pieces(self, g: GroupInfo, p: int):
+        """(kind, mb, chunk, lo, hi exclusive, index in pass, pieces in pass, role) in order."""
+        order = stage_order(self.a.schedule, g.stage, p, g.num_micro_batches, self.v)
+        size = (g.last_layer - g.first_layer + 1) // self.v
+        out = []
+        for i, (kind, mb, c) in enumerate(order):
+            lo, hi = g.first_layer + c * size, g.first_layer + (c + 1) * size
+            later = [k for k, _, cc in order[i + 1:] if cc == c]
+            earlier = [k for k, _, cc in order[:i] if cc == c]
+            if self.a.fsdp:
+                role, edges = "layer", list(range(lo, hi + 1))
+            elif kind == "B" and "B" not in later:
+                role = "last_b"
+            elif kind == "F" and self.zero1 and self.a.stack.dp_overlap and "F" not in earlier:
+                role = "first_f"
+            else:
+                role = ""
+            if role in ("last_b", "first_f"):
+                edges = [lo] + [x for x in self.cuts if lo < x < hi] + [hi]
+            elif not role:
+                edges = [lo, hi]
+            spans = list(zip(edges, edges[1:], strict=False))
+            if kind == "B":
+                spans = spans[::-1]
+            out += [(kind, mb, c, x, y, j, len(spans), role) for j, (x, y) in enumerate(spans)]
+        return out
+
+    def _on_stream(self, gi: int, category, duration, deps, tp_count, mb, name, phase=-1):
+        g = self.a.groups[gi]
+        labels = dict(stage=g.stage, micro_batch=mb, device_group=g.id, replica=g.replica)
+        deps = [d for d in [self.last[gi], *deps] if d is not None]
+        compute = self.b.add_compute(category, self.streams[gi], duration, deps, name=name,
+                                     **labels)
+        t = compute
+        flows = [self._flow(src, dst, nbytes, hops=hops,
+                            launches=tp_count * g.cost.tp_ops_per_allreduce)
+                 for src, dst, nbytes, hops in pipelined_ring(g.ranks, g.cost.tp_allreduce_bytes,
+                                                              tp_count)]
+        if flows:
+            t = self.b.add_comm(Category.TP, flows, [t], stream=self.streams[gi],
+                                name=f"tp {name}", **labels)
+        self.last[gi] = t
+        return compute, t
+
+    def _piece(self, gi, kind, mb, c, lo, hi, role, deps):
+        g = self.a.groups[gi]
+        cost = g.cost
+        n = g.last_layer - g.first_layer + 1
+        i0, i1 = lo - g.first_layer, hi - g.first_layer
+        times = cost.layer_forward_time_s if kind == "F" else cost.layer_backward_time_s
+        total = cost.tp_allreduces_forward if kind == "F" else cost.tp_allreduces_backward
+        name = f"{kind} dg{g.id} mb{mb}" + (f" c{c}" if self.v > 1 else "")
+        if role:
+            name += f" L{lo}-{hi - 1}"
+        category = Category.FORWARD if kind == "F" else Category.BACKWARD
+        return self._on_stream(gi, category, sum(times[i0:i1]), deps, total * (i1 - i0) / n,
+                               mb, name)
+
+    def _transfer(self, src: GroupInfo, dst: GroupInfo, mb, c, after, backward):
+        """Move one micro-batch's activations (or their gradients) between virtual stages."""
+        transfers = reshard_mod.reshard(self.a.resharding, src.ranks, dst.ranks,
+                                        src.cost.activation_bytes)
+        category = Category.PP if src.tp == dst.tp else Category.RESHARD
+        phases: dict[int, list] = {}
+        for tr in transfers:
+            phases.setdefault(tr.phase, []).append(self._flow(tr.src, tr.dst, tr.bytes,
+                                                              p2p=True))
+        t = after
+        direction = "grad" if backward else "act"
+        suffix = f" c{c}" if self.v > 1 else ""
+        for phase in sorted(phases):
+            t = self.b.add_comm(category, phases[phase], [t], stage=src.stage, micro_batch=mb,
+                                device_group=src.id, replica=src.replica, phase=phase,
+                                name=f"{direction} {src.id}->{dst.id} mb{mb}{suffix} p{phase}")
+        return t
+
+    def _replicas(self, replicas: list[tuple[int, ...]]):
+        """Add every pass of ``replicas`` in an order that respects all dependencies."""
+        groups, v = self.a.groups, self.v
+        streams = [(gi, members) for members in replicas for gi in members]
+        plans = {gi: self._pieces(groups[gi], len(members)) for gi, members in streams}
+        pos = dict.fromkeys(plans, 0)
+        arrived: dict[tuple, int] = {}  # (kind, group index, mb, chunk) -> input transfer
+        fsdp = _Fsdp(self, replicas, plans) if self.a.fsdp else None
+        while any(pos[gi] < len(plans[gi]) for gi in plans):
+            progressed = False
+            for gi, members in streams:
+                p, s = len(members), groups[gi].stage
+                while pos[gi] < len(plans[gi]):
+                    kind, mb, c, lo, hi, j, n, role = plans[gi][pos[gi]]
+                    deps = []
+                    is_start = (s, c) == ((0, 0) if kind == "F" else (p - 1, v - 1))
+                    if j == 0 and not is_start:
+                        if (kind, gi, mb, c) not in arrived:
+                            break
+                        deps.append(arrived[(kind, gi, mb, c)])
+                    if fsdp is not None:
+                        gather = fsdp.gather(gi, pos[gi])
+                        if gather is None:
+                            break
+                        deps.append(gather)
+                    if role == "first_f" and (groups[gi].id, lo) in self.gather:
+                        deps.append(self.gather[(groups[gi].id, lo)])
+                    compute, t = self._piece(gi, kind, mb, c, lo, hi, role, deps)
+                    if role == "last_b":
+                        self.piece_end[(groups[gi].id, lo)] = t
+                    if fsdp is not None:
+                        fsdp.done(gi, pos[gi], compute, t)
+                    if j == n - 1:
+                        self._send(members, s, kind, mb, c, t, arrived)
+                    pos[gi] += 1
+                    progressed = True
+            assert progressed, "pipeline schedule deadlocked"
+        return fsdp.finals if fsdp is not None else {}
+
+    def _send(self, members, s, kind, mb, c, t, arrived):
+        """The transfer of a pass's output to the next (forward) or previous virtual stage."""
+        p, v, groups = len(members), self.v, self.a.groups
+        if kind == "F":
+            to = (s + 1, c) if s + 1 < p else (0, c + 1) if c + 1 < v else None
+        else:
+            to = (s - 1, c) if s > 0 else (p - 1, c - 1) if c > 0 else None
+        if to is not None:
+            dst = members[to[0]]
+            arrived[(kind, dst, mb, to[1])] = self._transfer(
+                groups[members[s]], groups[dst], mb, c, t, kind == "B")
+
+    def _dp_sync(self) -> dict[int, list[int]]:
+        """Barrier + all-reduce (ZeRO-1: reduce-scatter) per DP group and bucket; returns
+        group id -> the collectives its optimizer waits for."""
+        finals: dict[int, list[int]] = {}
+        passes, verb = (REDUCE_SCATTER, "rs") if self.zero1 else (ALLREDUCE, "dp")
+        for d, dpg in enumerate(self.a.dp_groups):
+            for lo, hi in self.a.buckets(d):
+                members = [self.piece_end[(dg, lo)] for dg in dpg.device_groups]
+                barrier = self.b.add_compute(Category.BARRIER, -1, 0.0, members,
+                                             name=f"dp barrier L{lo}-{hi}", phase=d)
+                t = self.b.add_comm(Category.DP, self._ring_flows(dpg, lo, hi, passes),
+                                    [barrier], name=f"{verb} L{lo}-{hi}")
+                for dg in dpg.device_groups:
+                    finals.setdefault(dg, []).append(t)
+        return finals
+
+    def _param_gathers(self, after: dict[int, int] | None):
+        """ZeRO-1's parameter all-gather per DP group and bucket, after the optimizers or
+        (``after`` None) at the start, bucket after bucket."""
+        for d, dpg in enumerate(self.a.dp_groups):
+            previous = []
+            for lo, hi in self.a.buckets(d):
+                deps = previous if after is None else [after[dg] for dg in dpg.device_groups]
+                t = self.b.add_comm(Category.DP, self._ring_flows(dpg, lo, hi, ALLGATHER), deps,
+                                    name=f"ag L{lo}-{hi}")
+                previous = [t]
+                for dg in dpg.device_groups:
+                    for layer in range(lo, hi + 1):
+                        self.gather[(dg, layer)] = t
+
+    def run(self) -> Program:
+        overlapped = self.a.stack.dp_overlap
+        if self.zero1 and overlapped:
+            self._param_gathers(None)
+        replicas = list(self.a.replicas.values())
+        if self.a.fsdp:
+            finals = self._replicas(replicas)
+        else:
+            for members in replicas:
+                self._replicas([members])
+            finals = self._dp_sync()
+        optimizers = {}
+        for gi, g in enumerate(self.a.groups):
+            deps = [d for d in [self.last[gi], *finals.get(g.id, [])] if d is not None]
+            optimizers[g.id] = self.b.add_compute(
+                Category.OPTIMIZER, self.streams[gi], g.optimizer_time_s, deps, stage=g.stage,
+                device_group=g.id, replica=g.replica, name=f"optimizer dg{g.id}")
+        if self.zero1 and not overlapped:
+            self._param_gathers(optimizers)
+        return self.b.build(
+            tokens_per_iteration=self.a.tokens_per_iteration,
+            model_flops_per_iteration=self.a.model_flops_per_iteration,
+            peak_flops_per_s=self.a.peak_flops_per_s,
+        )
+
+
+class _Fsdp:
+    """FSDP's per-layer collectives: for each pipeline stage, the DP group of that stage's
+    groups in every replica (the replicas have the same stages, so the same pieces)."""
+
+    def __init__(self, lowering: _Lowering, replicas, plans):
+        self.low, self.plans = lowering, plans
+        a = lowering.a
+        index = {g.id: gi for gi, g in enumerate(a.groups)}
+        self.dp_of = {}  # group index -> (DP group, member group indices in ring order)
+        for dpg in a.dp_groups:
+            members = [index[dg] for dg in dpg.device_groups]
+            for gi in members:
+                self.dp_of[gi] = (dpg, members)
+        self.gathers: dict[int, list[int]] = {}  # by DP group's first layer
+        self.scatter: dict[int, int] = {}
+        self.computes = {gi: [] for gi in plans}
+        self.ends = {gi: [] for gi in plans}
+        self.finals: dict[int, list[int]] = {}
+
+    def gather(self, gi: int, i: int):
+        """The all-gather piece ``i`` of group ``gi`` waits for; issued now if it can be."""
+        dpg, members = self.dp_of[gi]
+        issued = self.gathers.setdefault(dpg.first_layer, [])
+        if i < len(issued):
+            return issued[i]
+        if any(len(self.computes[m]) < i - 1 for m in members):
+            return None
+        kind, mb, _, layer, *_ = self.plans[gi][i]
+        deps = issued[-1:] + ([self.computes[m][i - 2] for m in members] if i >= 2 else [])
+        stage = self.low.a.groups[gi].stage
+        t = self.low.b.add_comm(Category.DP, self.low._ring_flows(dpg, layer, layer, ALLGATHER),
+                                deps, stage=stage, micro_batch=mb,
+                                name=f"ag L{layer} {kind} mb{mb}")
+        issued.append(t)
+        return t
+
+    def done(self, gi: int, i: int, compute: int, end: int):
+        """Piece ``i`` of ``gi`` was added; reduce-scatter a backward layer's gradients once
+        every member has them."""
+        self.computes[gi].append(compute)
+        self.ends[gi].append(end)
+        kind, mb, _, layer, *_ = self.plans[gi][i]
+        dpg, members = self.dp_of[gi]
+        if kind != "B" or any(len(self.ends[m]) <= i for m in members):
+            return
+        deps = [self.ends[m][i] for m in members]
+        final = i == len(self.plans[gi]) - 1
+        b = self.low.b
+        if final:
+            g = self.low.a.groups[gi]
+            deps = [b.add_compute(Category.BARRIER, -1, 0.0, deps,
+                                  name=f"dp barrier L{g.first_layer}-{g.last_layer}")]
+        if dpg.first_layer in self.scatter:
+            deps.append(self.scatter[dpg.first_layer])
+        t = b.add_comm(Category.DP, self.low._ring_flows(dpg, layer, layer, REDUCE_SCATTER), deps,
+                       stage=self.low.a.groups[gi].stage, micro_batch=mb,
+                       name=f"rs L{layer} mb{mb}")
+        self.scatter[dpg.first_layer] = t
+        if final:
+            for m in members:
+                self.finals.setdefault(self.low.a.groups[m].id, []).append(t)
+
+
+def reference_lower(analysis: PlanAnalysis) -> Program:
+    """Build the program IR of one iteration of an analysed plan, one task at a time."""
+    return _Lowering(analysis).run()

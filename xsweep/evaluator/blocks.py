@@ -1,0 +1,217 @@
+"""The bound's form of a program: its DAG cut into blocks of independent tasks.
+
+:func:`block_layout` computes each program's contention-free durations and cuts
+its DAG into blocks of tasks that do not depend on each other; :func:`encode_blocks`
+pads a batch of layouts to one :class:`~xsweep.evaluator.shapes.BlockShape`. What is
+derived from one program is kept per program object by the caller
+(:class:`~xsweep.evaluator.derived.Derived`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from xsweep.evaluator.encode import rows_by_object
+from xsweep.evaluator.shapes import BlockShape, ladder
+from xsweep.kernels.types import BlockedProgram
+from xsweep.plan.program import Program
+from xsweep.ragged import owners_and_places
+
+#: Most predecessors one node of the bound's block layout gathers; a task with more
+#: waits on max nodes (measured plans: most tasks have at most 8, a few barriers and
+#: optimizer steps dozens).
+MAX_PREDS = 8
+
+
+def contention_free_durations(program: Program) -> np.ndarray:
+    """float64[T]: each task's duration with every flow alone at its path's bottleneck.
+
+    The formula of ``xsweep.kernels.contention_free_durations``, on the program's
+    CSR arrays in float64.
+    """
+    p = program
+    out = p.task_duration_s.astype(np.float64)
+    if p.num_flows:
+        bottleneck = np.minimum.reduceat(p.link_capacity[p.path_links], p.path_ptr[:-1])
+        flow_s = p.flow_latency_s + p.flow_bytes / bottleneck
+        has_flows = np.diff(p.flow_ptr) > 0  # reduceat needs non-empty groups
+        out[has_flows] = np.maximum.reduceat(flow_s, p.flow_ptr[:-1][has_flows])
+    return out
+
+
+class DagNodes(NamedTuple):
+    """A program's DAG as the bound's nodes: its tasks (ids 0 to T-1), then max nodes."""
+
+    level: np.ndarray  # int64[N], one more than the predecessors' highest (0 without)
+    owner: np.ndarray  # int64[M], the node of each predecessor edge
+    col: np.ndarray  # int64[M], the edge's place among its node's predecessors
+    pred: np.ndarray  # int64[M], the predecessor node
+    most_preds: int  # predecessors of one node at most (D)
+
+
+def _preds_per_node(program: Program) -> int:
+    """D: enough predecessors for 95% of the tasks, on the ladder, at most ``MAX_PREDS``.
+
+    Measured plans: most tasks have one or two, a few barriers and optimizer steps
+    dozens; folding those costs a few levels, padding every node to them far more.
+    """
+    deg = np.diff(program.dep_ptr)
+    if deg.max(initial=0) <= 2:
+        return max(int(deg.max(initial=1)), 1)
+    return min(ladder(max(2, int(np.ceil(np.percentile(deg, 95))))), MAX_PREDS)
+
+
+def dag_nodes(program: Program) -> DagNodes:
+    """The nodes of the bound's layout, at most D predecessors each.
+
+    A task with more predecessors waits on max nodes that fold D of them at a
+    time, lowest levels first, so the task's own level grows as little as it can.
+    """
+    most = _preds_per_node(program)
+    num_tasks = program.num_tasks
+    deg = np.diff(program.dep_ptr)
+    idx = program.dep_idx.tolist()
+    level = [0] * num_tasks
+    level_of = level.__getitem__
+    max_levels: list[int] = []  # of the max nodes, ids num_tasks, num_tasks + 1, ...
+    folds: list[tuple[int, list[int]]] = []  # (node, its predecessors) of max nodes, wide tasks
+    # a plain Python pass: each level needs its predecessors' (most tasks have one)
+    for t, a, d in zip(range(num_tasks), program.dep_ptr.tolist(), deg.tolist(), strict=False):
+        if d == 1:
+            level[t] = level[idx[a]] + 1
+        elif d > most:
+            heap = sorted((level[q], q) for q in idx[a: a + d])
+            while len(heap) > most:
+                folded = [heapq.heappop(heap) for _ in range(most)]
+                max_levels.append(folded[-1][0] + 1)
+                folds.append((num_tasks + len(max_levels) - 1, [n for _, n in folded]))
+                heapq.heappush(heap, (max_levels[-1], folds[-1][0]))
+            folds.append((t, [n for _, n in heap]))
+            level[t] = max(heap)[0] + 1
+        elif d:
+            level[t] = max(map(level_of, idx[a: a + d])) + 1
+    owner, col = owners_and_places(deg)
+    plain = deg[owner] <= most
+    fold_owner, fold_col = owners_and_places(np.array([len(q) for _, q in folds], np.int64))
+    fold_node = np.array([n for n, _ in folds], np.int64)[fold_owner]
+    fold_pred = np.fromiter((n for _, q in folds for n in q), np.int64, len(fold_owner))
+    return DagNodes(np.array(level + max_levels, np.int64),
+                  np.concatenate([owner[plain], fold_node]),
+                  np.concatenate([col[plain], fold_col]),
+                  np.concatenate([program.dep_idx[plain].astype(np.int64), fold_pred]), most)
+
+
+def block_form(program: Program, step_cost: int,
+               nodes: DagNodes | None = None) -> tuple[int, int, int]:
+    """Slots per block, predecessors per slot and blocks of one program's best layout.
+
+    The slots per block (on the ladder) minimise steps * (step_cost + slots * D):
+    wider blocks take fewer steps but pad more.
+
+    Args:
+      program: the program.
+      step_cost: cost of one scan step, in gathered predecessors per variant.
+      nodes: the program's :func:`dag_nodes`, if already known.
+    """
+    nodes = nodes if nodes is not None else dag_nodes(program)
+    level_sizes = np.bincount(nodes.level)
+    widths = np.unique(ladder(np.arange(1, int(level_sizes.max(initial=1)) + 1)))
+    steps = (-(-level_sizes[None, :] // widths[:, None])).sum(axis=1)
+    best = int(np.argmin(steps * (step_cost + widths * nodes.most_preds)))
+    return int(widths[best]), nodes.most_preds, int(steps[best])
+
+
+def block_slots(program: Program, width: int,
+                nodes: DagNodes | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The structure of the bound's form with ``width`` slots per block: int32[B, W, D]
+    slots of each slot's predecessors, and int32[T] the slot of each task.
+
+    Slots count from 1, 0 is no slot. ``nodes``: the program's :func:`dag_nodes`, if
+    already known.
+    """
+    nodes = nodes if nodes is not None else dag_nodes(program)
+    level = nodes.level
+    level_sizes = np.bincount(level)
+    level_blocks = -(-level_sizes // width)
+    num_blocks = int(level_blocks.sum())
+    # slot = 1 + first block of the node's level * width + rank of the node in its level
+    rank = np.empty(len(level), np.int64)
+    order = np.argsort(level, kind="stable")
+    rank[order] = np.arange(len(level)) - (np.cumsum(level_sizes) - level_sizes)[level[order]]
+    slot = ((np.cumsum(level_blocks) - level_blocks)[level] * width + rank + 1).astype(np.int32)
+    slot_pred = np.zeros((1 + num_blocks * width, nodes.most_preds), np.int32)
+    slot_pred[slot[nodes.owner], nodes.col] = slot[nodes.pred]
+    return (slot_pred[1:].reshape(num_blocks, width, nodes.most_preds),
+            slot[: program.num_tasks])
+
+
+def block_durations(program: Program, slot_pred: np.ndarray,
+                    task_slot: np.ndarray) -> np.ndarray:
+    """float64[B, W]: the contention-free duration of each slot's task (0 elsewhere)."""
+    blocks, width, _ = slot_pred.shape
+    duration_s = np.zeros(1 + blocks * width)
+    duration_s[task_slot] = contention_free_durations(program)
+    return duration_s[1:].reshape(blocks, width)
+
+
+def block_layout(program: Program, width: int,
+                 nodes: DagNodes | None = None) -> BlockedProgram:
+    """The bound's form of one program with ``width`` slots per block (numpy, unpadded,
+    durations in float64)."""
+    slot_pred, task_slot = block_slots(program, width, nodes)
+    return BlockedProgram(slot_pred, block_durations(program, slot_pred, task_slot), task_slot)
+
+
+def block_sizes(programs: Sequence[Program], forms: Sequence[tuple[int, int, int]]) -> np.ndarray:
+    """int64[N, 4]: each program's layout sizes at its :func:`block_form`, as a BlockShape."""
+    out = np.zeros((len(programs), len(BlockShape._fields)), np.int64)
+    for row, (p, (width, preds, blocks)) in enumerate(zip(programs, forms, strict=True)):
+        out[row] = (p.num_tasks, blocks, width, preds)
+    return out
+
+
+def block_shapes(sizes: np.ndarray) -> np.ndarray:
+    """Rounded :class:`BlockShape` of every row of ``sizes`` (widths are on the ladder)."""
+    sizes = np.asarray(sizes)
+    return np.stack([ladder(sizes[..., 0]), ladder(sizes[..., 1]), np.maximum(sizes[..., 2], 1),
+                     np.maximum(sizes[..., 3], 1)], axis=-1)
+
+
+def block_work(shapes: np.ndarray, step_cost: int) -> np.ndarray:
+    """Work of one variant at each rounded :class:`BlockShape` row: steps and gathers."""
+    shapes = np.asarray(shapes)
+    blocks, width, preds = shapes[..., 1], shapes[..., 2], shapes[..., 3]
+    return blocks * (step_cost + width * preds) + shapes[..., 0]
+
+
+def encode_blocks(layouts: Sequence[BlockedProgram], shape: BlockShape, *, dtype=np.float32,
+                  num_variants: int | None = None) -> BlockedProgram:
+    """Stack block layouts (all at ``shape.width`` slots per block) into one padded batch.
+
+    Padding is zeros (slot 0 is no slot), so the arrays need no filling. Rows past
+    the layouts (up to ``num_variants``) are empty variants.
+
+    Raises:
+      ValueError: a layout does not fit ``shape`` or ``num_variants`` is too small.
+    """
+    rows = len(layouts) if num_variants is None else num_variants
+    T, B, W, D = shape
+    sizes = np.array([(b.task_slot.shape[0], *b.slot_pred.shape) for b in layouts],
+                     np.int64).reshape(-1, 4)
+    if rows < len(layouts) or np.any(sizes > np.array(shape)):
+        raise ValueError(f"layouts of sizes up to {sizes.max(axis=0).tolist()} do not fit "
+                         f"{rows} variants of shape {tuple(shape)}")
+    out = BlockedProgram(np.zeros((rows, B, W, D), np.int32), np.zeros((rows, B, W), dtype),
+                         np.zeros((rows, T), np.int32))
+    # a structure shared by several rows is copied once; durations row by row
+    for slot_pred, where in rows_by_object([b.slot_pred for b in layouts]):
+        blocks, _, preds = slot_pred.shape
+        out.slot_pred[where, :blocks, :, :preds] = slot_pred
+        out.task_slot[where, : layouts[where[0]].task_slot.shape[0]] = layouts[where[0]].task_slot
+    for row, b in enumerate(layouts):
+        out.slot_duration_s[row, : b.slot_duration_s.shape[0]] = b.slot_duration_s
+    return out

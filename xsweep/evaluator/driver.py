@@ -1,0 +1,338 @@
+"""Evaluate many programs with the JAX kernels: encode, bucket, chunk, shard, collect.
+
+The two levels see programs differently: the exact level reads the padded program
+(``xsweep.evaluator.encode``), the bound a block layout (``xsweep.evaluator.blocks``,
+with the contention-free durations already in it). What the host derives from a
+program (the layout, the metrics' index) is kept per program object by the
+evaluator (``xsweep.evaluator.derived``), so a program seen again costs only its
+copy into a chunk.
+
+Variants are grouped by shape: each variant's sizes and slots rounded up to powers
+of two (so shapes repeat across calls, and across processes through the disk cache
+of compiled kernels); neighbouring groups share a shape while that costs at most
+``MERGE_FACTOR`` times their own work, and a call needs at most ``MAX_SHAPES`` new
+shapes (an already compiled shape that covers a variant at up to ``REUSE_FACTOR``
+times its work is used as it is). Each group runs
+in chunks of rows; the variant axis is padded to a multiple of the device count and
+split over all devices with ``shard_map``: each device runs its share, vmapped or one
+variant after another (``VECTORIZED``), so one CPU, one GPU or eight run the same
+code. The exact level's slots (tasks and flows under way at once) are sized per
+variant from its bound schedule; variants that still overflow are rerun together,
+in a second pass with twice the slots of both kinds.
+
+The metrics of ``xsweep.timeline`` are computed in the same compiled call, from task
+times that never leave the device unless asked for; their index arrays share one size
+per group too. While the device works on one chunk, the host encodes the next.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import jax
+import numpy as np
+
+from xsweep import metrics
+from xsweep.errors import InputError
+from xsweep.evaluator.blocks import block_sizes, block_work, encode_blocks
+from xsweep.evaluator.derived import Derived
+from xsweep.evaluator.encode import encode, metric_index_dims, pad_metric_index
+from xsweep.evaluator.executables import DIAGNOSTICS, REUSE_FACTOR, Executables
+from xsweep.evaluator.shapes import (
+    BlockShape,
+    Shape,
+    padding_overhead,
+    power_of_two,
+    program_sizes,
+)
+from xsweep.evaluator.slots import exact_slots
+from xsweep.kernels import MAX_ROUNDS, Status
+from xsweep.plan.program import Program
+
+LEVELS = ("bound", "exact")
+DTYPES = {"float32": np.float32, "float64": np.float64}
+#: Variants per chunk and device, by platform. A CPU pays per element: the bound's
+#: blocked scan runs as fast at 32-64 variants per chunk as at 256 (its times stay in
+#: cache); the exact level runs its variants one after another (``VECTORIZED``), and
+#: 32 per call spread the call's overhead (several ms) at few compiled row counts
+#: (measured: 2-3x the rate of one variant per call on small programs, the same on
+#: large ones). The accelerator sizes are first guesses, not measurements.
+DEFAULT_CHUNK = {"cpu": {"bound": 64, "exact": 32}, "gpu": {"bound": 16384, "exact": 2048}}
+#: Whether the variants of a chunk run vmapped, in lockstep, or one after another
+#: (``lax.map``), each in the unbatched kernel whose branches really branch and which
+#: stops at its own last event. Measured on CPU: one after another wins for the
+#: exact level (a vmapped event loop runs as long as its slowest member and touches
+#: every slot at every step).
+VECTORIZED = {"cpu": {"bound": True, "exact": False}, "gpu": {"bound": True, "exact": True}}
+#: Cost of one step of the bound's scan in gathered predecessors per variant, by
+#: platform; it sets how wide the bound's blocks are (``xsweep.evaluator.blocks``).
+#: On CPU the rate of the Llama-2-7B plans barely moves between 8 and 512; the
+#: accelerator's (whose steps are kernel launches) is a first guess.
+BLOCK_STEP_COST = {"cpu": 32, "gpu": 1024}
+#: New compiled shapes one call uses at most, by level, besides reruns after an
+#: overflow: each compiles once (kept on disk after, ``xsweep.runtime.use_compile_cache``).
+MAX_SHAPES = {"bound": 8, "exact": 3}
+#: Two groups of variants share one shape (the larger of each size) only while that
+#: costs each at most this many times its own work, unless a call would need more than
+#: ``MAX_SHAPES`` new shapes: padding stays below it in all but the most varied calls.
+MERGE_FACTOR = 2.0
+#: Rows of a chunk at least (a multiple of the devices, up to the chunk size): few
+#: distinct row counts, so small calls and large ones share executables.
+MIN_ROWS = {"bound": 8, "exact": 1}
+_SCALARS = ("tokens_per_iteration", "model_flops_per_iteration", "peak_flops_per_s")
+
+
+class _Format(NamedTuple):
+    """How one level's kernel sees programs: sizes, rounded shapes, work, arrays."""
+
+    shape: type  # Shape or BlockShape
+    sizes: Callable  # programs -> int[N, fields of shape]
+    load: Callable  # rows of sizes -> each variant's weight in the kernel's time
+    work: Callable  # rows of (shape, task slots, flow slots) -> work per unit of load there
+    encode: Callable  # (programs, shape, *, dtype, num_variants) -> the kernel's arrays
+
+
+def _exact_events(sizes: np.ndarray) -> np.ndarray:
+    """Events of each program at most: every task and every flow's start and end."""
+    return (sizes[:, 0] + 2 * sizes[:, 2]).astype(float)
+
+
+def _exact_work(keys: np.ndarray) -> np.ndarray:
+    """Work per event: a fixed part, and a part that grows with the slots (measured on CPU:
+    about 12 us per event at 64 task and 256 flow slots, 55 us at 256 and 1024)."""
+    return 100.0 + keys[..., -2] + keys[..., -1]
+
+
+def _format(level: str, step_cost: int, derived: Derived) -> _Format:
+    if level == "exact":
+        return _Format(Shape, program_sizes, _exact_events, _exact_work, encode)
+
+    def work(keys):
+        return block_work(keys[..., :-2], step_cost)
+
+    def sizes(programs):
+        return block_sizes(programs, [derived.form(p, step_cost) for p in programs])
+
+    def encoded(programs, shape, **kwargs):
+        return encode_blocks([derived.layout(p, shape.width) for p in programs], shape, **kwargs)
+
+    return _Format(BlockShape, sizes, lambda sizes: np.ones(len(sizes)), work, encoded)
+
+
+class _Config(NamedTuple):
+    level: str
+    dtype: type
+    max_rounds: int
+    with_metrics: bool
+    task_times: bool
+    vectorized: bool
+    step_cost: int
+
+
+def _shape_groups(keys: np.ndarray, load: np.ndarray, work: Callable, max_shapes: int,
+                  fixed: list[tuple[int, ...]]) -> list[tuple[tuple[int, ...], np.ndarray]]:
+    """Variants grouped by the shape they run at: ``(shape key, variant indices)``.
+
+    ``keys`` are each variant's own shape key (sizes and slots, each a power of two, so
+    that shapes repeat across calls and processes) and ``load`` its weight in the
+    kernel's time (the variant costs ``load * work(key)``). A variant whose key an
+    already compiled key of ``fixed`` covers at most ``REUSE_FACTOR`` times its work runs
+    there. The rest are grouped by key; two groups are merged (their elementwise largest
+    key) while some merge costs each member at most ``MERGE_FACTOR`` times its work, and
+    while more than ``max_shapes`` groups are left, the merge that adds the least work.
+    """
+    order = np.lexsort(keys.T[::-1])
+    unique, first = np.unique(keys[order], axis=0, return_index=True)
+    members = np.split(order, first[1:])
+    groups: dict[tuple[int, ...], list[np.ndarray]] = {}
+    new_keys, new_members = [], []
+    for key, who in zip(unique, members, strict=True):
+        cost = float(work(key))
+        covering = [k for k in fixed if all(a >= b for a, b in zip(k, key.tolist(), strict=True))
+                    and float(work(np.array(k))) <= REUSE_FACTOR * cost]
+        if covering:
+            groups.setdefault(min(covering, key=lambda k: float(work(np.array(k)))), []).append(who)
+        else:
+            new_keys.append(key)
+            new_members.append([who])
+    while len(new_keys) > 1:
+        stacked = np.stack(new_keys)
+        weight = np.array([sum(load[w].sum() for w in who) for who in new_members], float)
+        merged = np.maximum(stacked[:, None], stacked[None, :])
+        own = work(stacked)
+        extra = work(merged) * (weight[:, None] + weight[None, :]) - (own * weight)[:, None] \
+            - (own * weight)[None, :]
+        np.fill_diagonal(extra, np.inf)
+        i, j = np.unravel_index(np.argmin(extra), extra.shape)
+        ratio = work(merged[i, j]) / min(own[i], own[j])
+        if ratio > MERGE_FACTOR and len(new_keys) <= max_shapes:
+            break
+        new_keys = [k for n, k in enumerate(new_keys) if n not in (i, j)] + [merged[i, j]]
+        new_members = [m for n, m in enumerate(new_members) if n not in (i, j)] + [
+            new_members[i] + new_members[j]]
+    for key, who in zip(new_keys, new_members, strict=True):
+        groups.setdefault(tuple(int(n) for n in key), []).extend(who)
+    return [(key, np.sort(np.concatenate(who))) for key, who in groups.items()]
+
+
+class _Run:
+    """One call of :func:`run_programs`: its configuration and the evaluator's state."""
+
+    def __init__(self, cfg: _Config, fmt: _Format, executables: Executables,
+                 derived: Derived):
+        self.cfg, self.fmt, self.executables, self.derived = cfg, fmt, executables, derived
+
+    def dispatch(self, programs: Sequence[Program], sizes: np.ndarray, with_metrics: bool,
+                 slots: tuple[int, int], key: tuple, metric_dims: tuple) -> dict:
+        """Encode one chunk at the (rows, *shape) ``key`` and start the kernel on it."""
+        cfg, fmt, devices = self.cfg, self.fmt, self.executables.devices
+        rows, shape = key[0], fmt.shape(*key[1:])
+        if cfg.level == "exact":
+            slots = (min(slots[0], shape.tasks + 1), min(slots[1], shape.flows))  # no more is used
+        kernel, sharding = self.executables.kernel(
+            cfg.level, slots, cfg.max_rounds, cfg.vectorized and rows > len(devices),
+            with_metrics)
+        arrays = fmt.encode(programs, shape, dtype=cfg.dtype, num_variants=rows)
+        index = scalars = None
+        if with_metrics:
+            index = pad_metric_index([self.derived.metric_index(p) for p in programs],
+                                     shape.tasks, metric_dims, dtype=cfg.dtype,
+                                     num_variants=rows)
+            scalars = tuple(np.array([getattr(p, name) for p in programs]
+                                     + [0.0] * (rows - len(programs)), cfg.dtype)
+                            for name in _SCALARS)
+        out = kernel(*jax.device_put((arrays, index, scalars), sharding))
+        if not cfg.task_times:
+            del out["start_s"], out["end_s"]
+        overhead = padding_overhead(sizes, shape, rows)
+        return out | {"padding_overhead": np.full(len(programs), overhead)}
+
+    def chunks(self, programs: Sequence[Program], sizes: np.ndarray, pending: np.ndarray,
+               need: np.ndarray, chunk_size: int):
+        """(variant indices, key, metric dims, slots) of every call: groups of one shape
+        and one number of slots, in chunks of rows."""
+        cfg, fmt = self.cfg, self.fmt
+        devices = len(self.executables.devices)
+        keys = power_of_two(np.concatenate([sizes[pending], need[pending]], axis=1))
+        config = (cfg.level, np.dtype(cfg.dtype).name, cfg.max_rounds, cfg.with_metrics)
+        for key, local in _shape_groups(keys, fmt.load(sizes[pending]), fmt.work,
+                                        MAX_SHAPES[cfg.level], self.executables.compiled(config)):
+            run = pending[local]
+            rows = min(chunk_size, max(power_of_two(len(run)), MIN_ROWS[cfg.level]))
+            rows = -(-rows // devices) * devices
+            self.executables.remember(config, key)
+            metric_dims = (metric_index_dims([self.derived.metric_index(programs[i])
+                                              for i in run]) if cfg.with_metrics else ())
+            for begin in range(0, len(run), rows):
+                yield run[begin: begin + rows], (rows, *key[:-2]), metric_dims, key[-2:]
+
+
+def _put(target: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
+    """``target[rows] = values`` where the second axes may differ (padding: zeros)."""
+    if target.ndim == 1:
+        target[rows] = values
+    else:
+        width = min(target.shape[1], values.shape[1])
+        target[rows] = 0
+        target[rows, :width] = values[:, :width]
+
+
+def run_programs(programs: Sequence[Program], level: str, *, executables: Executables,
+                 derived: Derived, dtype: str = "float32", chunk_size: int | None = None,
+                 progress: Callable[[int, int], None] | None = None,
+                 slots: int | None = None, max_rounds: int = MAX_ROUNDS,
+                 with_metrics: bool = True, task_times: bool = False) -> dict[str, np.ndarray]:
+    """Iteration time, metrics, status and diagnostics of every program, on all devices.
+
+    Args:
+      programs: the programs (any order; results come back in the same order).
+      level: ``"bound"`` (contention-free lower bound) or ``"exact"``.
+      executables, derived: the evaluator's compiled calls and per-program memo.
+      dtype: ``"float32"`` or ``"float64"`` (runs under ``jax.enable_x64``).
+      chunk_size: variants per kernel call (bounds memory); default per level and platform.
+      progress: called as ``progress(done, total)`` after each chunk.
+      slots: initial task slots and flow slots of the exact level, both this many
+        (doubled for variants that overflow); by default each variant's own, sized from
+        its bound schedule (:func:`xsweep.evaluator.slots.exact_slots`).
+      max_rounds: water-filling round cap per event.
+      with_metrics: compute the metrics of ``xsweep.timeline`` (the iteration time,
+        status and diagnostics come back either way).
+      task_times: also return ``start_s`` and ``end_s``, float[N, most tasks], 0-padded.
+
+    Returns:
+      Arrays over the variants: ``iteration_time_s`` (``inf`` where the status is
+      infeasible); ``status`` (``xsweep.kernels.Status`` codes), ``steps``,
+      ``max_active_flows``, ``waterfill_rounds`` (int32); ``padding_overhead`` of each
+      variant's chunk; with metrics, every name of ``xsweep.metrics.STREAM_METRICS`` as
+      float[N, most streams] (0 past a program's streams) and the other summaries of
+      ``xsweep.timeline.summarize`` as float[N]. No programs: empty arrays, no metrics.
+    """
+    if level not in LEVELS:
+        raise InputError(None, "level", level, f"must be one of {', '.join(LEVELS)}")
+    if dtype not in DTYPES:
+        raise InputError(None, "dtype", dtype, f"must be one of {', '.join(DTYPES)}")
+    devices = executables.devices
+    platform = "cpu" if devices[0].platform == "cpu" else "gpu"
+    chunk_size = chunk_size or DEFAULT_CHUNK[platform][level] * len(devices)
+    n = len(programs)
+    cfg = _Config(level, DTYPES[dtype], max_rounds, with_metrics and n > 0, task_times,
+                  VECTORIZED[platform][level], BLOCK_STEP_COST[platform])
+    run = _Run(cfg, _format(level, cfg.step_cost, derived), executables, derived)
+    sizes = run.fmt.sizes(programs)
+    order = np.arange(n)
+    widths = dict.fromkeys(("start_s", "end_s"), max([p.num_tasks for p in programs] + [1]))
+    widths |= dict.fromkeys(metrics.STREAM_METRICS,
+                            max([p.num_streams for p in programs] + [1]))
+    result: dict[str, np.ndarray] = {name: np.zeros(0, np.int32) for name in DIAGNOSTICS} | {
+        "iteration_time_s": np.zeros(0, DTYPES[dtype]), "padding_overhead": np.zeros(0)
+    } if n == 0 else {}
+    finished = 0
+
+    def store(idx: np.ndarray, started: dict) -> None:
+        nonlocal finished
+        for name, value in started.items():
+            value = np.asarray(value)[: len(idx)]
+            if name not in result:
+                result[name] = np.zeros((n,) if value.ndim == 1 else (n, widths[name]),
+                                        value.dtype)
+            _put(result[name], idx, value)
+        finished += int(np.sum(result["status"][idx] != Status.OVERFLOW))
+        if progress is not None:
+            progress(finished, n)
+
+    if level == "exact":
+        need = (np.full((n, 2), slots, np.int64) if slots is not None
+                else _initial_slots(programs, executables, derived))
+    else:
+        need = np.zeros((n, 2), np.int64)
+    x64 = jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
+    with x64:
+        pending = order
+        while pending.size:  # each pass reruns the overflowed variants with twice the slots
+            in_flight = None  # one chunk computes on the device while the next is encoded
+            for idx, key, dims, value in run.chunks(programs, sizes, pending, need, chunk_size):
+                need[idx] = value  # what the chunk runs with, doubled if it overflows
+                started = (idx, run.dispatch([programs[i] for i in idx], sizes[idx],
+                                             cfg.with_metrics, value, key, dims))
+                if in_flight is not None:
+                    store(*in_flight)
+                in_flight = started
+            if in_flight is not None:
+                store(*in_flight)
+            pending = pending[result["status"][pending] == Status.OVERFLOW]
+            need[pending] *= 2  # task slots > tasks and flow slots >= flows cannot overflow
+    if "iteration_time_s" in result:
+        result["iteration_time_s"][result["status"] == Status.INFEASIBLE] = np.inf
+    return result
+
+
+def _initial_slots(programs: Sequence[Program], executables: Executables,
+                   derived: Derived) -> np.ndarray:
+    """Starting (task, flow) slots of every variant, int[N, 2], sized from its bound
+    schedule."""
+    bound = run_programs(programs, "bound", executables=executables, derived=derived,
+                         with_metrics=False, task_times=True)
+    return np.array([exact_slots(p, bound["start_s"][i], bound["end_s"][i])
+                     for i, p in enumerate(programs)], np.int64).reshape(-1, 2)

@@ -1,0 +1,123 @@
+"""Program IR -> the padded arrays of the exact kernel and the metrics, a batch at a time.
+
+Encoding is vectorised over the whole batch (one concatenation per field, then
+scatters), so it costs microseconds per program. Padding follows the convention of
+``xsweep.kernels.types``: padded tasks are zero-duration compute tasks without
+predecessors, padded flows belong to no task, padded links carry nothing, and a
+padded variant (a row past the real programs) is a program of padded tasks only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from xsweep.evaluator.shapes import Shape, batch_shape, power_of_two, program_sizes
+from xsweep.kernels.types import ProgramArrays
+from xsweep.plan.program import Program, TaskKind
+from xsweep.ragged import owners_and_places, ptr_counts
+from xsweep.timeline import MetricIndex
+
+
+def encode(programs: Sequence[Program], shape: Shape | None = None, *,
+           dtype=np.float32, num_variants: int | None = None) -> ProgramArrays:
+    """Stack ``programs`` into one :class:`ProgramArrays` of numpy arrays.
+
+    Args:
+      programs: the programs, in the order of the variant axis.
+      shape: per-variant sizes; default: :func:`batch_shape` of the programs.
+      dtype: float type of times, bytes and capacities.
+      num_variants: rows of the variant axis (default ``len(programs)``); rows past
+        the programs are empty padded variants.
+
+    Raises:
+      ValueError: a program does not fit ``shape`` or ``num_variants`` is too small.
+    """
+    sizes = program_sizes(programs)
+    shape = shape or batch_shape(sizes)
+    rows = len(programs) if num_variants is None else num_variants
+    if rows < len(programs) or np.any(sizes > np.array(shape)):
+        raise ValueError(f"programs of sizes up to {sizes.max(axis=0).tolist()} do not fit "
+                         f"{rows} variants of shape {tuple(shape)}")
+    T, E, F, P, L = shape
+    out = ProgramArrays(
+        task_valid=np.zeros((rows, T), bool), task_is_comm=np.zeros((rows, T), bool),
+        task_duration_s=np.zeros((rows, T), dtype),
+        dep_task=np.full((rows, E), -1, np.int32), dep_pred=np.full((rows, E), -1, np.int32),
+        flow_task=np.full((rows, F), -1, np.int32), flow_bytes=np.zeros((rows, F), dtype),
+        flow_latency_s=np.zeros((rows, F), dtype), flow_path=np.full((rows, F, P), -1, np.int32),
+        link_capacity=np.ones((rows, L), dtype))
+    if not programs:
+        return out
+
+    def cat(name: str) -> np.ndarray:
+        return np.concatenate([getattr(p, name) for p in programs])
+
+    task_row, task_col = owners_and_places(sizes[:, 0])
+    out.task_valid[task_row, task_col] = True
+    out.task_is_comm[task_row, task_col] = cat("task_kind") == TaskKind.COMM
+    out.task_duration_s[task_row, task_col] = cat("task_duration_s")
+    dep_owner, _ = owners_and_places(ptr_counts([p.dep_ptr for p in programs]))
+    edge_row, edge_col = owners_and_places(sizes[:, 1])
+    out.dep_task[edge_row, edge_col] = task_col[dep_owner]
+    out.dep_pred[edge_row, edge_col] = cat("dep_idx")
+
+    flow_row, flow_col = owners_and_places(sizes[:, 2])
+    flow_owner, _ = owners_and_places(ptr_counts([p.flow_ptr for p in programs]))
+    out.flow_task[flow_row, flow_col] = task_col[flow_owner]
+    out.flow_bytes[flow_row, flow_col] = cat("flow_bytes")
+    out.flow_latency_s[flow_row, flow_col] = cat("flow_latency_s")
+    hop_owner, hop_slot = owners_and_places(ptr_counts([p.path_ptr for p in programs]))
+    out.flow_path[flow_row[hop_owner], flow_col[hop_owner], hop_slot] = cat("path_links")
+
+    link_row, link_col = owners_and_places(sizes[:, 4])
+    out.link_capacity[link_row, link_col] = cat("link_capacity")
+    return out
+
+
+def metric_index_dims(indices: Sequence[MetricIndex]) -> tuple[int, ...]:
+    """Sizes (powers of two) that fit every index, all fields but ``task_valid`` in a row."""
+    dims = []
+    for name in MetricIndex._fields:
+        if name != "task_valid":
+            shapes = np.array([getattr(ix, name).shape for ix in indices])
+            dims += [power_of_two(int(n)) for n in shapes.max(axis=0)]
+    return tuple(dims)
+
+
+def rows_by_object(items: Sequence) -> list[tuple[object, np.ndarray]]:
+    """Each distinct object of ``items`` (by identity) and the rows that hold it."""
+    rows: dict[int, tuple[object, list[int]]] = {}
+    for row, item in enumerate(items):
+        rows.setdefault(id(item), (item, []))[1].append(row)
+    return [(item, np.array(where)) for item, where in rows.values()]
+
+
+def pad_metric_index(indices: Sequence[MetricIndex], num_tasks: int, dims: Sequence[int], *,
+                     dtype=np.float32, num_variants: int | None = None) -> MetricIndex:
+    """Per-program :class:`~xsweep.timeline.MetricIndex` stacked and padded to ``dims``.
+
+    ``dims`` as from :func:`metric_index_dims` (or larger). Padding follows
+    ``xsweep.timeline`` (ints -1, floats 0, masks False); ``task_valid`` is widened
+    to ``num_tasks``, the kernel's task axis; rows past the programs are empty variants.
+    Integers are stored as narrow as they fit (categories in int8, task ids in int16
+    below 2**15 tasks): the metrics only compare and gather with them.
+    """
+    rows = len(indices) if num_variants is None else num_variants
+    task_id = np.int16 if num_tasks < 2**15 else np.int32
+    sizes = iter(dims)
+    groups = rows_by_object(indices)  # an index shared by several rows is copied once
+    padded = []
+    for name in MetricIndex._fields:
+        first = getattr(indices[0], name)
+        shape = (rows, num_tasks) if name == "task_valid" else (
+            rows, *(next(sizes) for _ in first.shape))
+        kind = first.dtype.kind
+        narrow = {"f": dtype, "b": bool, "i": np.int8 if "category" in name else task_id}[kind]
+        out = np.full(shape, {"i": -1, "f": 0.0, "b": False}[kind], narrow)
+        for ix, where in groups:
+            a = getattr(ix, name)
+            out[(where, *(slice(0, n) for n in a.shape))] = a
+        padded.append(out)
+    return MetricIndex(*padded)

@@ -1,0 +1,264 @@
+"""The batched evaluator: an object that owns its devices, dtype and compiled kernels."""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from xsweep.cost import DEFAULT_COST, CostModel
+from xsweep.errors import InputError
+from xsweep.evaluator.compiles import compile_count
+from xsweep.evaluator.dataset import assemble, table
+from xsweep.evaluator.derived import Derived
+from xsweep.evaluator.driver import DTYPES, LEVELS, run_programs
+from xsweep.evaluator.executables import Executables
+from xsweep.evaluator.workers import WorkerPool
+from xsweep.kernels import MAX_ROUNDS
+from xsweep.pipeline import Prepared, prepare_valid, resolve_inputs
+from xsweep.plan.lower import TemplateCache
+from xsweep.plan.program import Program
+from xsweep.runtime import usable_cores, use_compile_cache, use_cpu_devices
+from xsweep.spec.arguments import evaluation_plans
+from xsweep.spec.catalog import Catalog
+from xsweep.spec.profile import Profile
+
+#: Plans prepared, evaluated and reduced to their results at a time, so that a call over
+#: any number of plans holds only this many programs in memory.
+HOST_CHUNK = 4096
+#: Plans a call needs at least before worker processes take it (starting them costs
+#: seconds once; a small call is quicker here).
+PARALLEL_MIN = 256
+
+
+class Evaluator:
+    """Evaluates many deployment plans at once with the JAX kernels.
+
+    It holds what repeated calls share: the devices it shards over, the compiled
+    kernels (one per shape; later calls reuse shapes that cover theirs), the program
+    structures it lowered (numeric variants of a plan shape are refilled, not
+    lowered again) and what it derived from them for the kernels, and its defaults
+    (dtype, chunk size, catalog, profile, cost). Several evaluators may live in one
+    process.
+
+    Args:
+      devices: JAX devices to shard over (default: all of ``jax.devices()``).
+      dtype: ``"float32"`` (default) or ``"float64"``.
+      chunk_size: variants per kernel call (bounds memory); default per level and platform.
+      max_rounds: water-filling round cap per event of the exact level.
+      catalog, profile, cost: defaults of :meth:`evaluate`.
+      cpu_devices: CPU devices to split the host into before JAX starts (see
+        :func:`xsweep.runtime.use_cpu_devices`: default one per core); without effect
+        once JAX has started or when ``devices`` is given.
+      compile_cache: keep compiled kernels on disk across processes
+        (:func:`xsweep.runtime.use_compile_cache`: a per-user directory by default).
+      processes: worker processes that prepare and evaluate shares of a call's plans
+        (:mod:`xsweep.evaluator.workers`); default one per core on a CPU host, 1 on an
+        accelerator. Calls of fewer than ``parallel_min`` plans run in this process.
+    """
+
+    def __init__(self, *, devices: Sequence | None = None, dtype: str = "float32",
+                 chunk_size: int | None = None, max_rounds: int = MAX_ROUNDS,
+                 catalog: Catalog | None = None, profile: Profile | str | Path | None = None,
+                 cost: CostModel = DEFAULT_COST, cpu_devices: int | None = None,
+                 compile_cache: bool = True, processes: int | None = None,
+                 parallel_min: int = PARALLEL_MIN):
+        if dtype not in DTYPES:
+            raise InputError(None, "dtype", dtype, f"must be one of {', '.join(DTYPES)}")
+        if chunk_size is not None and chunk_size < 1:
+            raise InputError(None, "chunk_size", chunk_size, "must be at least 1")
+        if devices is None:
+            use_cpu_devices(cpu_devices)
+            import jax
+
+            devices = jax.devices()
+        self.cache_dir = use_compile_cache() if compile_cache else None
+        self.devices = tuple(devices)
+        self.dtype = dtype
+        self.chunk_size = chunk_size
+        self.max_rounds = max_rounds
+        self.catalog, self.profile = resolve_inputs(catalog, profile)
+        self.cost = cost
+        self._executables = Executables(self.devices)
+        self._derived = Derived()
+        self._templates = TemplateCache()
+        self.parallel_min = parallel_min
+        if processes is None:
+            processes = usable_cores() if self.devices[0].platform == "cpu" else 1
+        self._workers = WorkerPool(processes, dict(
+            dtype=dtype, chunk_size=chunk_size, max_rounds=max_rounds, catalog=self.catalog,
+            profile=self.profile, cost=cost, compile_cache=compile_cache)) \
+            if processes > 1 else None
+        if self._workers is not None:
+            weakref.finalize(self, self._workers.close)
+
+    def close(self) -> None:
+        """Stop the worker processes, if any were started."""
+        if self._workers is not None:
+            self._workers.close()
+
+    def inputs(self, catalog: Catalog | None = None,
+               profile: Profile | str | Path | None = None) -> tuple[Catalog, Profile | None]:
+        """The catalog and profile plans are read against (default: the evaluator's)."""
+        if catalog is None and profile is None:
+            return self.catalog, self.profile
+        return resolve_inputs(catalog or self.catalog, profile)
+
+    def prepare(self, plans: Sequence, catalog: Catalog | None = None,
+                profile: Profile | str | Path | None = None) -> list[Prepared]:
+        """Validate, analyse and lower every plan (messages or paths), against ``catalog``
+        and ``profile`` (default: the evaluator's)."""
+        catalog, profile = self.inputs(catalog, profile)
+        return self._prepare_valid(evaluation_plans(plans, catalog, profile=profile),
+                                   catalog, profile)
+
+    def _prepare_valid(self, plans: Sequence, catalog: Catalog,
+                       profile: Profile | None) -> list[Prepared]:
+        return [prepare_valid(plan, catalog, profile, templates=self._templates, names=False)
+                for plan in plans]
+
+    def run(self, programs: Sequence[Program], level: str = "exact", *,
+            dtype: str | None = None, chunk_size: int | None = None,
+            progress: Callable[[int, int], None] | None = None, slots: int | None = None,
+            with_metrics: bool = True, task_times: bool = False) -> dict[str, np.ndarray]:
+        """Kernel results of lowered programs, as arrays over the variants.
+
+        See :func:`xsweep.evaluator.driver.run_programs` for the arguments and results.
+        """
+        return run_programs(programs, level, executables=self._executables,
+                            derived=self._derived, dtype=dtype or self.dtype,
+                            chunk_size=chunk_size or self.chunk_size, progress=progress,
+                            slots=slots, max_rounds=self.max_rounds,
+                            with_metrics=with_metrics, task_times=task_times)
+
+    def evaluate(self, plans: Sequence, level: str = "exact", *,
+                 catalog: Catalog | None = None, profile: Profile | str | Path | None = None,
+                 cost: CostModel | None = None, dtype: str | None = None,
+                 chunk_size: int | None = None,
+                 progress: Callable[[int, int], None] | None = None,
+                 coords: Mapping[str, Sequence] | None = None) -> xr.Dataset:
+        """Evaluate every plan; one ``variant`` per plan.
+
+        Args:
+          plans: ``DeploymentPlan`` messages (e.g. from :func:`xsweep.load_plan`) or paths.
+          level: ``"exact"`` (lockstep event stepping: the simulator's semantics) or
+            ``"bound"`` (contention-free: never above the exact iteration time).
+          catalog, profile: what plans are read against (default: the evaluator's).
+          cost: how hardware turns into money (default: the evaluator's).
+          coords: per-variant values that identify each plan (a sweep's axes, say),
+            added to the Dataset as coordinates along ``variant``.
+
+        Returns:
+          A Dataset over ``variant`` (and ``stream`` for the per-stream metrics) with the
+          names of ``xsweep.metrics``, ``status`` (ok, not_converged, overflow,
+          infeasible), ``feasible``, ``reason`` (why a plan is infeasible), ``level`` and
+          the solver's diagnostics. Its attributes say where the time went: ``prepare_s``
+          (validate, analyse, lower), ``kernels_s`` (encode and run, compilations
+          included), ``results_s`` (memory, cost, the Dataset), ``compile_s`` and
+          ``compiles`` (kernels compiled or loaded from the disk cache, and
+          ``compile_cache_hits`` of those loaded).
+
+        Plans are taken ``HOST_CHUNK`` at a time: prepared, evaluated and reduced to
+        their results before the next, so memory stays bounded however many there are;
+        with worker processes, each takes shares of the plans.
+        """
+        catalog, profile = self.inputs(catalog, profile)
+        dtype, cost = dtype or self.dtype, cost or self.cost
+        if level not in LEVELS:
+            raise InputError("xsweep.evaluate", "level", level,
+                             f"must be one of {', '.join(LEVELS)}")
+        if dtype not in DTYPES:
+            raise InputError("xsweep.evaluate", "dtype", dtype,
+                             f"must be one of {', '.join(DTYPES)}")
+        plans = evaluation_plans(plans, catalog, profile=profile, cost=cost,
+                                 chunk_size=chunk_size, progress=progress)
+        n = len(plans)
+        options = dict(catalog=catalog, profile=profile, cost=cost, dtype=dtype,
+                       chunk_size=chunk_size)
+        if self._workers is not None and n >= self.parallel_min:
+            share = min(HOST_CHUNK, -(-n // (4 * self._workers.processes)))
+            pieces = [plans[begin: begin + share] for begin in range(0, n, share)]
+            finished = [0]
+
+            def done(count: int) -> None:
+                finished[0] += count
+                if progress is not None:
+                    progress(finished[0], n)
+
+            tables, seconds = [], dict.fromkeys(_SECONDS, 0.0)
+            for part, spent in self._workers.map(pieces, level, options, done):
+                tables += part
+                seconds = {k: seconds[k] + spent[k] for k in seconds}
+        else:
+            tables, seconds = self.tables(plans, level, progress=progress, **options)
+        start = time.perf_counter()
+        ds = assemble(tables, level, dtype, cost, coords, seconds)
+        ds.attrs["results_s"] += time.perf_counter() - start
+        return ds
+
+    def tables(self, plans: Sequence, level: str, *, catalog: Catalog | None = None,
+               profile: Profile | str | Path | None = None, cost: CostModel | None = None,
+               dtype: str | None = None, chunk_size: int | None = None,
+               progress: Callable[[int, int], None] | None = None,
+               ) -> tuple[list[dict], dict]:
+        """Evaluate validated ``plans`` (messages) here, ``HOST_CHUNK`` at a time: their
+        result tables (see :func:`xsweep.evaluator.dataset.table`) and where the time went."""
+        catalog, profile = self.inputs(catalog, profile)
+        dtype, cost, n = dtype or self.dtype, cost or self.cost, len(plans)
+        seconds = dict.fromkeys(("prepare_s", "kernels_s", "results_s"), 0.0)
+        compiled = compile_count().snapshot()
+        tables = []
+        for begin in range(0, n, HOST_CHUNK):
+            start = time.perf_counter()
+            prepared = self._prepare_valid(plans[begin: begin + HOST_CHUNK], catalog, profile)
+            seconds["prepare_s"] += time.perf_counter() - start
+
+            def step(done: int, total: int, begin=begin) -> None:
+                if progress is not None:
+                    progress(begin + done, n)
+
+            start = time.perf_counter()
+            out = self.run([p.program for p in prepared], level, dtype=dtype,
+                           chunk_size=chunk_size, progress=step)
+            seconds["kernels_s"] += time.perf_counter() - start
+            start = time.perf_counter()
+            tables.append(table(prepared, out, cost))
+            seconds["results_s"] += time.perf_counter() - start
+        compiled = compile_count() - compiled
+        return tables, {**seconds, "compile_s": compiled.seconds, "compiles": compiled.compiles,
+                        "compile_cache_hits": compiled.cache_hits}
+
+
+#: Where an evaluation's time went (Dataset attributes).
+_SECONDS = ("prepare_s", "kernels_s", "results_s", "compile_s", "compiles",
+            "compile_cache_hits")
+
+
+_default: Evaluator | None = None
+
+
+def default_evaluator() -> Evaluator:
+    """The evaluator :func:`evaluate` uses, made on first use."""
+    global _default
+    if _default is None:
+        _default = Evaluator()
+    return _default
+
+
+def evaluate(plans: Sequence, level: str = "exact", *, catalog: Catalog | None = None,
+             profile: Profile | str | Path | None = None, cost: CostModel = DEFAULT_COST,
+             dtype: str = "float32", chunk_size: int | None = None,
+             progress: Callable[[int, int], None] | None = None,
+             coords: Mapping[str, Sequence] | None = None) -> xr.Dataset:
+    """Evaluate every plan with the batched kernels of the default :class:`Evaluator`.
+
+    Arguments as :meth:`Evaluator.evaluate`; ``catalog`` and ``profile`` default to the
+    built-in catalog and no profile.
+    """
+    return default_evaluator().evaluate(plans, level, catalog=catalog, profile=profile,
+                                        cost=cost, dtype=dtype, chunk_size=chunk_size,
+                                        progress=progress, coords=coords)

@@ -1,0 +1,114 @@
+"""The jitted kernel calls of one set of devices, and the shapes they were compiled for.
+
+An :class:`Executables` belongs to one :class:`~xsweep.evaluator.evaluator.Evaluator`:
+it holds the jitted, sharded functions (each keeps its compiled executables, one per
+input shape) and remembers which shapes were compiled, so that later calls (an
+optimizer's successive batches, a sweep's rounds) can run at a compiled shape that
+covers theirs at little extra cost instead of compiling their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from xsweep import timeline
+from xsweep.kernels import blocked_bound, exact
+
+#: Diagnostics of the kernels, int32 per variant.
+DIAGNOSTICS = ("status", "steps", "max_active_flows", "waterfill_rounds")
+#: A variant may run at an already compiled shape that costs up to this many times its own.
+REUSE_FACTOR = 2.0
+#: Compiled shapes kept at most; past that the functions compiled here are dropped and
+#: compiled again as needed (each holds code and memory mappings; chunks come in
+#: increasing size, so old shapes are rarely needed again).
+MAX_COMPILED = 32
+
+_AXIS = "variant"
+
+
+def _sharded(fn: Callable, devices: tuple,
+             vectorized: bool = True) -> tuple[Callable, NamedSharding]:
+    """``fn`` (of one variant) over a variant axis split across ``devices``, jitted.
+
+    Each device runs its share of the variants vmapped or, not ``vectorized``, one
+    after another with ``lax.map``.
+    """
+    mesh = Mesh(np.array(devices), (_AXIS,))
+    spec = PartitionSpec(_AXIS)
+    if vectorized:
+        local = jax.vmap(fn)
+    else:
+        def local(*args):
+            return lax.map(lambda one: fn(*one), args)
+    sharded = jax.shard_map(local, mesh=mesh, in_specs=spec, out_specs=spec,
+                            check_vma=False)  # the kernels know nothing of the mesh
+    return jax.jit(sharded), NamedSharding(mesh, spec)
+
+
+def _evaluate_one(level: str, slots: tuple[int, int], max_rounds: int, batched: bool,
+                  arrays, index: timeline.MetricIndex | None, scalars: tuple | None) -> dict:
+    """One variant's schedule at ``level``, its diagnostics and, given the metrics' index
+    and scalars, its metrics: one compiled call, the task times never leave the device."""
+    schedule = (blocked_bound(arrays) if level == "bound"
+                else exact(arrays, slots, max_rounds, batched))
+    out = dict(zip(DIAGNOSTICS, (schedule.status, schedule.steps, schedule.max_active_flows,
+                                 schedule.max_rounds), strict=True))
+    out |= {"iteration_time_s": schedule.iteration_time_s, "start_s": schedule.start_s,
+            "end_s": schedule.end_s}
+    if index is None:
+        return out
+    start_s, end_s = schedule.start_s, schedule.end_s
+    per_stream = timeline.stream_metrics(jnp, index, start_s, end_s)
+    per_stream = {name: jnp.where(index.stream_weight > 0, value, 0)  # 0 past the streams
+                  for name, value in per_stream.items()}
+    summary = timeline.summarize(jnp, index, per_stream, start_s, end_s, *scalars)
+    del summary["iteration_time_s"]  # the kernel's own, which also covers the bound
+    return out | per_stream | summary
+
+
+class Executables:
+    """Jitted kernel calls sharded over ``devices``, and the shapes compiled so far."""
+
+    def __init__(self, devices: tuple, max_compiled: int = MAX_COMPILED):
+        self.devices = tuple(devices)
+        self.max_compiled = max_compiled
+        self._kernels: dict[tuple, tuple[Callable, NamedSharding]] = {}
+        self._shapes: dict[tuple, list[tuple[int, ...]]] = {}
+
+    def kernel(self, level: str, slots: tuple[int, int], max_rounds: int, vectorized: bool,
+               with_metrics: bool) -> tuple[Callable, NamedSharding]:
+        """The kernel of ``level`` (and the metrics) over a variant axis, and the sharding
+        of its inputs: ``(arrays, index, scalars)``, the last two None without metrics."""
+        key = (level, slots, max_rounds, vectorized, with_metrics)
+        if key not in self._kernels:
+            def one(arrays, index, scalars):
+                return _evaluate_one(level, slots, max_rounds, vectorized, arrays, index,
+                                     scalars)
+            self._kernels[key] = _sharded(one, self.devices, vectorized)
+        return self._kernels[key]
+
+    def compiled(self, config: tuple) -> list[tuple[int, ...]]:
+        """The shape keys (sizes, task slots, flow slots) compiled so far for ``config``."""
+        return list(self._shapes.get(config, []))
+
+    def remember(self, config: tuple, key: tuple[int, ...]) -> None:
+        """Note that ``key`` is (about to be) compiled for ``config``; past
+        ``max_compiled`` shapes, every jitted function is dropped first."""
+        known = self._shapes.setdefault(config, [])
+        if key in known:
+            return
+        if sum(len(shapes) for shapes in self._shapes.values()) >= self.max_compiled:
+            self.clear()  # the jitted functions, and with them their executables
+            known = self._shapes.setdefault(config, [])
+        known.append(key)
+
+    def clear(self) -> None:
+        """Drop every jitted function and the record of compiled shapes."""
+        self._kernels.clear()
+        self._shapes.clear()

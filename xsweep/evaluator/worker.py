@@ -1,0 +1,38 @@
+"""One worker process of a :class:`~xsweep.evaluator.workers.WorkerPool`.
+
+Run as ``python -m xsweep.evaluator.worker``: it reads its evaluator's settings, then
+requests (serialized plans, level, options) on standard input, and answers each on
+standard output with the result tables and timings of
+:meth:`~xsweep.evaluator.Evaluator.tables`, or the traceback of a failure.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+from xsweep.evaluator.workers import receive, send
+
+
+def serve() -> None:
+    """Answer requests until the input closes."""
+    from xsweep.evaluator.evaluator import Evaluator
+    from xsweep.spec.plan_io import DeploymentPlan
+
+    requests, answers = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing else may write on the answer stream
+    evaluator = Evaluator(processes=1, **receive(requests))
+    while True:
+        try:
+            plans, level, options = receive(requests)
+        except EOFError:
+            return
+        try:
+            messages = [DeploymentPlan.FromString(data) for data in plans]
+            send(answers, ("ok", evaluator.tables(messages, level, **options)))
+        except Exception:  # reported to the caller, which raises it
+            send(answers, ("error", traceback.format_exc()))
+
+
+if __name__ == "__main__":
+    serve()

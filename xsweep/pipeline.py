@@ -1,0 +1,84 @@
+"""The one pipeline from a plan to its program: load, validate, analyse, lower.
+
+Every command and the batched evaluator call :func:`prepare`, so a plan means the
+same thing everywhere: a plan read from a file and a plan built in memory (by a
+sweep's planner, an optimizer, a notebook) pass the same checks before anything
+is computed from them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from xsweep.errors import InputError
+from xsweep.plan.analysis import PlanAnalysis, analyze
+from xsweep.plan.lower import TemplateCache, lower
+from xsweep.plan.program import Program
+from xsweep.spec.catalog import Catalog, load_catalog
+from xsweep.spec.plan_io import DeploymentPlan, load_plan
+from xsweep.spec.profile import Profile, load_profile
+from xsweep.spec.validate import validate_plan
+
+
+@dataclass(frozen=True, eq=False)
+class Prepared:
+    """A validated plan, its static analysis and the program of one iteration."""
+
+    plan: DeploymentPlan
+    analysis: PlanAnalysis
+    program: Program
+    source: str | None = None  # the file it came from, if any
+
+    @property
+    def name(self) -> str:
+        return self.analysis.name
+
+
+def resolve_inputs(catalog: Catalog | None = None, profile: Profile | str | Path | None = None,
+                   ) -> tuple[Catalog, Profile | None]:
+    """The catalog (default: the built-in one) and the profile (read if given as a path)."""
+    catalog = catalog if catalog is not None else load_catalog()
+    if isinstance(profile, str | Path):
+        profile = load_profile(profile, catalog)
+    return catalog, profile
+
+
+def load(plan: DeploymentPlan | str | Path, catalog: Catalog) -> tuple[DeploymentPlan, str | None]:
+    """A validated plan from a message or a file path, and the file it came from."""
+    if isinstance(plan, str | Path):
+        return load_plan(plan, catalog), str(plan)
+    if not isinstance(plan, DeploymentPlan):
+        raise InputError(None, "plan", type(plan).__name__,
+                         "expected a DeploymentPlan message or a path to a plan file")
+    validate_plan(plan, catalog, plan.name or None)
+    return plan, None
+
+
+def prepare_valid(plan: DeploymentPlan, catalog: Catalog, profile: Profile | None = None, *,
+                  templates: TemplateCache | None = None, names: bool = True,
+                  source: str | None = None) -> Prepared:
+    """Analyse and lower a plan that :func:`load` (or ``validate_plan``) already checked."""
+    analysis = analyze(plan, catalog, profile=profile)
+    return Prepared(plan, analysis, lower(analysis, templates=templates, names=names), source)
+
+
+def prepare(plan: DeploymentPlan | str | Path, catalog: Catalog | None = None,
+            profile: Profile | str | Path | None = None, *,
+            templates: TemplateCache | None = None, names: bool = True) -> Prepared:
+    """Load (if a path), validate, analyse and lower one plan.
+
+    Args:
+      plan: a ``DeploymentPlan`` message or the path of a ``.pbtxt`` / ``.json`` plan.
+      catalog: GPUs, NICs and models (default: the built-in catalog).
+      profile: measured layer times overriding the estimates, or the path of one.
+      templates: program structures kept between calls (see ``xsweep.plan.lower``).
+      names: name every task of the program (for traces and reports).
+
+    Raises:
+      InputError: the plan (or profile) is invalid, naming file, field and value.
+    """
+    catalog, profile = resolve_inputs(catalog, profile)
+    message, source = load(plan, catalog)
+    return prepare_valid(message, catalog, profile, templates=templates, names=names,
+                         source=source)

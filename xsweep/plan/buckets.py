@@ -1,0 +1,50 @@
+"""Gradient buckets: which layers of a DP segment reduce together.
+
+With gradient reduction overlapped with the backward pass (Megatron-LM's
+``--overlap-grad-reduce``, PyTorch DDP), gradients are grouped into buckets in the
+order the backward pass produces them, last layers first; a bucket's collective
+starts when the last of its gradients is ready on every member. Megatron closes a
+bucket once it holds ``bucket_size`` parameters of the rank's own (TP-sharded) model
+and keeps the rest, the first layers, as a last smaller bucket; its default size is
+``max(40M, 1M x DP)`` parameters (``megatron/core/distributed/
+distributed_data_parallel.py``).
+
+xsweep cuts buckets at layer boundaries (the lowering knows when a layer's backward
+ends, not each tensor's), counting the parameters of the DP group's largest shard (its
+smallest TP degree), so that every member cuts at the same layers and each LCM ring
+reduces equal buffers. A bucket therefore holds at least ``bucket_size`` parameters of
+that shard, or a whole layer.
+"""
+
+from __future__ import annotations
+
+from xsweep.plan.workload import rank_params
+from xsweep.spec.catalog import ModelSpec
+
+#: Megatron-LM's default bucket: max(40M, 1M x DP) parameters.
+DEFAULT_BUCKET_PARAMS, DEFAULT_BUCKET_PARAMS_PER_RANK = 40_000_000, 1_000_000
+
+
+def bucket_params(configured: int, dp: int) -> int:
+    """Parameters per bucket: the configured size, or Megatron-LM's default for ``dp``."""
+    return configured or max(DEFAULT_BUCKET_PARAMS, DEFAULT_BUCKET_PARAMS_PER_RANK * dp)
+
+
+def bucket_starts(model: ModelSpec, first: int, last: int, tp: int,
+                  size_params: int) -> tuple[int, ...]:
+    """First layers of the buckets of layers first..last (1-based), ascending.
+
+    Layers are taken from ``last`` down; a bucket closes at the layer where it reaches
+    ``size_params`` parameters of a TP-``tp`` shard; what remains is the last bucket.
+    """
+    if size_params < 1:
+        raise ValueError(f"a bucket holds at least one parameter, got {size_params}")
+    starts, held = [], 0
+    for layer in range(last, first - 1, -1):
+        held += rank_params(model, tp, layer, layer)
+        if held >= size_params:
+            starts.append(layer)
+            held = 0
+    if held:
+        starts.append(first)
+    return tuple(reversed(starts))

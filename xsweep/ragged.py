@@ -1,0 +1,31 @@
+"""Ragged (CSR) array helpers shared by the metrics' index and the encoders."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def owners_and_places(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For items grouped ``counts[i]`` per owner: each item's owner and place in its group."""
+    counts = np.asarray(counts, np.int64)
+    owner = np.repeat(np.arange(len(counts)), counts)
+    return owner, np.arange(len(owner)) - (np.cumsum(counts) - counts)[owner]
+
+
+def ptr_counts(ptrs: list[np.ndarray]) -> np.ndarray:
+    """Concatenated ``diff`` of many CSR pointer arrays, in one vectorised pass."""
+    if not ptrs:
+        return np.zeros(0, np.int64)
+    joined = np.concatenate(ptrs).astype(np.int64)
+    keep = np.ones(len(joined) - 1, bool)
+    keep[np.cumsum([len(p) for p in ptrs])[:-1] - 1] = False  # diffs across program borders
+    return np.diff(joined)[keep]
+
+
+def padded_rows(rows) -> np.ndarray:
+    """Ragged int rows -> int32[max(len(rows), 1), width] padded with -1 (width at least 1)."""
+    width = max([len(r) for r in rows] + [1])
+    out = np.full((max(len(rows), 1), width), -1, np.int32)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = r
+    return out

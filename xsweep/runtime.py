@@ -1,0 +1,109 @@
+"""How xsweep sets up JAX: CPU devices and the compilation cache, explicit steps, never
+side effects of an import.
+
+**CPU devices.**
+The batched evaluator shards its variants over all devices and runs each device's
+share in the calling thread of that device, so on a CPU host one device keeps one
+core busy while the others mostly wait (measured on 2 cores: one device per core
+evaluates the exact level at 2.2x the rate, for less CPU time). JAX fixes its CPU
+device count when it starts its backends, so :func:`use_cpu_devices` must run before
+the first JAX computation of the process; a new :class:`~xsweep.evaluator.Evaluator`
+calls it (so every command that evaluates), importing xsweep does not, and nothing
+here writes to ``os.environ``.
+
+**Compilation cache.** Compiling the kernels for a new shape takes seconds (tens of
+seconds for the exact level), far longer than running them. :func:`use_compile_cache`
+turns on JAX's persistent compilation cache in a per-user directory, so a second
+process (a rerun of a sweep, another optimizer worker) loads compiled kernels
+instead of compiling them: ``$XSWEEP_CACHE_DIR``, else ``$XDG_CACHE_HOME/xsweep/jax``,
+else ``~/.cache/xsweep/jax``; ``XSWEEP_CACHE_DIR=0`` (or ``off``) turns it off, and a
+cache directory already given to JAX (``JAX_COMPILATION_CACHE_DIR``) is left alone.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+#: Environment variable read (never written): CPU devices to split a host into; 0 keeps
+#: JAX's default of one.
+CPU_DEVICES_ENV = "XSWEEP_CPU_DEVICES"
+#: Environment variable read (never written): the compilation cache directory, or 0/off.
+CACHE_DIR_ENV = "XSWEEP_CACHE_DIR"
+_XLA_COUNT_FLAG = "--xla_force_host_platform_device_count"
+
+
+def usable_cores() -> int:
+    """Cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def chosen_cpu_devices(count: int | None = None) -> int | None:
+    """The CPU device count to ask JAX for, or None to leave JAX's choice alone.
+
+    ``count`` wins, then a count in ``XLA_FLAGS`` (left to JAX), then
+    ``XSWEEP_CPU_DEVICES`` (0: JAX's default), then one device per usable core.
+    """
+    if count is not None:
+        return max(int(count), 1)
+    if _XLA_COUNT_FLAG in os.environ.get("XLA_FLAGS", ""):
+        return None
+    chosen = os.environ.get(CPU_DEVICES_ENV, "").strip()
+    if chosen.isdigit():
+        return int(chosen) or None
+    return usable_cores()
+
+
+def use_cpu_devices(count: int | None = None) -> bool:
+    """Split the host CPU into XLA devices (see :func:`chosen_cpu_devices`) if JAX has
+    not started yet; return whether the choice took effect.
+
+    Accelerators are not affected: on a GPU host the GPUs stay the default devices.
+    """
+    wanted = chosen_cpu_devices(count)
+    if wanted is None:
+        return False
+    import jax
+
+    try:
+        jax.config.update("jax_num_cpu_devices", wanted)
+    except RuntimeError:  # JAX is already running: its device count stays
+        return False
+    return True
+
+
+def default_cache_dir() -> Path | None:
+    """Where compiled kernels are kept between processes (None: not kept)."""
+    chosen = os.environ.get(CACHE_DIR_ENV, "").strip()
+    if chosen.lower() in ("0", "off", "false", "no"):
+        return None
+    if chosen:
+        return Path(chosen).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME", "").strip() or Path.home() / ".cache"
+    return Path(base) / "xsweep" / "jax"
+
+
+def use_compile_cache(path: str | Path | None = None) -> Path | None:
+    """Keep compiled kernels in ``path`` (default :func:`default_cache_dir`) across
+    processes; return the directory in use, or None when there is none.
+
+    A directory JAX already has is kept. Every compilation is cached, however short:
+    a new process would otherwise compile each kernel shape again.
+    """
+    import jax
+
+    current = jax.config.jax_compilation_cache_dir
+    if current:
+        return Path(current)
+    directory = Path(path).expanduser() if path is not None else default_cache_dir()
+    if directory is None:
+        return None
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError:  # an unwritable home: run without the cache rather than fail
+        return None
+    jax.config.update("jax_compilation_cache_dir", str(directory))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    return directory

@@ -1,0 +1,68 @@
+"""Limits on what xsweep reads and builds, checked before anything large is allocated.
+
+Every reader and the plan validation compare their input with these bounds, so
+that a small hostile file can neither exhaust memory nor run for minutes. The
+values are documented in ``docs/formats.md``. Those that a legitimate large job
+may reach can be raised through an environment variable, ``XSWEEP_MAX_<NAME>``
+(``XSWEEP_MAX_PROGRAM_SIZE=5000000``); the error that reports a limit names it.
+The others are fixed: nothing valid comes near them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+
+from xsweep.errors import InputError
+
+ENV_PREFIX = "XSWEEP_MAX_"
+
+#: Nesting of mappings and lists in a YAML or JSON file. Plans, sweeps and catalogs
+#: nest at most five deep; the parsers recurse once per level, so this stays fixed.
+MAX_NESTING_DEPTH = 32
+
+#: Digits of an integer literal: 64-bit integers have at most 19 (20 with a sign).
+MAX_INTEGER_DIGITS = 30
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds that may be raised by the environment (see the module docstring)."""
+
+    file_bytes: int = 4 * 1024 * 1024  # size of one input file
+    yaml_nodes: int = 1_000_000  # YAML values after alias expansion (billion laughs)
+    gpus: int = 65_536  # GPUs of one plan's cluster
+    device_groups: int = 4_096  # device groups of one plan
+    micro_batches: int = 65_536  # micro-batches of one replica per iteration
+    program_size: int = 1_000_000  # tasks + flows of one plan's lowered program
+
+    @staticmethod
+    def env_name(name: str) -> str:
+        return ENV_PREFIX + name.upper()
+
+
+def active_limits() -> Limits:
+    """The limits in force: the defaults, each replaced by its environment variable if set."""
+    values = {}
+    for field in dataclasses.fields(Limits):
+        name = Limits.env_name(field.name)
+        text = os.environ.get(name, "").strip().replace("_", "")
+        if not text:
+            continue
+        if not (text.isascii() and text.isdigit()) or len(text) > MAX_INTEGER_DIGITS \
+                or int(text) < 1:
+            raise InputError("environment", name, os.environ[name],
+                             "must be a positive integer")
+        values[field.name] = int(text)
+    return Limits(**values)
+
+
+def check_limit(count: int, limits: Limits, name: str, what: str, file: str | None,
+                field: str | None = None) -> None:
+    """Raise InputError when ``count`` (of ``what``) is above the raisable limit ``name``."""
+    limit = getattr(limits, name)
+    if count > limit:
+        raise InputError(file, field, count,
+                         f"{what} exceeds the limit of {limit:,} "
+                         f"(set {Limits.env_name(name)} to raise it)")
