@@ -125,7 +125,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:
         work = Path(tmp)
         cache = work / "compile-cache"
-        os.environ["XSWEEP_COMPILE_CACHE"] = str(cache)  # this process and its children
+        os.environ["XSWEEP_CACHE_DIR"] = str(cache)  # this process and its children
         env = dict(os.environ)
         if not args.skip_quickstart:
             quickstart(work, env)

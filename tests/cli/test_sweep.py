@@ -45,9 +45,9 @@ def test_infeasible_points_are_kept_with_reasons(run_xsweep, tmp_path):
     assert str(ds["model"].values) == "llama2-70b"  # a single-value axis: a scalar coordinate
     assert not ds["feasible"].values.any()
     reasons = ds["reason"].values
-    assert reasons[0, 0].startswith("does not fit in GPU memory") and "A100-40GB (40 GB)" in reasons[0, 0]
+    assert reasons[0, 0].startswith("does not fit in GPU memory") and "A100-40GB (40 GiB)" in reasons[0, 0]
     assert reasons[1, 1] == "pool A100-40GB has 1 TP groups (TP 8 on 1 x 8 GPUs), fewer than pp 2"
-    memory = ds["memory_per_gpu_gb"].values
+    memory = ds["memory_per_gpu_gib"].values
     assert memory[0, 0] > 40 and np.isnan(memory[1, 1])
     assert ds["point"].values.tolist() == [[0, 1], [2, 3]]
     assert ds.attrs["sweep_yaml"] == NO_FIT and ds.attrs["catalog_version"].startswith("sha256:")

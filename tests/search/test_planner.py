@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 
 import numpy as np
@@ -17,7 +18,7 @@ from xsweep.spec import load_sweep, sweep_from_dict, validate_plan
 BASE = {
     "name": "planner-test",
     "model": "llama2-7b",
-    "training": {"global_batch_size": 64, "schedule": "1f1b", "activation_recompute": True,
+    "training": {"global_batch_size": 64, "schedule": "1f1b", "recompute": "full",
                  "total_tokens": 1e9},
     "cluster": {"pools": [{"gpu": "H100-SXM", "nodes": 1}, {"gpu": "A100-40GB", "nodes": 1}]},
     "parallelism": {"tp": {"H100-SXM": 4, "A100-40GB": 4}, "pp": 2, "micro_batch_size": 1,
@@ -59,8 +60,8 @@ def test_every_built_quickstart_plan_is_valid_and_its_memory_is_the_analysis_one
         validate_plan(out.plan, catalog)
         analysis = analyze(out.plan, catalog)
         assert all(g.fits for g in analysis.groups)
-        assert out.memory_per_gpu_gb == pytest.approx(
-            max(g.memory.total_gb for g in analysis.groups), rel=1e-12)
+        assert out.memory_per_gpu_gib == pytest.approx(
+            max(g.memory.total_gib for g in analysis.groups), rel=1e-12)
         nodes = sum(point[f"cluster.pools[{i}].nodes"] for i in range(2))
         assert sum(n.num_gpus for n in out.plan.cluster.nodes) == 8 * nodes
     assert built >= 50
@@ -89,7 +90,7 @@ def test_mixed_pipelines_split_layers_in_proportion_to_stage_speed(catalog):
     stages = [g for g in analysis.groups if g.replica == 0]
     assert [g.gpu.name for g in stages] == ["H100-SXM", "A100-40GB"]  # pools in file order
     layers = np.array([g.last_layer - g.first_layer + 1 for g in stages])
-    block = [stage_cost(model, g.gpu, g.tp, 1, 2, 2, recompute=True) for g in stages]
+    block = [stage_cost(model, g.gpu, g.tp, 1, 2, 2, stack=analysis.stack) for g in stages]
     speed = np.array([1.0 / (c.forward_time_s + c.backward_time_s) for c in block])
     assert layers.sum() == model.num_layers
     assert np.all(np.abs(layers - model.num_layers * speed / speed.sum()) < 1)
@@ -130,7 +131,7 @@ def test_even_split_and_separate_replicas(catalog):
     ({"parallelism__pipeline_mix": "mixed", "parallelism__tp": {"H100-SXM": 2, "A100-40GB": 4}},
      "the 4 TP groups of pool H100-SXM do not spread evenly over 3 pipelines"),
     ({"cluster__pools": [{"gpu": "A100-40GB", "nodes": 1}], "parallelism__tp": {"A100-40GB": 2},
-      "parallelism__pp": 1, "training__activation_recompute": False},
+      "parallelism__pp": 1, "training__recompute": "none"},
      "does not fit in GPU memory"),
     ({"cluster__pools": [{"gpu": "H100-SXM", "nodes": [0, 1]}, {"gpu": "A100-40GB", "nodes": 0}],
       "parallelism__tp": {"H100-SXM": 4, "A100-40GB": 4}}, "empty cluster"),
@@ -144,9 +145,10 @@ def test_points_that_cannot_be_built_say_why(catalog, changes, reason):
 def test_a_plan_that_does_not_fit_reports_its_memory(catalog):
     out = plan_one(catalog, **{"cluster__pools": [{"gpu": "A100-40GB", "nodes": 1}],
                                "parallelism__tp": {"A100-40GB": 2}, "parallelism__pp": 1,
-                               "training__activation_recompute": False})
-    assert out.memory_per_gpu_gb > 40
-    assert f"{out.memory_per_gpu_gb:.1f} GB per GPU on A100-40GB (40 GB)" in out.reason
+                               "training__recompute": "none"})
+    hbm_gib = catalog.gpu("A100-40GB").hbm_gib
+    assert out.memory_per_gpu_gib > hbm_gib
+    assert f"{out.memory_per_gpu_gib:.1f} GiB per GPU on A100-40GB ({hbm_gib:g} GiB)" in out.reason
 
 
 def test_grid_numbers_points_row_major(spaces_dir, catalog):
@@ -160,3 +162,67 @@ def test_grid_numbers_points_row_major(spaces_dir, catalog):
     assert chunks[0] == (0, 50) and chunks[-1][1] == grid.size
     assert all(a[1] == b[0] for a, b in itertools.pairwise(chunks))
     assert set(grid.dims) <= set(grid.paths) and not set(grid.dims) & set(grid.fixed)
+
+
+def test_every_training_stack_option_reaches_the_plan(catalog):
+    stack = {"recompute": "selective", "sequence_parallel": False, "flash_attention": False,
+             "virtual_pipeline_stages": 2, "dp_overlap": True, "dp_bucket_params": 5_000_000,
+             "zero_stage": 1}
+    out = plan_one(catalog, **{f"training__{k}": v for k, v in stack.items()})
+    assert isinstance(out, Built), out
+    validate_plan(out.plan, catalog)
+    analysis = analyze(out.plan, catalog)
+    assert dataclasses.asdict(analysis.stack) == stack
+    for group in out.plan.device_groups:  # interleaving: layers in multiples of 2, counts of pp
+        assert (group.last_layer - group.first_layer + 1) % 2 == 0
+        assert group.num_micro_batches % 2 == 0
+
+
+def test_gradient_buckets_share_a_layout_and_change_only_their_fields(catalog):
+    document = copy.deepcopy(BASE)
+    document["training"].update(dp_overlap=[False, True], dp_bucket_params=[0, 1_000_000])
+    sweep = sweep_from_dict(document)
+    grid = Grid(sweep)
+    planner = Planner(sweep, catalog)
+    plans = [planner.plan(point, "p").plan for point in grid.points(np.arange(grid.size))]
+    assert len(planner._layouts) == 1
+    assert [(p.training.dp_overlap, p.training.dp_bucket_params) for p in plans] == [
+        (False, 0), (False, 1_000_000), (True, 0), (True, 1_000_000)]
+    for plan in plans:
+        plan.training.ClearField("dp_overlap")
+        plan.training.ClearField("dp_bucket_params")
+    assert all(plan == plans[0] for plan in plans)
+
+
+@pytest.mark.parametrize(("changes", "reason"), [
+    ({"training__schedule": ["gpipe", "1f1b"], "training__virtual_pipeline_stages": 2},
+     "interleaving (2 virtual stages) needs the 1f1b schedule, not gpipe"),
+    ({"parallelism__pp": 1, "training__virtual_pipeline_stages": 2},
+     "needs at least two pipeline stages, not 1"),
+    ({"training__virtual_pipeline_stages": 3}, "the model's 32 layers are no multiple of 3"),
+    ({"training__virtual_pipeline_stages": 32}, "2 stages of 32 virtual stages need 64 layers"),
+    ({"parallelism__pp": 4, "training__virtual_pipeline_stages": 2,
+      "training__global_batch_size": 66, "parallelism__tp": {"H100-SXM": 2, "A100-40GB": 2}},
+     "66 micro-batches are no multiple of the 4 stages"),
+    ({"parallelism__pp": 4, "training__virtual_pipeline_stages": 2,
+      "training__global_batch_size": 4, "parallelism__tp": {"H100-SXM": 2, "A100-40GB": 2}},
+     "cannot feed 2 replicas in multiples of the 4 stages"),
+    ({"training__zero_stage": 3},
+     "FSDP (zero_stage 3) needs replicas of one shape: replica 1 (A100-40GB) runs layers"),
+    ({"training__zero_stage": 3, "training__global_batch_size": 66,
+      "cluster__pools": [{"gpu": "H100-SXM", "nodes": 1}, {"gpu": "A100-40GB", "nodes": 0}],
+      "parallelism__pp": 1, "parallelism__tp": {"H100-SXM": 2, "A100-40GB": 2}},
+     "FSDP (zero_stage 3) needs replicas of one shape: replica 2 gets 16 micro-batches, "
+     "replica 0 17"),
+])
+def test_training_stack_rules_give_reasons(catalog, changes, reason):
+    out = plan_one(catalog, **changes)
+    assert isinstance(out, Infeasible)
+    assert reason in out.reason, out.reason
+
+
+def test_fsdp_with_replicas_of_one_shape_is_built(catalog):
+    out = plan_one(catalog, **{"training__zero_stage": 3, "parallelism__pipeline_mix": "mixed"})
+    assert isinstance(out, Built), out
+    validate_plan(out.plan, catalog)  # the FSDP rule of plan validation holds
+    assert out.plan.training.zero_stage == 3

@@ -33,7 +33,7 @@ TEXT = ("status", "level", "reason", "feasible", "point")
 @pytest.fixture(scope="module")
 def env(tmp_path_factory) -> dict:
     cache = tmp_path_factory.mktemp("jax-cache")
-    return {**os.environ, "XSWEEP_COMPILE_CACHE": str(cache)}
+    return {**os.environ, "XSWEEP_CACHE_DIR": str(cache)}
 
 
 def start(env: dict, out: Path, *extra: str) -> subprocess.Popen:
@@ -89,7 +89,7 @@ def test_the_dataset_opens_with_the_swept_axes(reference):
     out, summary = reference
     ds = xr.open_zarr(out / "sweep.zarr")
     assert ds["iteration_time_s"].dims == tuple(
-        p for p in ("training.schedule", "training.activation_recompute",
+        p for p in ("training.schedule", "training.recompute",
                     "cluster.pools[0].nodes", "cluster.pools[1].nodes",
                     "parallelism.tp.H100-SXM", "parallelism.tp.A100-40GB", "parallelism.pp",
                     "parallelism.pipeline_mix"))
@@ -153,7 +153,7 @@ def test_sigkill_never_leaves_unfinished_points_as_finished(env, reference, tmp_
 
 def test_a_dask_cluster_of_two_workers_gives_the_same_dataset(env, reference, tmp_path):
     distributed = pytest.importorskip("distributed")
-    worker_env = {"XSWEEP_COMPILE_CACHE": env["XSWEEP_COMPILE_CACHE"], "XSWEEP_CPU_DEVICES": "1"}
+    worker_env = {"XSWEEP_CACHE_DIR": env["XSWEEP_CACHE_DIR"], "XSWEEP_CPU_DEVICES": "1"}
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   memory_limit=0, dashboard_address=None,
                                   env=worker_env) as cluster:

@@ -3,11 +3,17 @@ dataset, a Pareto table and plot under ``results/<name>/``."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-from xsweep.cli.common import EXIT_CHECK_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from xsweep.cli.common import (
+    EXIT_CHECK_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    check_output_folder,
+    emit,
+    json_text,
+)
 
 
 def register(subparsers) -> None:
@@ -51,8 +57,9 @@ def run(args) -> int:
         if not hasattr(found, "plan"):
             print(f"point {args.emit_plan}: infeasible: {found.reason}", file=sys.stderr)
             return EXIT_CHECK_FAILED
-        print(plan_to_text(found.plan), end="")
+        emit(plan_to_text(found.plan).rstrip("\n"))
         return EXIT_OK
+    check_output_folder(args.output, "--output")
     options = Options(out_dir=Path(args.output) if args.output else None,
                       catalog_files=tuple(args.catalog), overwrite=args.overwrite,
                       scheduler=args.scheduler, exhaustive=args.exhaustive,
@@ -65,14 +72,12 @@ def run(args) -> int:
         return EXIT_INTERRUPTED
     summary = outcome.summary
     if args.json:
-        print(json.dumps(summary, indent=2))
+        emit(json_text(summary))
         return EXIT_OK
     objectives = ", ".join(summary["objectives"])
-    print(f"Pareto front of {summary['sweep']} ({objectives}): {len(summary['front'])} points; "
-          f"{summary['evaluated_exactly']:,} of {summary['points']:,} points evaluated exactly")
-    print(outcome.front_text)
-    for line in best_lines(summary):
-        print(line)
-    for name, path in summary["outputs"].items():
-        print(f"{name:>12}: {path}")
+    lines = [f"Pareto front of {summary['sweep']} ({objectives}): {len(summary['front'])} "
+             f"points; {summary['evaluated_exactly']:,} of {summary['points']:,} points "
+             "evaluated exactly", outcome.front_text, *best_lines(summary),
+             *(f"{name:>12}: {path}" for name, path in summary["outputs"].items())]
+    emit("\n".join(lines))
     return EXIT_OK

@@ -18,11 +18,18 @@ Layout rules (pure and deterministic; the same point always gives the same plan)
 - The ``global_batch_size / micro_batch_size`` micro-batches are split over the
   replicas in proportion to replica throughput (the inverse of its slowest stage's time
   per micro-batch), so every sequence of the global batch is used.
+- Every training-stack option of the point is written into the plan. Interleaving
+  (``virtual_pipeline_stages`` v > 1) follows Megatron-LM's rules: the 1F1B schedule, at
+  least two stages, each stage's layers a multiple of v (layers are apportioned in
+  units of v) and each replica's micro-batches a multiple of the stages (apportioned in
+  units of pp). FSDP (``zero_stage`` 3) needs every replica to run the same stages with
+  the same micro-batch count; the rules above are applied unchanged and a point whose
+  replicas come out different is infeasible.
 
 A point that cannot be built (divisibility, too few TP groups, more stages than layers,
-fewer micro-batches than replicas) or whose largest per-GPU memory exceeds its GPU
-(:mod:`xsweep.plan.memory`, as the evaluator computes it) is :class:`Infeasible` with a
-one-line reason.
+fewer micro-batches than replicas, the interleaving and FSDP rules) or whose largest
+per-GPU memory exceeds its GPU (:mod:`xsweep.plan.memory`, as the evaluator computes it)
+is :class:`Infeasible` with a one-line reason.
 """
 
 from __future__ import annotations
@@ -33,13 +40,14 @@ import re
 from dataclasses import dataclass
 
 from xsweep.cost import CostModel
-from xsweep.plan.builder import FABRIC, RESHARDING, SCHEDULE
-from xsweep.plan.memory import memory_per_gpu
+from xsweep.plan.memory import fits, memory_per_gpu
+from xsweep.plan.stack import Stack
 from xsweep.plan.workload import stage_cost
 from xsweep.search.apportion import apportion
 from xsweep.search.grid import Point
 from xsweep.spec import xsweep_pb2 as pb
 from xsweep.spec.catalog import Catalog, GpuSpec, ModelSpec
+from xsweep.spec.enums import FABRIC, RECOMPUTE, RESHARDING, SCHEDULE
 from xsweep.spec.sweep import Sweep
 
 
@@ -48,7 +56,7 @@ class Infeasible:
     """A point that yields no plan to evaluate."""
 
     reason: str
-    memory_per_gpu_gb: float = math.nan  # known when the plan was built but does not fit
+    memory_per_gpu_gib: float = math.nan  # known when the plan was built but does not fit
 
 
 @dataclass(frozen=True)
@@ -57,7 +65,7 @@ class Built:
 
     plan: pb.DeploymentPlan
     cost: CostModel
-    memory_per_gpu_gb: float
+    memory_per_gpu_gib: float
 
 
 @dataclass(frozen=True)
@@ -76,11 +84,11 @@ class _Pool:
 
 @dataclass(frozen=True)
 class _Template:
-    """A layout's plan, complete but for name, NICs, resharding scheme and fabric."""
+    """A layout's plan, complete but for the fields of :data:`PER_POINT_AXES`."""
 
     plan: pb.DeploymentPlan
     node_pool: tuple[int, ...]  # the sweep's pool of each node
-    memory_per_gpu_gb: float
+    memory_per_gpu_gib: float
 
 
 @dataclass(frozen=True)
@@ -90,11 +98,13 @@ class _Stage:
     last_layer: int
 
 
-#: Axes that change numbers of the plan but not its layout: a point differs from its
+#: Axes that change neither the layout nor any stage's speed or memory (gradient
+#: buckets and their overlap only change when gradients move): a point differs from its
 #: layout's template in these fields only (every other axis, including ones added
 #: later, is part of the layout's cache key).
 PER_POINT_AXES = re.compile(r"cluster\.pools\[\d+\]\.nic|training\.resharding|cluster\.fabric"
-                            r"|cluster\.oversubscription|cost\.pricing")
+                            r"|cluster\.oversubscription|cost\.pricing"
+                            r"|training\.dp_overlap|training\.dp_bucket_params")
 #: Layouts kept at most (a sweep's fastest axes revisit a few hundred at a time).
 MAX_CACHED_LAYOUTS = 4096
 
@@ -102,7 +112,7 @@ MAX_CACHED_LAYOUTS = 4096
 class Planner:
     """Turns points of one sweep's grid into plans; pure, and cheap after the first
     points: each layout (the plan without its per-point fields) is built once, and a
-    point copies it and sets its NICs, resharding scheme and fabric."""
+    point copies it and sets its NICs, resharding scheme, fabric and gradient buckets."""
 
     def __init__(self, sweep: Sweep, catalog: Catalog):
         self.sweep = sweep
@@ -129,40 +139,53 @@ class Planner:
         plan = pb.DeploymentPlan()
         plan.CopyFrom(layout.plan)
         plan.name = name
-        plan.training.resharding = RESHARDING[point["training.resharding"]]
-        plan.cluster.fabric.kind = FABRIC[point["cluster.fabric"]]
+        t = plan.training
+        t.resharding = RESHARDING.value(point["training.resharding"])
+        t.dp_overlap = point["training.dp_overlap"]
+        t.dp_bucket_params = point["training.dp_bucket_params"]
+        plan.cluster.fabric.kind = FABRIC.value(point["cluster.fabric"])
         plan.cluster.fabric.oversubscription = point["cluster.oversubscription"]
         for node, pool in zip(plan.cluster.nodes, layout.node_pool, strict=True):
             node.nic = point.get(f"cluster.pools[{pool}].nic", "")
-        return Built(plan, self.cost_model(point), layout.memory_per_gpu_gb)
+        return Built(plan, self.cost_model(point), layout.memory_per_gpu_gib)
 
     def _layout(self, point: Point) -> _Template | Infeasible:
         model = self.catalog.model(point["model"])
         pools = self._pools(point)
         b, batch = point["parallelism.micro_batch_size"], point["training.global_batch_size"]
         p, mix = point["parallelism.pp"], point["parallelism.pipeline_mix"]
-        reason = _check(pools, model, p, b, batch)
+        stack = layout_stack(point)
+        v = stack.virtual_pipeline_stages
+        reason = _check(pools, model, p, b, batch) or _check_interleaving(
+            model, p, v, batch // b, point["training.schedule"])
         if reason:
             return Infeasible(reason)
         layout = _replicas_separate(pools, p) if mix == "separate" else _replicas_mixed(pools, p)
         if isinstance(layout, str):
             return Infeasible(layout)
-        recompute = point["training.activation_recompute"]
-        shapes = [self._split(model, pools, stages, b, recompute,
+        shapes = [self._split(model, pools, stages, b, stack,
                               point["parallelism.layer_split"]) for stages in layout.kinds]
-        times = [max(self._stage_time_s(model, pools[s.pool], b, s, recompute) for s in shape)
+        times = [max(self._stage_time_s(model, pools[s.pool], b, s, stack) for s in shape)
                  for shape in shapes]
         replicas = len(layout.kind_of)
         micro_batches = batch // b
-        if micro_batches < replicas:
+        unit = p if v > 1 else 1  # interleaving: each replica's count a multiple of pp
+        if micro_batches // unit < replicas:
+            per = f" in multiples of the {p} stages" if unit > 1 else ""
             return Infeasible(f"{micro_batches} micro-batches (global batch {batch} / "
-                              f"micro-batch {b}) cannot feed {replicas} replicas")
-        counts = apportion(micro_batches, [1.0 / times[k] for k in layout.kind_of])
-        memory_gb, worst = self._memory(model, pools, shapes, layout.kind_of, counts, b, point)
+                              f"micro-batch {b}) cannot feed {replicas} replicas{per}")
+        counts = [unit * c for c in
+                  apportion(micro_batches // unit, [1.0 / times[k] for k in layout.kind_of])]
+        if stack.zero_stage == 3:
+            reason = _check_fsdp(pools, shapes, layout.kind_of, counts)
+            if reason:
+                return Infeasible(reason)
+        memory_gib, worst = self._memory(model, pools, shapes, layout.kind_of, counts, b, point,
+                                         stack)
         if worst:
-            return Infeasible(worst, memory_gb)
+            return Infeasible(worst, memory_gib)
         return _Template(_build(point, pools, shapes, layout, counts, b, self.sweep),
-                         tuple(p.index for p in pools for _ in range(p.nodes)), memory_gb)
+                         tuple(p.index for p in pools for _ in range(p.nodes)), memory_gib)
 
     def _pools(self, point: Point) -> list[_Pool]:
         active = []
@@ -175,28 +198,31 @@ class Planner:
         return active
 
     def _split(self, model: ModelSpec, pools: list[_Pool], stage_pools: tuple[int, ...], b: int,
-               recompute: bool, how: str) -> tuple[_Stage, ...]:
-        """Layers of each stage of one kind of replica."""
+               stack: Stack, how: str) -> tuple[_Stage, ...]:
+        """Layers of each stage of one kind of replica, in multiples of the virtual stages."""
         if how == "proportional":
-            weights = [1.0 / _layer_time_s(model, pools[k].gpu, pools[k].tp, b, recompute)
+            weights = [1.0 / _layer_time_s(model, pools[k].gpu, pools[k].tp, b, stack)
                        for k in stage_pools]
         else:
             weights = [1.0] * len(stage_pools)
+        v = stack.virtual_pipeline_stages
         stages, first = [], 1
-        for k, n in zip(stage_pools, apportion(model.num_layers, weights), strict=True):
-            stages.append(_Stage(k, first, first + n - 1))
-            first += n
+        for k, n in zip(stage_pools, apportion(model.num_layers // v, weights), strict=True):
+            stages.append(_Stage(k, first, first + v * n - 1))
+            first += v * n
         return tuple(stages)
 
     @staticmethod
     def _stage_time_s(model: ModelSpec, pool: _Pool, b: int, stage: _Stage,
-                      recompute: bool) -> float:
+                      stack: Stack) -> float:
         return _stage_time_s(model, pool.gpu, pool.tp, b, stage.first_layer, stage.last_layer,
-                             recompute)
+                             stack)
 
     @staticmethod
-    def _memory(model, pools, shapes, kind_of, counts, b, point) -> tuple[float, str]:
-        """Largest per-GPU memory over the groups, and a reason if some group does not fit."""
+    def _memory(model, pools, shapes, kind_of, counts, b, point,
+                stack: Stack) -> tuple[float, str]:
+        """Largest per-GPU memory (GiB) over the groups, and a reason if some group does
+        not fit."""
         schedule = point["training.schedule"]
         replicas = len(kind_of)
         largest, worst = 0.0, ""
@@ -204,17 +230,26 @@ class Planner:
             for m in sorted({c for k, c in zip(kind_of, counts, strict=True) if k == kind}):
                 for index, stage in enumerate(shape):
                     pool = pools[stage.pool]
-                    total = _memory_gb(model, pool.gpu, pool.tp, b, stage.first_layer,
-                                       stage.last_layer, index, len(shape), schedule, m,
-                                       point["training.activation_recompute"],
-                                       point["training.zero_stage"], replicas)
-                    if total > pool.gpu.hbm_gb and not worst:
-                        worst = (f"does not fit in GPU memory: {total:.1f} GB per GPU on "
-                                 f"{pool.gpu.name} ({pool.gpu.hbm_gb:g} GB) at stage {index}, "
+                    total, fit = _memory_gib(model, pool.gpu, pool.tp, b, stage.first_layer,
+                                             stage.last_layer, index, len(shape), schedule, m,
+                                             stack, replicas)
+                    if not fit and not worst:
+                        worst = (f"does not fit in GPU memory: {total:.1f} GiB per GPU on "
+                                 f"{pool.gpu.name} ({pool.gpu.hbm_gib:g} GiB) at stage {index}, "
                                  f"TP {pool.tp}, layers {stage.first_layer}-{stage.last_layer}, "
                                  f"{m} micro-batches")
                     largest = max(largest, total)
         return largest, worst
+
+
+def layout_stack(point: Point) -> Stack:
+    """The point's training-stack options that shape its stages' speed and memory (the
+    gradient-bucket options, per point, are left at their defaults)."""
+    return Stack(sequence_parallel=point["training.sequence_parallel"],
+                 flash_attention=point["training.flash_attention"],
+                 recompute=point["training.recompute"],
+                 zero_stage=point["training.zero_stage"],
+                 virtual_pipeline_stages=point["training.virtual_pipeline_stages"])
 
 
 def _check(pools: list[_Pool], model: ModelSpec, p: int, b: int, batch: int) -> str:
@@ -232,6 +267,44 @@ def _check(pools: list[_Pool], model: ModelSpec, p: int, b: int, batch: int) -> 
         return f"{p} pipeline stages but the model has {model.num_layers} layers"
     if batch % b:
         return f"global batch {batch} is not a multiple of micro-batch size {b}"
+    return ""
+
+
+def _check_interleaving(model: ModelSpec, p: int, v: int, micro_batches: int,
+                        schedule: str) -> str:
+    """Why ``v`` virtual stages per pipeline stage cannot run ("" if they can)."""
+    if v == 1:
+        return ""
+    where = f"interleaving ({v} virtual stages)"
+    if schedule != "1f1b":
+        return f"{where} needs the 1f1b schedule, not {schedule}"
+    if p < 2:
+        return f"{where} needs at least two pipeline stages, not {p}"
+    if model.num_layers % v:
+        return f"{where}: the model's {model.num_layers} layers are no multiple of {v}"
+    if p * v > model.num_layers:
+        return (f"{where}: {p} stages of {v} virtual stages need {p * v} layers, "
+                f"the model has {model.num_layers}")
+    if micro_batches % p:
+        return f"{where}: {micro_batches} micro-batches are no multiple of the {p} stages"
+    return ""
+
+
+def _check_fsdp(pools: list[_Pool], shapes: list[tuple[_Stage, ...]], kind_of: tuple[int, ...],
+                counts: list[int]) -> str:
+    """Why the replicas cannot run FSDP together ("" if they all run replica 0's stages
+    with its micro-batch count)."""
+    def layers(kind: int) -> str:
+        return ", ".join(f"{s.first_layer}-{s.last_layer}" for s in shapes[kind])
+
+    for r, (kind, count) in enumerate(zip(kind_of, counts, strict=True)):
+        where = f"FSDP (zero_stage 3) needs replicas of one shape: replica {r}"
+        if shapes[kind] != shapes[kind_of[0]]:
+            gpu = pools[shapes[kind][0].pool].name
+            return (f"{where} ({gpu}) runs layers {layers(kind)}, replica 0 "
+                    f"{layers(kind_of[0])}")
+        if count != counts[0]:
+            return f"{where} gets {count} micro-batches, replica 0 {counts[0]}"
     return ""
 
 
@@ -286,9 +359,11 @@ def _build(point: Point, pools: list[_Pool], shapes: list[tuple[_Stage, ...]], l
     plan.model.preset = point["model"]
     t = plan.training
     t.global_batch_size = point["training.global_batch_size"]
-    t.schedule = SCHEDULE[point["training.schedule"]]
-    t.activation_recompute = point["training.activation_recompute"]
-    t.zero_stage = point["training.zero_stage"]
+    t.schedule = SCHEDULE.value(point["training.schedule"])
+    stack = layout_stack(point)
+    t.recompute = RECOMPUTE.value(stack.recompute)
+    t.sequence_parallel, t.flash_attention = stack.sequence_parallel, stack.flash_attention
+    t.zero_stage, t.virtual_pipeline_stages = stack.zero_stage, stack.virtual_pipeline_stages
     t.total_tokens = sweep.training.total_tokens or 0.0
     plan.cluster.fabric.nodes_per_rack = sweep.cluster.nodes_per_rack
     groups = []
@@ -310,26 +385,29 @@ def _build(point: Point, pools: list[_Pool], shapes: list[tuple[_Stage, ...]], l
 
 @functools.lru_cache(maxsize=65536)
 def _stage_time_s(model: ModelSpec, gpu: GpuSpec, tp: int, b: int, first: int, last: int,
-                  recompute: bool) -> float:
+                  stack: Stack) -> float:
     """Forward plus backward time of one micro-batch on a stage."""
-    c = stage_cost(model, gpu, tp, b, first, last, recompute=recompute)
+    c = stage_cost(model, gpu, tp, b, first, last, stack=stack)
     return c.forward_time_s + c.backward_time_s
 
 
-def _layer_time_s(model: ModelSpec, gpu: GpuSpec, tp: int, b: int, recompute: bool) -> float:
+def _layer_time_s(model: ModelSpec, gpu: GpuSpec, tp: int, b: int, stack: Stack) -> float:
     """Forward plus backward time of one transformer block (a middle layer: no embedding
     or head) for one micro-batch."""
     layer = min(2, model.num_layers)
-    return _stage_time_s(model, gpu, tp, b, layer, layer, recompute)
+    return _stage_time_s(model, gpu, tp, b, layer, layer, stack)
 
 
 @functools.lru_cache(maxsize=65536)
-def _memory_gb(model: ModelSpec, gpu: GpuSpec, tp: int, b: int, first: int, last: int,
-               stage_index: int, num_stages: int, schedule: str, num_micro_batches: int,
-               recompute: bool, zero_stage: int, dp: int) -> float:
-    # Every replica of a planned point has the same layer boundaries, so each group's
-    # layers are shared by all replicas: its data-parallel degree is the replica count.
-    return memory_per_gpu(model, gpu, tp, b, first, last, stage_index=stage_index,
-                          num_stages=num_stages, schedule=schedule,
-                          num_micro_batches=num_micro_batches, recompute=recompute,
-                          zero_stage=zero_stage, dp=dp).total_gb
+def _memory_gib(model: ModelSpec, gpu: GpuSpec, tp: int, b: int, first: int, last: int,
+                stage_index: int, num_stages: int, schedule: str, num_micro_batches: int,
+                stack: Stack, dp: int) -> tuple[float, bool]:
+    """A group's memory per GPU (GiB) and whether it fits.
+
+    Every layer is held by one group of each replica, so the sweep-line DP group over
+    any of a group's layers spans every replica: ZeRO shards over the replica count.
+    """
+    breakdown = memory_per_gpu(model, gpu, tp, b, first, last, stage_index=stage_index,
+                               num_stages=num_stages, schedule=schedule,
+                               num_micro_batches=num_micro_batches, stack=stack, dp=dp)
+    return breakdown.total_gib, fits(breakdown, gpu)

@@ -6,20 +6,15 @@ import io
 
 import numpy as np
 
+from xsweep.metrics import metric_of
 from xsweep.search.results import Answer, exact_feasible
 from xsweep.search.table import Table
-from xsweep.search.tasks import MEMORY_METRIC
 
-#: Axis labels, units included.
-LABELS = {
-    "iteration_time_s": "iteration time (s)",
-    "cost_per_run_usd": "cost per run (USD)",
-    "cost_rate_usd_per_hour": "cost rate (USD/hour)",
-    "capex_usd": "capex (USD)",
-    MEMORY_METRIC: "memory per GPU (GB)",
-    "tokens_per_s": "throughput (tokens/s)",
-    "mfu": "MFU (fraction of peak)",
-}
+
+def label(name: str) -> str:
+    """An axis label: the metric's name and its unit from the metrics table."""
+    unit = metric_of(name).unit
+    return name if unit == "1" else f"{name} ({unit})"
 
 
 def pareto_png(table: Table, objectives: list[str], found: Answer, title: str) -> bytes:
@@ -46,8 +41,8 @@ def pareto_png(table: Table, objectives: list[str], found: Answer, title: str) -
     front = found.front[np.argsort(x[found.front], kind="stable")]
     axes.plot(x[front], y[front], "-o", color="#d1495b", markersize=5, linewidth=1.2,
               label=f"Pareto front ({len(front)})")
-    axes.set_xlabel(LABELS.get(x_name, x_name))
-    axes.set_ylabel(LABELS.get(y_name, y_name))
+    axes.set_xlabel(label(x_name))
+    axes.set_ylabel(label(y_name))
     axes.set_title(title)
     axes.grid(True, alpha=0.3)
     if exact.any() or pruned.any():

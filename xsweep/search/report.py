@@ -21,7 +21,7 @@ COLUMNS = (("iteration_time_s", "iteration_s", "{:.4f}"),
            ("cost_per_run_usd", "cost_per_run_usd", "{:,.0f}"),
            ("tokens_per_s", "tokens_per_s", "{:,.0f}"),
            ("mfu", "mfu", "{:.3f}"),
-           (MEMORY_METRIC, "memory_gb", "{:.1f}"))
+           (MEMORY_METRIC, "memory_gib", "{:.1f}"))
 
 
 def axis_label(path: str, pools: list[str]) -> str:

@@ -24,6 +24,7 @@ import numpy as np
 
 import xsweep
 from xsweep.errors import InputError
+from xsweep.metrics import jsonable
 from xsweep.search import report
 from xsweep.search.distributed import DaskExecutor, LocalExecutor
 from xsweep.search.funnel import Funnel
@@ -67,10 +68,12 @@ class Outcome:
 
 
 def catalog_version(catalog: Catalog) -> str:
-    """A digest of every catalog entry: equal digests, equal hardware and models."""
-    content = {kind: {name: dataclasses.asdict(spec) for name, spec in sorted(entries.items())}
-               for kind, entries in (("gpus", catalog.gpus), ("nics", catalog.nics),
-                                     ("models", catalog.models))}
+    """A digest of every entry of every catalog section (GPUs, NICs, links, models):
+    equal digests, equal hardware and models."""
+    sections = [f.name for f in dataclasses.fields(catalog) if not f.name.startswith("_")]
+    content = {kind: {name: dataclasses.asdict(spec)
+                      for name, spec in sorted(getattr(catalog, kind).items())}
+               for kind in sections}
     text = json.dumps(content, sort_keys=True)
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -155,7 +158,8 @@ def _publish(table: Table, funnel: Funnel, sweep, catalog: Catalog, grid: Grid,
     folder.publish(to_dataset(grid, table, attrs),
                    {"pareto.csv": report.csv_text(lines, summary["front"]).encode(),
                     "pareto.png": png,
-                    "summary.json": (json.dumps(summary, indent=2) + "\n").encode()},
+                    "summary.json": (json.dumps(jsonable(summary), indent=2, allow_nan=False)
+                                     + "\n").encode()},
                    {f"point-{i}.pbtxt": plan_to_text(plan) for i, plan in built.items()})
     return summary, lines
 
