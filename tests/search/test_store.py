@@ -93,3 +93,19 @@ def test_publish_replaces_outputs_whole(tmp_path):
         assert xr.open_zarr(tmp_path / "sweep.zarr")["x"].values.tolist() == [value] * 3
     assert (tmp_path / "plans" / "point-1.pbtxt").read_text() == "name: '2.0'"
     assert not list(tmp_path.glob("*partial*"))
+
+
+@pytest.mark.parametrize("section", ["gpus", "nics", "links", "models"])
+def test_the_catalog_version_covers_every_section(tmp_path, section):
+    from xsweep.search.tasks import catalog_version
+    from xsweep.spec import load_catalog
+
+    base = load_catalog()
+    name, entry = next(iter(getattr(base, section).items()))
+    field, value = next((f, v) for f, v in vars(entry).items()
+                        if isinstance(v, int | float) and not isinstance(v, bool))
+    changed = value * 0.5 if isinstance(value, float) else value + 1  # e.g. one more layer
+    override = tmp_path / "catalog.yaml"
+    override.write_text(f"{section}:\n  {name}:\n    {field}: {changed!r}\n")
+    assert catalog_version(load_catalog([str(override)])) != catalog_version(base)
+    assert catalog_version(load_catalog()) == catalog_version(base)

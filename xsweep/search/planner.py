@@ -66,6 +66,7 @@ class Built:
     plan: pb.DeploymentPlan
     cost: CostModel
     memory_per_gpu_gib: float
+    layout: tuple  # the values of the axes that shape the plan (see PER_POINT_AXES)
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,7 @@ class Planner:
         plan.cluster.fabric.oversubscription = point["cluster.oversubscription"]
         for node, pool in zip(plan.cluster.nodes, layout.node_pool, strict=True):
             node.nic = point.get(f"cluster.pools[{pool}].nic", "")
-        return Built(plan, self.cost_model(point), layout.memory_per_gpu_gib)
+        return Built(plan, self.cost_model(point), layout.memory_per_gpu_gib, key)
 
     def _layout(self, point: Point) -> _Template | Infeasible:
         model = self.catalog.model(point["model"])

@@ -12,7 +12,6 @@ are a pure function of the bounds and exact results, so it replays to the same p
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import time
@@ -67,17 +66,6 @@ class Outcome:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def catalog_version(catalog: Catalog) -> str:
-    """A digest of every entry of every catalog section (GPUs, NICs, links, models):
-    equal digests, equal hardware and models."""
-    sections = [f.name for f in dataclasses.fields(catalog) if not f.name.startswith("_")]
-    content = {kind: {name: dataclasses.asdict(spec)
-                      for name, spec in sorted(getattr(catalog, kind).items())}
-               for kind in sections}
-    text = json.dumps(content, sort_keys=True)
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 def plan_of(path: str | Path, index: int, catalog_files=()) -> Built | Infeasible:
     """The plan of point ``index`` of the sweep at ``path`` (or why it has none)."""
     catalog = load_catalog(catalog_files)
@@ -104,15 +92,15 @@ def run_sweep(path: str | Path, options: Options = Options(),
     sweep = load_sweep(path, catalog)
     grid = Grid(sweep)
     folder = SweepFolder(options.out_dir or Path("results") / sweep.name)
+    job = Job(sweep, catalog, options.dtype)
     manifest = {
         "format": 1, "sweep_sha256": hashlib.sha256(text.encode()).hexdigest(),
-        "catalog_version": catalog_version(catalog), "xsweep_version": xsweep.__version__,
+        "catalog_version": job.catalog_version, "xsweep_version": xsweep.__version__,
         "chunk_size": options.chunk_size, "max_round": options.max_round,
         "exact_batch": options.exact_batch, "exhaustive": options.exhaustive,
         "dtype": options.dtype,
     }
     resumed = folder.claim(manifest, options.overwrite)
-    job = Job(sweep, catalog, options.dtype)
     timings = timings if timings is not None else {}
     for key in ("planning_s", "bound_s", "exact_s", "writing_s", "points_bounded", "points_exact"):
         timings.setdefault(key, 0)

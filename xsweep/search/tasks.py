@@ -2,16 +2,23 @@
 or plan and evaluate a set of points exactly.
 
 Each returns a :data:`Table` (one row per point) and the seconds it spent planning and
-evaluating. Points that plan to the same plan under the same pricing are evaluated once
-and share the result. Infeasible points get their reason and ``level = "none"``.
+evaluating. Infeasible points get their reason and ``level = "none"``.
 
-Plans are evaluated by the process's default :class:`~xsweep.evaluator.Evaluator`, kept
-from unit to unit, so program structures and compiled kernels are reused; it streams a
-call's plans in chunks (and over worker processes where a call is large enough).
+What a process evaluates it keeps from unit to unit (:class:`Session`): its
+:class:`~xsweep.evaluator.Evaluator` (program structures and compiled kernels are reused;
+it streams a call's plans in chunks, over worker processes where a call is large
+enough) and the results of the plans it evaluated. Points that plan to the same plan
+under the same pricing are evaluated once and share the result, within a unit and
+across the units a process runs (a pool with no nodes makes its NIC and TP axes
+irrelevant, so most large grids repeat plans). Results do not depend on which points
+share a call, so neither does a unit's table.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import time
 from dataclasses import dataclass
 
@@ -34,6 +41,21 @@ METRICS = metrics.plan_names()
 MEMORY_METRIC = "memory_per_gpu_gib"
 
 
+#: Plan results a process keeps at most (a few hundred bytes each).
+MAX_KEPT_RESULTS = 1 << 17
+
+
+def catalog_version(catalog: Catalog) -> str:
+    """A digest of every entry of every catalog section (GPUs, NICs, links, models):
+    equal digests, equal hardware and models."""
+    sections = [f.name for f in dataclasses.fields(catalog) if not f.name.startswith("_")]
+    content = {kind: {name: dataclasses.asdict(spec)
+                      for name, spec in sorted(getattr(catalog, kind).items())}
+               for kind in sections}
+    text = json.dumps(content, sort_keys=True)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 @dataclass(frozen=True)
 class Job:
     """What every unit of one sweep needs: sent once to each worker."""
@@ -41,6 +63,53 @@ class Job:
     sweep: Sweep
     catalog: Catalog
     dtype: str = "float32"
+    catalog_version: str = dataclasses.field(init=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "catalog_version", catalog_version(self.catalog))
+
+
+class Session:
+    """What one process keeps between units: an Evaluator and the results of the plans it
+    evaluated, by plan, pricing, level, dtype and catalog."""
+
+    def __init__(self):
+        from xsweep.evaluator import default_evaluator  # JAX loads only where it evaluates
+
+        self.evaluator = default_evaluator()
+        self._results: dict[tuple, dict[str, object]] = {}
+
+    def results(self, job: Job, plans: dict[bytes, object], cost, level: str,
+                timings: dict[str, float]) -> list[dict[str, object]]:
+        """Each plan's per-variant results (``plans``: plan key -> plan), evaluating only
+        those this process has not; adds where the time went to ``timings``."""
+        keys = {key: (hashlib.blake2b(key, digest_size=16).digest(), cost, level, job.dtype,
+                      job.catalog_version) for key in plans}
+        todo = [key for key in plans if keys[key] not in self._results]
+        if todo:
+            ds = self.evaluator.evaluate([plans[key] for key in todo], level,
+                                         catalog=job.catalog, cost=cost, dtype=job.dtype)
+            for stage in ("prepare_s", "kernels_s", "results_s", "compile_s"):
+                name = f"{level}_{stage}"
+                timings[name] = timings.get(name, 0.0) + ds.attrs[stage]
+            columns = {name: var.values for name, var in ds.data_vars.items()
+                       if var.dims == ("variant",) and name not in BATCH_DIAGNOSTICS}
+            if len(self._results) + len(todo) > MAX_KEPT_RESULTS:
+                self._results.clear()
+            for i, key in enumerate(todo):
+                self._results[keys[key]] = {name: values[i] for name, values in columns.items()}
+        return [self._results[keys[key]] for key in plans]
+
+
+_session: Session | None = None
+
+
+def session() -> Session:
+    """This process's session, made on first use."""
+    global _session
+    if _session is None:
+        _session = Session()
+    return _session
 
 
 def plan_name(sweep: Sweep, index: int) -> str:
@@ -72,6 +141,8 @@ def _evaluate(job: Job, indices: np.ndarray, level: str) -> tuple[Table, dict[st
             "reason": np.full(len(indices), "", object), **_blank_metrics(len(indices))}
     groups: dict[object, dict[bytes, list[int]]] = {}  # cost model -> plan key -> rows
     plans: dict[bytes, object] = {}
+    layouts: dict[tuple, int] = {}  # the rank of each layout's first point
+    layout_of: dict[bytes, int] = {}
     grid = Grid(job.sweep)
     for row, (index, point) in enumerate(zip(indices.tolist(), grid.points(indices),
                                              strict=True)):
@@ -82,22 +153,22 @@ def _evaluate(job: Job, indices: np.ndarray, level: str) -> tuple[Table, dict[st
             continue
         key = plan_key(out.plan)
         plans.setdefault(key, out.plan)
+        layout_of.setdefault(key, layouts.setdefault(out.layout, len(layouts)))
         groups.setdefault(out.cost, {}).setdefault(key, []).append(row)
     planned = time.perf_counter()
     timings = {"planning_s": planned - began, f"{level}_s": 0.0}
     columns: dict[str, np.ndarray] = {}
     for cost, by_plan in groups.items():
-        members = list(by_plan.values())
-        ds = _evaluator().evaluate([plans[key] for key in by_plan], level,
-                                   catalog=job.catalog, cost=cost, dtype=job.dtype)
-        for stage in ("prepare_s", "kernels_s", "results_s", "compile_s"):
-            timings[f"{level}_{stage}"] = timings.get(f"{level}_{stage}", 0.0) + ds.attrs[stage]
+        # Plans of one layout side by side: those that differ only in numbers (NICs, say)
+        # then share a worker process, which lowers their structure once.
+        ordered = sorted(by_plan, key=layout_of.__getitem__)
+        members = [by_plan[key] for key in ordered]
+        found = session().results(job, {key: plans[key] for key in ordered}, cost, level,
+                                  timings)
         take = np.concatenate([np.full(len(m), i) for i, m in enumerate(members)])
         where = np.concatenate([np.asarray(m) for m in members])
-        for name, var in ds.data_vars.items():
-            if var.dims != ("variant",) or name in BATCH_DIAGNOSTICS:
-                continue  # per-stream detail stays with single-plan evaluation
-            values = from_rows({name: var.values})[name][take]
+        for name in found[0]:  # per-stream detail stays with single-plan evaluation
+            values = from_rows({name: np.array([r[name] for r in found])})[name][take]
             if name not in columns:
                 columns[name] = blank(values, len(indices))
             columns[name][where] = values
@@ -110,13 +181,6 @@ def _evaluate(job: Job, indices: np.ndarray, level: str) -> tuple[Table, dict[st
             rows[name] = values
     timings[f"{level}_s"] = time.perf_counter() - planned
     return from_rows(rows), timings
-
-
-def _evaluator():
-    """This process's default Evaluator (JAX loads only where something is evaluated)."""
-    from xsweep.evaluator import default_evaluator
-
-    return default_evaluator()
 
 
 def plan_key(plan) -> bytes:
