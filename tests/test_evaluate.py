@@ -100,6 +100,11 @@ def test_worker_processes_give_the_same_results(catalog):
     finally:
         pool.close()
     alone = xsweep.Evaluator(processes=1).evaluate(plans, level="bound")
-    for name in ("iteration_time_s", "bubble_s", "cost_per_run_usd", "memory_per_gpu_gib"):
-        np.testing.assert_array_equal(shared[name].values, alone[name].values, err_msg=name)
+    # the schedules are the same; per-stream sums in float32 may round differently in
+    # the last bit when a worker pads its share to other shapes
+    np.testing.assert_array_equal(shared["iteration_time_s"].values,
+                                  alone["iteration_time_s"].values)
+    for name in ("bubble_s", "cost_per_run_usd", "memory_per_gpu_gib"):
+        np.testing.assert_allclose(shared[name].values, alone[name].values, rtol=1e-6,
+                                   err_msg=name)
     assert list(shared["name"].values) == [p.name for p in plans]
