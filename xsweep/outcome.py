@@ -20,7 +20,9 @@ def outcome(prepared: Prepared, result: SimResult, cost: CostModel = DEFAULT_COS
     """The record of one simulated plan (what ``xsweep simulate --json`` prints, where
     NaN becomes null)."""
     a, program = prepared.analysis, prepared.program
-    figures = {**summary(program, result), **plan_figures(a, result.iteration_time_s, cost)}
+    figures = {**summary(program, result),
+               **{name: value[0].item() for name, value
+                  in plan_figures([a], [result.iteration_time_s], cost).items()}}
     doc = {"name": a.name, **{name: figures[name] for name in metrics.plan_names()}}
     gpu_of = {g.id: g.gpu.name for g in a.groups}
     doc["per_rank"] = [{"rank": r["rank"], "device_group": r["device_group"],

@@ -49,16 +49,12 @@ def table(prepared: Sequence[Prepared], out: Mapping[str, np.ndarray],
           cost: CostModel) -> dict[str, np.ndarray]:
     """Every variable of the Dataset for ``prepared`` plans, from the driver's arrays
     ``out`` (with metrics), as arrays over those plans. Programs are not kept."""
-    n = len(prepared)
-    figures = [plan_figures(p.analysis, t, cost)
-               for p, t in zip(prepared, out["iteration_time_s"], strict=True)]
+    figures = plan_figures([p.analysis for p in prepared], out["iteration_time_s"], cost)
     data: dict[str, np.ndarray] = {}
     for name in metrics.plan_names():
-        data[name] = np.asarray(out[name] if name in out else
-                                np.array([f[name] for f in figures],
-                                         dtype=float if n == 0 else None))
+        data[name] = np.asarray(out[name] if name in out else figures[name])
     for name in metrics.STREAM_METRICS:
-        data[name] = np.asarray(out.get(name, np.zeros((n, 0))))
+        data[name] = np.asarray(out.get(name, np.zeros((len(prepared), 0))))
     status = np.asarray(out["status"], int)
     fits = data["memory_fits"].astype(bool)
     converged = status == Status.OK

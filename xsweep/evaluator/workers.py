@@ -6,7 +6,8 @@ its own single-device :class:`~xsweep.evaluator.Evaluator` (its own program stru
 compiled kernels and derived layouts, which it keeps from call to call), and hands
 each a share of the plans: every core then prepares and evaluates its share, and only
 the results (arrays over the variants) come back. Compiled kernels reach every worker
-through the disk cache. Results are the same as in one process, bit for bit.
+through the disk cache. Schedules are the same as in one process; float32 sums over
+streams may round differently in the last bit where a share is padded to other shapes.
 
 Workers are ``python -m xsweep.evaluator.worker`` processes that read requests on
 their standard input and answer on their standard output (pickled, between this
@@ -74,8 +75,13 @@ class WorkerPool:
             todo.put((index, [plan.SerializeToString() for plan in piece]))
         results: dict[int, object] = {}
         finished: queue.Queue = queue.Queue()
+        # the others start once the first piece is back: what it compiled, they then load
+        # from the disk cache instead of compiling the same kernels at the same time
+        first_back = threading.Event()
 
-        def serve(worker: subprocess.Popen) -> None:
+        def serve(worker: subprocess.Popen, first: bool) -> None:
+            if not first:
+                first_back.wait()
             while True:
                 try:
                     index, plans = todo.get_nowait()
@@ -86,9 +92,11 @@ class WorkerPool:
                     results[index] = receive(worker.stdout)
                 except (OSError, EOFError) as error:
                     results[index] = ("error", f"worker process failed: {error}")
+                first_back.set()
                 finished.put(index)
 
-        threads = [threading.Thread(target=serve, args=(w,), daemon=True) for w in self._workers]
+        threads = [threading.Thread(target=serve, args=(w, n == 0), daemon=True)
+                   for n, w in enumerate(self._workers)]
         for thread in threads:
             thread.start()
         try:

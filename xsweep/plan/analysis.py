@@ -217,25 +217,33 @@ def analyze(plan, catalog, *, profile=None) -> PlanAnalysis:
             replicas_over[gid] = max(replicas_over[gid], len(g.device_groups))
 
     infos = []
+    # replicas repeat their stages: figures by (GPU, TP, layers, ...) once per plan, so the
+    # memos above (whose keys hash the model and GPU) are asked once per distinct stage
+    figures: dict[tuple, tuple] = {}
     for d in dgs:
         gpu = rank_gpu[d.ranks[0]]
         tp = len(d.ranks)
         p = len(stages_of[d.dp_replica])
-        cost = _stage_cost(model, gpu, tp, d.micro_batch_size, d.first_layer, d.last_layer,
-                           stack=stack, profile=profile)
-        mem = _memory_per_gpu(
-            model, gpu, tp, d.micro_batch_size, d.first_layer, d.last_layer,
-            stage_index=d.pp_stage, num_stages=p, schedule=schedule,
-            num_micro_batches=d.num_micro_batches, stack=stack, dp=replicas_over[d.id],
-        )
+        dp_size = replicas_over[d.id]
+        key = (id(gpu), tp, d.micro_batch_size, d.first_layer, d.last_layer, d.pp_stage, p,
+               d.num_micro_batches, dp_size)
+        if key not in figures:
+            mem = _memory_per_gpu(
+                model, gpu, tp, d.micro_batch_size, d.first_layer, d.last_layer,
+                stage_index=d.pp_stage, num_stages=p, schedule=schedule,
+                num_micro_batches=d.num_micro_batches, stack=stack, dp=dp_size)
+            figures[key] = (
+                _stage_cost(model, gpu, tp, d.micro_batch_size, d.first_layer, d.last_layer,
+                            stack=stack, profile=profile),
+                mem, fits(mem, gpu),
+                _optimizer_time_s(model, gpu, tp, d.first_layer, d.last_layer, dp_size,
+                                  stack.zero_stage))
+        cost, mem, fit, optimizer_s = figures[key]
         infos.append(GroupInfo(
             id=d.id, ranks=tuple(d.ranks), stage=d.pp_stage, replica=d.dp_replica,
             first_layer=d.first_layer, last_layer=d.last_layer,
             micro_batch_size=d.micro_batch_size, num_micro_batches=d.num_micro_batches,
-            gpu=gpu, cost=cost, memory=mem, fits=fits(mem, gpu),
-            optimizer_time_s=_optimizer_time_s(model, gpu, tp, d.first_layer, d.last_layer,
-                                               replicas_over[d.id], stack.zero_stage),
-        ))
+            gpu=gpu, cost=cost, memory=mem, fits=fit, optimizer_time_s=optimizer_s))
     replicas = {}
     for i, g in enumerate(infos):
         replicas.setdefault(g.replica, []).append(i)

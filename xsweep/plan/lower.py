@@ -48,8 +48,9 @@ reference, and compared bit for bit on random plans and numeric variants).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -107,6 +108,9 @@ VALUES: dict[str, Callable] = {
     "ring_hops": lambda a, d, passes: pipelined_ring_flow(len(a.dp_groups[d].device_groups),
                                                           0.0, 1.0, passes)[1],
 }
+#: Kinds whose number depends only on the group's stage cost (and the span): replicas of
+#: a stage share their cost object, so one number serves them all.
+_BY_COST = frozenset({"pass_s", "tp_bytes", "tp_hops", "tp_launches"})
 #: Which arguments of a block's value keys are block streams (-> group indices) and which
 #: the block's stages as DP groups (-> DP group indices).
 _STREAM_ARGS = {"pass_s": (1,), "tp_bytes": (1,), "tp_hops": (1,), "tp_launches": (1,),
@@ -331,6 +335,10 @@ class Template:
     flow_p2p: np.ndarray  # bool[F]: a point-to-point send (its launch occupies the path)
     path_matrix: np.ndarray  # int64[F, longest path]: each flow's links, L (none) after them
     _names: tuple  # per block of tasks: a function that makes their names
+    # what the flows' paths make of a topology's figures, per topology object: variants on
+    # the same hardware (a cached topology) compute it once
+    _per_topology: weakref.WeakKeyDictionary = field(
+        default_factory=weakref.WeakKeyDictionary, repr=False, compare=False)
 
     def _along_paths(self, per_link: np.ndarray, pad: float) -> np.ndarray:
         """float64[F, longest path]: a per-link figure at each hop of each flow."""
@@ -344,24 +352,47 @@ class Template:
             total += column
         return total
 
+    def _path_figures(self, topo) -> tuple[np.ndarray, ...]:
+        """Per flow: its path's narrowest capacity, the bus efficiency there, the largest
+        launch latency and the latency sum, kept per topology object."""
+        figures = self._per_topology.get(topo)
+        if figures is None:
+            capacity = self._along_paths(topo.capacity, np.inf)
+            rows = np.arange(len(capacity))
+            narrowest = np.argmin(capacity, axis=1)
+            figures = self._per_topology[topo] = (
+                capacity[rows, narrowest],
+                self._along_paths(topo.bus_efficiency, 1.0)[rows, narrowest],
+                self._along_paths(topo.launch_latency_s, -np.inf).max(axis=1, initial=0.0),
+                self.path_latency_s(topo.latency_s))
+        return figures
+
     def flow_numbers(self, topo, payload: np.ndarray, hops: np.ndarray,
                      launches: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Bytes and latency of every flow, as ``xsweep.plan.transport.flow_numbers`` gives
         them one flow at a time: the payload over the bus efficiency of the path's
         narrowest link (plus, for a point-to-point send, its launch time at that link's
         rate), and the path's latency per hop plus the launches it waits for."""
-        capacity = self._along_paths(topo.capacity, np.inf)
-        rows = np.arange(len(capacity))
-        narrowest = np.argmin(capacity, axis=1)
-        efficiency = self._along_paths(topo.bus_efficiency, 1.0)[rows, narrowest]
-        launch_s = self._along_paths(topo.launch_latency_s, -np.inf).max(axis=1, initial=0.0)
+        capacity, efficiency, launch_s, latency_s = self._path_figures(topo)
         wire = payload / efficiency
-        wire = np.where(self.flow_p2p, wire + launch_s * capacity[rows, narrowest], wire)
-        return wire, hops * self.path_latency_s(topo.latency_s) + launches * launch_s
+        wire = np.where(self.flow_p2p, wire + launch_s * capacity, wire)
+        return wire, hops * latency_s + launches * launch_s
 
     def values(self, a: PlanAnalysis) -> np.ndarray:
         """float64[len(keys)]: the number behind every value key, for ``a``."""
-        return np.array([VALUES[k[0]](a, *k[1:]) for k in self.keys], np.float64)
+        groups, shared = a.groups, {}
+        out = np.empty(len(self.keys))
+        for i, key in enumerate(self.keys):
+            kind = key[0]
+            if kind in _BY_COST:
+                memo = (kind, id(groups[key[1]].cost), key[2:])
+                value = shared.get(memo)
+                if value is None:
+                    value = shared[memo] = VALUES[kind](a, *key[1:])
+            else:
+                value = VALUES[kind](a, *key[1:])
+            out[i] = value
+        return out
 
     def task_names(self) -> tuple[str, ...]:
         return tuple(name for make in self._names for name in make())

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from xsweep.errors import InputError
 from xsweep.spec import ranges, xsweep_pb2
 from xsweep.spec.catalog import Catalog
+from xsweep.spec.limits import active_limits
 from xsweep.spec.plan_io import load_plan
 from xsweep.spec.validate import validate_plan
 
@@ -43,12 +44,13 @@ def evaluation_plans(plans: object, catalog: object, *, profile: object = None,
     if not isinstance(plans, Iterable):
         raise _argument("plans", _kind(plans), "expected a list of plans or paths")
     checked = []
+    limits = active_limits()  # read from the environment once for the whole list
     for index, plan in enumerate(plans):
         if isinstance(plan, str | os.PathLike):
             checked.append(load_plan(plan, catalog))
         elif isinstance(plan, xsweep_pb2.DeploymentPlan):
             name = f" ({plan.name!r})" if plan.name else ""
-            validate_plan(plan, catalog, f"plans[{index}]{name}")
+            validate_plan(plan, catalog, f"plans[{index}]{name}", limits)
             checked.append(plan)
         else:
             raise _argument(f"plans[{index}]", _kind(plan),
