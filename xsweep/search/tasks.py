@@ -10,8 +10,8 @@ it streams a call's plans in chunks, over worker processes where a call is large
 enough) and the results of the plans it evaluated. Points that plan to the same plan
 under the same pricing are evaluated once and share the result, within a unit and
 across the units a process runs (a pool with no nodes makes its NIC and TP axes
-irrelevant, so most large grids repeat plans). Results do not depend on which points
-share a call, so neither does a unit's table.
+irrelevant, so most large grids repeat plans). Which points share a call changes a
+result by float32 rounding at most (the padded shape a plan lands in).
 """
 
 from __future__ import annotations
