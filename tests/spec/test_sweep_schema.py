@@ -37,7 +37,7 @@ def test_quickstart_grid(spaces_dir):
     assert axes["training.schedule"] == ["gpipe", "1f1b"]
     assert axes["cluster.pools[0].nic"] == ["cx7"]
     assert "cluster.pools[1].nic" not in axes  # absent: the GPU's default NIC
-    assert sweep.grid_size() == math.prod(len(v) for v in axes.values()) == 128
+    assert sweep.grid_size() == math.prod(len(v) for v in axes.values()) == 384
     assert sweep.validation.top == 3
 
 

@@ -98,6 +98,30 @@ def check_output_path(path: str | None, option: str) -> None:
                          f"files in {str(folder)!r}")
 
 
+def check_output_folder(path: str | None, option: str) -> None:
+    """Refuse an output folder that cannot be made or written, before any work starts.
+
+    The folder may exist (its contents are the command's to judge) or not yet (it and
+    missing parents are made later); what must hold is that the path names no file and
+    that the folder, or its nearest existing parent, takes new entries.
+
+    Raises:
+        InputError: naming the path as given (an empty one: the option).
+    """
+    if path is None:
+        return
+    if not path.strip():
+        raise InputError(option, None, path, "needs a folder name")
+    target = Path(path)
+    existing = next(p for p in (target, *target.parents) if p.exists() or p == Path(p.anchor))
+    if not existing.is_dir():
+        what = "is a file" if existing == target else f"cannot be made: {str(existing)!r} is a file"
+        raise InputError(path, None, None, f"{what}; expected a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(path, None, None, f"cannot be written: no permission to create "
+                         f"files in {str(existing)!r}")
+
+
 def emit(text: str) -> None:
     """Print a command's result on stdout whole: a Ctrl-C waits until it is written."""
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})

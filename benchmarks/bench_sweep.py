@@ -1,0 +1,137 @@
+"""End-to-end cost of ``xsweep sweep``: the quickstart cold and warm, and the large space.
+
+Run: ``python benchmarks/bench_sweep.py [--large-budget-s 1800] [--skip-large]``.
+
+1. ``spaces/quickstart.yaml`` through the real CLI, twice, each time in a new process
+   and a new output folder: first with an empty persistent compilation cache (cold),
+   then with the cache the first run filled (warm). Prints both wall times, the points
+   evaluated exactly and their share of the bounded points.
+2. ``spaces/llama3-70b-512gpu.yaml`` in this process, end to end (planning, bound level,
+   exact funnel, writing), with the compilation cache the quickstart runs filled. Prints
+   points per second over the whole grid, the time in each stage and the peak memory
+   (largest resident set of this process). When the run outlasts ``--large-budget-s`` it
+   is interrupted and the rate so far is printed instead, marked as partial.
+
+Goals on a 2-core machine: quickstart under 60 s cold and 15 s warm; the large space at
+1,000 points/s or more with a peak memory under 4 GB. Ratios to the goals are printed;
+nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+QUICKSTART = REPO_ROOT / "spaces" / "quickstart.yaml"
+LARGE = REPO_ROOT / "spaces" / "llama3-70b-512gpu.yaml"
+GOALS = {"cold_s": 60.0, "warm_s": 15.0, "points_per_s": 1000.0, "peak_gb": 4.0}
+
+
+def cli_sweep(space: Path, out: Path, env: dict) -> tuple[float, dict]:
+    """Wall time and JSON summary of one ``xsweep sweep`` in a new process."""
+    began = time.perf_counter()
+    result = subprocess.run(
+        [sys.executable, "-m", "xsweep.cli.main", "sweep", str(space), "-o", str(out), "--json"],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False)
+    wall_s = time.perf_counter() - began
+    if result.returncode != 0:
+        raise SystemExit(f"xsweep sweep failed ({result.returncode}):\n{result.stderr}")
+    return wall_s, json.loads(result.stdout)
+
+
+def quickstart(work: Path, env: dict) -> None:
+    cold_s, summary = cli_sweep(QUICKSTART, work / "cold", env)
+    warm_s, again = cli_sweep(QUICKSTART, work / "warm", env)
+    assert again["front"] == summary["front"]
+    bounded = sum(n for level, n in summary["level"].items() if level != "none")
+    print(f"quickstart: {summary['points']} points, {bounded} bounded, "
+          f"{summary['evaluated_exactly']} evaluated exactly "
+          f"({summary['exact_share_of_bounded']:.1%} of the bounded), "
+          f"{len(summary['front'])} on the front")
+    print(f"  cold (empty compile cache): {cold_s:7.1f} s   goal {GOALS['cold_s']:.0f} s   "
+          f"ratio {cold_s / GOALS['cold_s']:.2f}")
+    print(f"  warm (cache filled)       : {warm_s:7.1f} s   goal {GOALS['warm_s']:.0f} s   "
+          f"ratio {warm_s / GOALS['warm_s']:.2f}")
+    print(f"  cold / warm: {cold_s / warm_s:.1f}x; stages of the warm run (s): "
+          + ", ".join(f"{k} {v:.2f}" for k, v in again["timings"].items() if k.endswith("_s")))
+
+
+class _OutOfTime(BaseException):
+    """Raised by the budget's alarm; not an Exception, so no library swallows it."""
+
+
+def large(work: Path, budget_s: float) -> None:
+    from xsweep.search.run import Options, run_sweep
+    from xsweep.spec import load_sweep
+
+    points = load_sweep(LARGE).grid_size()
+    timings: dict = {}
+
+    def out_of_time(signum, frame):
+        raise _OutOfTime
+
+    signal.signal(signal.SIGALRM, out_of_time)
+    signal.setitimer(signal.ITIMER_REAL, budget_s, 5.0)  # and again every 5 s until caught
+    began = time.perf_counter()
+    finished = True
+    try:
+        outcome = run_sweep(LARGE, Options(out_dir=work / "large"), timings=timings)
+    except _OutOfTime:
+        finished = False
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    wall_s = time.perf_counter() - began
+    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9  # Linux: KiB
+    stages = {k: timings.get(k, 0.0) for k in ("planning_s", "bound_s", "exact_s", "writing_s")}
+    if finished:
+        rate = points / wall_s
+        print(f"large space: {points:,} points end to end in {wall_s:.1f} s: "
+              f"{rate:,.0f} points/s   goal {GOALS['points_per_s']:,.0f}   "
+              f"ratio {rate / GOALS['points_per_s']:.3f}")
+        summary = outcome.summary
+        print(f"  evaluated exactly: {summary['evaluated_exactly']:,} "
+              f"({summary['exact_share_of_bounded']:.2%} of the bounded), "
+              f"{summary['status'].get('pruned', 0):,} pruned, {summary['rounds']} rounds")
+    else:
+        done = timings.get("points_bounded", 0)
+        rate = done / wall_s
+        print(f"large space: PARTIAL, interrupted after {wall_s:.0f} s (--large-budget-s): "
+              f"{done:,} of {points:,} points planned and bounded, {rate:,.1f} points/s so far "
+              f"(goal {GOALS['points_per_s']:,.0f}, ratio {rate / GOALS['points_per_s']:.4f}); "
+              f"{timings.get('points_exact', 0):,} evaluated exactly")
+    total = sum(stages.values()) or 1.0
+    print("  time by stage: " + ", ".join(
+        f"{k[:-2]} {v:.1f} s ({v / total:.0%})" for k, v in stages.items()))
+    print(f"  peak memory (resident): {peak_gb:.2f} GB   goal {GOALS['peak_gb']:.0f} GB   "
+          f"ratio {peak_gb / GOALS['peak_gb']:.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--large-budget-s", type=float, default=1800.0,
+                        help="interrupt the large space after this many seconds (default 1800)")
+    parser.add_argument("--skip-large", action="store_true")
+    parser.add_argument("--skip-quickstart", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:
+        work = Path(tmp)
+        cache = work / "compile-cache"
+        os.environ["XSWEEP_CACHE_DIR"] = str(cache)  # this process and its children
+        env = dict(os.environ)
+        if not args.skip_quickstart:
+            quickstart(work, env)
+        if not args.skip_large:
+            large(work, args.large_budget_s)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""Pareto fronts and top points against brute force."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from xsweep.search.pareto import dominated_by, kth_best, non_dominated, objective_matrix, top_points
+
+
+def brute_front(values: np.ndarray) -> np.ndarray:
+    keep = []
+    for v in values:
+        if np.isnan(v).any():
+            keep.append(False)
+            continue
+        beaten = any((w <= v).all() and (w < v).any() for w in values if not np.isnan(w).any())
+        keep.append(not beaten)
+    return np.array(keep, bool)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 1200), st.integers(1, 3), st.integers(0, 2**31 - 1))
+def test_front_equals_brute_force(n, d, seed):
+    rng = np.random.default_rng(seed)
+    values = rng.integers(0, 6, size=(n, d)).astype(float)  # small range: many ties and duplicates
+    values[rng.random(n) < 0.05] = np.nan
+    if n <= 150:
+        np.testing.assert_array_equal(non_dominated(values), brute_front(values))
+    front = values[non_dominated(values)]
+    # every point off the front (and not NaN) is dominated by a front point; none on it is
+    off = ~non_dominated(values) & ~np.isnan(values).any(axis=1)
+    assert dominated_by(front, values[off]).all()
+    assert not dominated_by(front, front).any()
+
+
+def test_duplicates_of_a_front_point_are_all_on_it():
+    values = np.array([[1.0, 2.0], [1.0, 2.0], [2.0, 1.0], [2.0, 2.0]])
+    assert non_dominated(values).tolist() == [True, True, True, False]
+
+
+def test_maximised_objectives_are_negated():
+    m = objective_matrix({"iteration_time_s": np.array([1.0, 2.0]), "mfu": np.array([0.5, 0.4])},
+                         ["iteration_time_s", "mfu"])
+    assert m.tolist() == [[1.0, -0.5], [2.0, -0.4]]
+
+
+def test_top_points_break_ties_by_index():
+    values = np.array([3.0, 1.0, np.nan, 1.0, 2.0])
+    assert top_points(values, 3).tolist() == [1, 3, 4]
+    assert kth_best(values, 2) == 1.0 and kth_best(values, 4) == 3.0
+    assert kth_best(values, 5) == np.inf and kth_best(values, 0) == -np.inf

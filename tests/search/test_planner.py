@@ -1,0 +1,228 @@
+"""The grid planner: valid plans, splits in proportion to speed, and reasons for the rest."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+
+from xsweep.plan.analysis import analyze
+from xsweep.plan.workload import stage_cost
+from xsweep.search.grid import Grid
+from xsweep.search.planner import Built, Infeasible, Planner
+from xsweep.spec import load_sweep, sweep_from_dict, validate_plan
+
+BASE = {
+    "name": "planner-test",
+    "model": "llama2-7b",
+    "training": {"global_batch_size": 64, "schedule": "1f1b", "recompute": "full",
+                 "total_tokens": 1e9},
+    "cluster": {"pools": [{"gpu": "H100-SXM", "nodes": 1}, {"gpu": "A100-40GB", "nodes": 1}]},
+    "parallelism": {"tp": {"H100-SXM": 4, "A100-40GB": 4}, "pp": 2, "micro_batch_size": 1,
+                    "pipeline_mix": "separate", "layer_split": "proportional"},
+}
+
+
+def plan_one(catalog, **changes) -> Built | Infeasible:
+    """Plan the first point of BASE with ``changes`` (``__``-separated paths) applied."""
+    document = copy.deepcopy(BASE)
+    for path, value in changes.items():
+        *parents, last = path.split("__")
+        node = document
+        for key in parents:
+            node = node[int(key)] if key.isdigit() else node[key]
+        node[int(last) if last.isdigit() else last] = value
+    sweep = sweep_from_dict(document)
+    grid = Grid(sweep)
+    return Planner(sweep, catalog).plan(grid.point(0), "p")  # the first point
+
+
+def stage_time_s(analysis, group) -> float:
+    return group.cost.forward_time_s + group.cost.backward_time_s
+
+
+def test_every_built_quickstart_plan_is_valid_and_its_memory_is_the_analysis_one(
+        spaces_dir, catalog):
+    sweep = load_sweep(spaces_dir / "quickstart.yaml", catalog)
+    grid = Grid(sweep)
+    planner = Planner(sweep, catalog)
+    built = 0
+    for index, point in enumerate(grid.points(np.arange(grid.size))):
+        out = planner.plan(point, f"q-{index}")
+        assert out == planner.plan(point, f"q-{index}")  # pure: the same point, the same plan
+        if isinstance(out, Infeasible):
+            assert out.reason and "\n" not in out.reason
+            continue
+        built += 1
+        validate_plan(out.plan, catalog)
+        analysis = analyze(out.plan, catalog)
+        assert all(g.fits for g in analysis.groups)
+        assert out.memory_per_gpu_gib == pytest.approx(
+            max(g.memory.total_gib for g in analysis.groups), rel=1e-12)
+        nodes = sum(point[f"cluster.pools[{i}].nodes"] for i in range(2))
+        assert sum(n.num_gpus for n in out.plan.cluster.nodes) == 8 * nodes
+    assert built >= 50
+
+
+def test_micro_batches_follow_replica_throughput(catalog):
+    out = plan_one(catalog, **{"parallelism__pp": 1})
+    analysis = analyze(out.plan, catalog)
+    replicas = {}
+    for group in analysis.groups:
+        replicas.setdefault(group.replica, []).append(group)
+    counts = np.array([stages[0].num_micro_batches for stages in replicas.values()])
+    speed = np.array([1.0 / max(stage_time_s(analysis, g) for g in stages)
+                      for stages in replicas.values()])
+    assert counts.sum() * 1 == 64  # every sequence of the global batch is used
+    assert np.all(np.abs(counts - 64 * speed / speed.sum()) < 1)
+    gpus = [stages[0].gpu.name for stages in replicas.values()]
+    h100, a100 = (counts[[g == name for g in gpus]] for name in ("H100-SXM", "A100-40GB"))
+    assert h100.min() > a100.max()  # the faster GPU takes more
+
+
+def test_mixed_pipelines_split_layers_in_proportion_to_stage_speed(catalog):
+    out = plan_one(catalog, **{"parallelism__pipeline_mix": "mixed"})
+    analysis = analyze(out.plan, catalog)
+    model = analysis.model
+    stages = [g for g in analysis.groups if g.replica == 0]
+    assert [g.gpu.name for g in stages] == ["H100-SXM", "A100-40GB"]  # pools in file order
+    layers = np.array([g.last_layer - g.first_layer + 1 for g in stages])
+    block = [stage_cost(model, g.gpu, g.tp, 1, 2, 2, stack=analysis.stack) for g in stages]
+    speed = np.array([1.0 / (c.forward_time_s + c.backward_time_s) for c in block])
+    assert layers.sum() == model.num_layers
+    assert np.all(np.abs(layers - model.num_layers * speed / speed.sum()) < 1)
+    assert layers[0] > layers[1]
+    # every pipeline has the same stages, so each gets the same micro-batches (+-1)
+    counts = {g.num_micro_batches for g in analysis.groups}
+    assert max(counts) - min(counts) <= 1
+
+
+def test_even_split_and_separate_replicas(catalog):
+    out = plan_one(catalog, **{"parallelism__pipeline_mix": "mixed", "parallelism__layer_split": "even",
+                               "parallelism__pp": 3, "parallelism__tp": {"H100-SXM": 4},
+                               "cluster__pools": [{"gpu": "H100-SXM", "nodes": 3}]})
+    layers = [g.last_layer - g.first_layer + 1 for g in out.plan.device_groups if g.dp_replica == 0]
+    assert layers == [11, 11, 10]  # 32 layers over 3 stages: the first stages take the rest
+    separate = plan_one(catalog)
+    assert {n.gpu for n in separate.plan.cluster.nodes} == {"H100-SXM", "A100-40GB"}
+    by_replica = {}  # a separate replica stays in one pool
+    for group in separate.plan.device_groups:
+        node = group.ranks[0] // 8
+        by_replica.setdefault(group.dp_replica, set()).add(separate.plan.cluster.nodes[node].gpu)
+    assert all(len(gpus) == 1 for gpus in by_replica.values())
+
+
+@pytest.mark.parametrize(("changes", "reason"), [
+    ({"parallelism__tp": {"H100-SXM": 3, "A100-40GB": 4}}, "TP 3 does not divide the 8 GPUs"),
+    ({"parallelism__tp": {"H100-SXM": 64, "A100-40GB": 4},
+      "cluster__pools": [{"gpu": "H100-SXM", "nodes": 1, "gpus_per_node": 64},
+                         {"gpu": "A100-40GB", "nodes": 1}]}, "TP 64 exceeds the model's 32 attention heads"),
+    ({"parallelism__tp": {"H100-SXM": 16, "A100-40GB": 4}}, "TP 16 exceeds the 8 GPUs of a H100-SXM node"),
+    ({"parallelism__tp": {"H100-SXM": 8, "A100-40GB": 4}},
+     "pool H100-SXM has 1 TP groups (TP 8 on 1 x 8 GPUs), fewer than pp 2"),
+    ({"parallelism__pp": 33}, "33 pipeline stages but the model has 32 layers"),
+    ({"parallelism__pp": 3, "parallelism__tp": {"H100-SXM": 2, "A100-40GB": 2}},
+     "pp 3 does not divide the 4 TP groups of pool H100-SXM"),
+    ({"parallelism__micro_batch_size": 3}, "global batch 64 is not a multiple of micro-batch size 3"),
+    ({"training__global_batch_size": 1}, "1 micro-batches (global batch 1 / micro-batch 1) cannot feed 2"),
+    ({"parallelism__pipeline_mix": "mixed", "parallelism__tp": {"H100-SXM": 2, "A100-40GB": 4}},
+     "the 4 TP groups of pool H100-SXM do not spread evenly over 3 pipelines"),
+    ({"cluster__pools": [{"gpu": "A100-40GB", "nodes": 1}], "parallelism__tp": {"A100-40GB": 2},
+      "parallelism__pp": 1, "training__recompute": "none"},
+     "does not fit in GPU memory"),
+    ({"cluster__pools": [{"gpu": "H100-SXM", "nodes": [0, 1]}, {"gpu": "A100-40GB", "nodes": 0}],
+      "parallelism__tp": {"H100-SXM": 4, "A100-40GB": 4}}, "empty cluster"),
+])
+def test_points_that_cannot_be_built_say_why(catalog, changes, reason):
+    out = plan_one(catalog, **changes)
+    assert isinstance(out, Infeasible)
+    assert reason in out.reason
+
+
+def test_a_plan_that_does_not_fit_reports_its_memory(catalog):
+    out = plan_one(catalog, **{"cluster__pools": [{"gpu": "A100-40GB", "nodes": 1}],
+                               "parallelism__tp": {"A100-40GB": 2}, "parallelism__pp": 1,
+                               "training__recompute": "none"})
+    hbm_gib = catalog.gpu("A100-40GB").hbm_gib
+    assert out.memory_per_gpu_gib > hbm_gib
+    assert f"{out.memory_per_gpu_gib:.1f} GiB per GPU on A100-40GB ({hbm_gib:g} GiB)" in out.reason
+
+
+def test_grid_numbers_points_row_major(spaces_dir, catalog):
+    sweep = load_sweep(spaces_dir / "quickstart.yaml", catalog)
+    grid = Grid(sweep)
+    expected = list(itertools.product(*grid.axes.values()))
+    assert grid.size == len(expected)
+    for index in (0, 1, 17, grid.size - 1):
+        assert tuple(grid.point(index).values()) == expected[index]
+    chunks = grid.chunks(50)
+    assert chunks[0] == (0, 50) and chunks[-1][1] == grid.size
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(chunks))
+    assert set(grid.dims) <= set(grid.paths) and not set(grid.dims) & set(grid.fixed)
+
+
+def test_every_training_stack_option_reaches_the_plan(catalog):
+    stack = {"recompute": "selective", "sequence_parallel": False, "flash_attention": False,
+             "virtual_pipeline_stages": 2, "dp_overlap": True, "dp_bucket_params": 5_000_000,
+             "zero_stage": 1}
+    out = plan_one(catalog, **{f"training__{k}": v for k, v in stack.items()})
+    assert isinstance(out, Built), out
+    validate_plan(out.plan, catalog)
+    analysis = analyze(out.plan, catalog)
+    assert dataclasses.asdict(analysis.stack) == stack
+    for group in out.plan.device_groups:  # interleaving: layers in multiples of 2, counts of pp
+        assert (group.last_layer - group.first_layer + 1) % 2 == 0
+        assert group.num_micro_batches % 2 == 0
+
+
+def test_gradient_buckets_share_a_layout_and_change_only_their_fields(catalog):
+    document = copy.deepcopy(BASE)
+    document["training"].update(dp_overlap=[False, True], dp_bucket_params=[0, 1_000_000])
+    sweep = sweep_from_dict(document)
+    grid = Grid(sweep)
+    planner = Planner(sweep, catalog)
+    plans = [planner.plan(point, "p").plan for point in grid.points(np.arange(grid.size))]
+    assert len(planner._layouts) == 1
+    assert [(p.training.dp_overlap, p.training.dp_bucket_params) for p in plans] == [
+        (False, 0), (False, 1_000_000), (True, 0), (True, 1_000_000)]
+    for plan in plans:
+        plan.training.ClearField("dp_overlap")
+        plan.training.ClearField("dp_bucket_params")
+    assert all(plan == plans[0] for plan in plans)
+
+
+@pytest.mark.parametrize(("changes", "reason"), [
+    ({"training__schedule": ["gpipe", "1f1b"], "training__virtual_pipeline_stages": 2},
+     "interleaving (2 virtual stages) needs the 1f1b schedule, not gpipe"),
+    ({"parallelism__pp": 1, "training__virtual_pipeline_stages": 2},
+     "needs at least two pipeline stages, not 1"),
+    ({"training__virtual_pipeline_stages": 3}, "the model's 32 layers are no multiple of 3"),
+    ({"training__virtual_pipeline_stages": 32}, "2 stages of 32 virtual stages need 64 layers"),
+    ({"parallelism__pp": 4, "training__virtual_pipeline_stages": 2,
+      "training__global_batch_size": 66, "parallelism__tp": {"H100-SXM": 2, "A100-40GB": 2}},
+     "66 micro-batches are no multiple of the 4 stages"),
+    ({"parallelism__pp": 4, "training__virtual_pipeline_stages": 2,
+      "training__global_batch_size": 4, "parallelism__tp": {"H100-SXM": 2, "A100-40GB": 2}},
+     "cannot feed 2 replicas in multiples of the 4 stages"),
+    ({"training__zero_stage": 3},
+     "FSDP (zero_stage 3) needs replicas of one shape: replica 1 (A100-40GB) runs layers"),
+    ({"training__zero_stage": 3, "training__global_batch_size": 66,
+      "cluster__pools": [{"gpu": "H100-SXM", "nodes": 1}, {"gpu": "A100-40GB", "nodes": 0}],
+      "parallelism__pp": 1, "parallelism__tp": {"H100-SXM": 2, "A100-40GB": 2}},
+     "FSDP (zero_stage 3) needs replicas of one shape: replica 2 gets 16 micro-batches, "
+     "replica 0 17"),
+])
+def test_training_stack_rules_give_reasons(catalog, changes, reason):
+    out = plan_one(catalog, **changes)
+    assert isinstance(out, Infeasible)
+    assert reason in out.reason, out.reason
+
+
+def test_fsdp_with_replicas_of_one_shape_is_built(catalog):
+    out = plan_one(catalog, **{"training__zero_stage": 3, "parallelism__pipeline_mix": "mixed"})
+    assert isinstance(out, Built), out
+    validate_plan(out.plan, catalog)  # the FSDP rule of plan validation holds
+    assert out.plan.training.zero_stage == 3

@@ -1,0 +1,83 @@
+"""``xsweep sweep SPACE.yaml``: every point of a design space, through the exact funnel, to a
+dataset, a Pareto table and plot under ``results/<name>/``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from xsweep.cli.common import (
+    EXIT_CHECK_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    check_output_folder,
+    emit,
+    json_text,
+)
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "sweep", help="evaluate a sweep's grid: dataset, Pareto table and plot",
+        description=__doc__ + " Progress goes to stderr; rerunning an interrupted sweep "
+        "resumes it.")
+    p.add_argument("space", metavar="SPACE.yaml", help="sweep definition")
+    p.add_argument("-o", "--output", metavar="DIR", help="output folder (default: results/<name>)")
+    p.add_argument("--json", action="store_true", help="print one JSON summary on stdout")
+    p.add_argument("--catalog", action="append", default=[], metavar="FILE",
+                   help="YAML merged over the built-in GPU/NIC/model catalog (repeatable)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace results of another sweep run in the output folder")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="run the work on a Dask distributed cluster (e.g. tcp://host:8786)")
+    p.add_argument("--exhaustive", action="store_true",
+                   help="evaluate every bounded point exactly instead of pruning")
+    p.add_argument("--chunk-size", type=_positive, metavar="N",
+                   help="points planned and bounded per unit of work (a unit is what a "
+                   "rerun resumes from and what a Dask worker takes)")
+    p.add_argument("--emit-plan", type=int, metavar="INDEX",
+                   help="print the plan of point INDEX (the dataset's `point`) and exit")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+def run(args) -> int:
+    from xsweep.search.progress import Progress
+    from xsweep.search.report import best_lines
+    from xsweep.search.run import Options, plan_of, run_sweep
+    from xsweep.spec import plan_to_text
+
+    if args.emit_plan is not None:
+        found = plan_of(args.space, args.emit_plan, args.catalog)
+        if not hasattr(found, "plan"):
+            print(f"point {args.emit_plan}: infeasible: {found.reason}", file=sys.stderr)
+            return EXIT_CHECK_FAILED
+        emit(plan_to_text(found.plan).rstrip("\n"))
+        return EXIT_OK
+    check_output_folder(args.output, "--output")
+    options = Options(out_dir=Path(args.output) if args.output else None,
+                      catalog_files=tuple(args.catalog), overwrite=args.overwrite,
+                      scheduler=args.scheduler, exhaustive=args.exhaustive,
+                      **({"chunk_size": args.chunk_size} if args.chunk_size else {}))
+    try:
+        outcome = run_sweep(args.space, options, Progress())
+    except KeyboardInterrupt:
+        print("\ninterrupted: finished chunks are kept; rerun the same command to resume",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    summary = outcome.summary
+    if args.json:
+        emit(json_text(summary))
+        return EXIT_OK
+    objectives = ", ".join(summary["objectives"])
+    lines = [f"Pareto front of {summary['sweep']} ({objectives}): {len(summary['front'])} "
+             f"points; {summary['evaluated_exactly']:,} of {summary['points']:,} points "
+             "evaluated exactly", outcome.front_text, *best_lines(summary),
+             *(f"{name:>12}: {path}" for name, path in summary["outputs"].items())]
+    emit("\n".join(lines))
+    return EXIT_OK

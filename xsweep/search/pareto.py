@@ -1,0 +1,74 @@
+"""Pareto fronts and top points over objective values, all in minimisation form.
+
+Callers turn metrics into a matrix ``float[point, objective]`` where smaller is better
+(:func:`objective_matrix` negates the maximised ones); a row with NaN is never on a
+front and never dominates. A row dominates another when it is no worse in every
+objective and better in one; equal rows do not dominate each other, so duplicates of a
+front point are all on the front.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from xsweep.spec.sweep import OBJECTIVE_DIRECTIONS
+
+#: Rows compared at once (bounds the temporary [block, rows, objectives] arrays).
+_BLOCK = 512
+
+
+def objective_matrix(columns: Mapping[str, np.ndarray], objectives: Sequence[str]) -> np.ndarray:
+    """``float[n, len(objectives)]``: each objective's column, negated where it is maximised."""
+    signs = [1.0 if OBJECTIVE_DIRECTIONS[name] == "minimize" else -1.0 for name in objectives]
+    return np.stack([s * np.asarray(columns[name], float) for s, name in
+                     zip(signs, objectives, strict=True)], axis=1)
+
+
+def dominated_by(front: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``bool[n]``: whether some row of ``front`` dominates each row of ``values``."""
+    out = np.zeros(len(values), bool)
+    if not len(front) or not len(values):
+        return out
+    front = front[~np.isnan(front).any(axis=1)]
+    for begin in range(0, len(values), _BLOCK):
+        v = values[begin: begin + _BLOCK, None, :]
+        out[begin: begin + _BLOCK] = ((front <= v).all(axis=2) & (front < v).any(axis=2)).any(axis=1)
+    return out
+
+
+def non_dominated(values: np.ndarray) -> np.ndarray:
+    """``bool[n]``: the rows no other row dominates (rows with NaN: False)."""
+    n = len(values)
+    keep = np.zeros(n, bool)
+    valid = np.flatnonzero(~np.isnan(values).any(axis=1))
+    if not len(valid):
+        return keep
+    # In lexicographic order a row can only be dominated by rows before it.
+    order = valid[np.lexsort(values[valid].T[::-1])]
+    front = np.empty((0, values.shape[1]))
+    for begin in range(0, len(order), _BLOCK):
+        block = order[begin: begin + _BLOCK]
+        v = values[block]
+        beaten = dominated_by(front, v)
+        inside = (v[None, :, :] <= v[:, None, :]).all(axis=2) & (v[None, :, :] < v[:, None, :]).any(axis=2)
+        beaten |= np.tril(inside, k=-1).any(axis=1)
+        keep[block[~beaten]] = True
+        front = np.concatenate([front, v[~beaten]])  # later rows never dominate earlier ones
+    return keep
+
+
+def top_points(values: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` smallest non-NaN ``values``, ties broken by index."""
+    valid = np.flatnonzero(~np.isnan(values))
+    return valid[np.lexsort((valid, values[valid]))][:k]
+
+
+def kth_best(values: np.ndarray, k: int) -> float:
+    """The ``k``-th smallest non-NaN value (1-based): ``inf`` when there are fewer, and
+    ``-inf`` for ``k = 0`` (every value lies beyond the best none)."""
+    if k == 0:
+        return -np.inf
+    valid = np.sort(values[~np.isnan(values)])
+    return float(valid[k - 1]) if k <= len(valid) else np.inf

@@ -1,0 +1,140 @@
+"""What a finished sweep tells the user: the Pareto table (text and CSV) and the summary
+document ``--json`` prints."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+from collections import Counter
+
+import numpy as np
+
+from xsweep.search.grid import Grid
+from xsweep.search.results import Answer
+from xsweep.search.table import Table
+from xsweep.search.tasks import MEMORY_METRIC
+
+#: Metrics of the front table, with their headers and formats.
+COLUMNS = (("iteration_time_s", "iteration_s", "{:.4f}"),
+           ("cost_per_run_usd", "cost_per_run_usd", "{:,.0f}"),
+           ("tokens_per_s", "tokens_per_s", "{:,.0f}"),
+           ("mfu", "mfu", "{:.3f}"),
+           (MEMORY_METRIC, "memory_gib", "{:.1f}"))
+
+
+def axis_label(path: str, pools: list[str]) -> str:
+    """A short header for an axis path: ``cluster.pools[0].nodes`` -> ``H100-SXM nodes``,
+    ``parallelism.tp.H100-SXM`` -> ``H100-SXM tp``, ``training.schedule`` -> ``schedule``."""
+    pool = re.fullmatch(r"cluster\.pools\[(\d+)\]\.(.+)", path)
+    if pool:
+        return f"{pools[int(pool.group(1))]} {pool.group(2)}"
+    if path.startswith("parallelism.tp."):
+        return f"{path[len('parallelism.tp.'):]} tp"
+    return path.rsplit(".", 1)[-1]
+
+
+def point_row(table: Table, grid: Grid, index: int, objectives=()) -> dict:
+    """One point's metrics of :data:`COLUMNS` and ``objectives``, and its swept axes' values
+    (JSON-ready)."""
+    row = {"point": int(index)}
+    for name in dict.fromkeys([*(c[0] for c in COLUMNS), *objectives]):
+        if name in table:
+            value = float(table[name][index])
+            row[name] = value if math.isfinite(value) else None
+    point = grid.point(index)
+    row["axes"] = {path: _plain(point[path]) for path in grid.dims}
+    return row
+
+
+def front_table(rows: list[dict], grid: Grid, pools: list[str],
+                keys: dict[int, bytes]) -> list[list[str]]:
+    """Header and one line per distinct plan of the front (``keys``: each point's plan
+    key); points with the same plan as an earlier row are listed in its ``same plan`` cell."""
+    present = [(name, header, fmt) for name, header, fmt in COLUMNS
+               if any(name in row for row in rows) or not rows]
+    header = ["point", *(h for _, h, _ in present), *(axis_label(p, pools) for p in grid.dims),
+              "same plan"]
+    first: dict[bytes, list[str]] = {}
+    lines = [header]
+    for row in rows:
+        key = keys[row["point"]]
+        if key in first:
+            first[key].append(str(row["point"]))
+            continue
+        cells = [str(row["point"])]
+        cells += ["-" if row.get(name) is None else fmt.format(row[name])
+                  for name, _, fmt in present]
+        cells += [str(row["axes"][p]) for p in grid.dims]
+        first[key] = []
+        lines.append(cells)
+    for line in lines[1:]:
+        line.append(" ".join(first[keys[int(line[0])]]))
+    return lines
+
+
+def format_table(lines: list[list[str]]) -> str:
+    """Cells in aligned columns: numbers right, text left."""
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    numeric = [all(_is_number(line[i]) for line in lines[1:]) and len(lines) > 1
+               for i in range(len(widths))]
+    out = []
+    for line in lines:
+        cells = [cell.rjust(w) if num else cell.ljust(w)
+                 for cell, w, num in zip(line, widths, numeric, strict=True)]
+        out.append("  ".join(cells).rstrip())
+    return "\n".join(out)
+
+
+def csv_text(lines: list[list[str]], rows: list[dict]) -> str:
+    """The front table as CSV, with full-precision numbers."""
+    by_point = {row["point"]: row for row in rows}
+    names = [n for n, h, _ in COLUMNS if h in lines[0]]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(lines[0])
+    for line in lines[1:]:
+        row = by_point[int(line[0])]
+        writer.writerow([row["point"], *("" if row.get(n) is None else repr(row[n]) for n in names),
+                         *row["axes"].values(), line[-1]])
+    return buffer.getvalue()
+
+
+def summary(table: Table, grid: Grid, objectives: list[str], found: Answer) -> dict:
+    """Counts by status and level, the front and the top points (JSON-ready)."""
+    bounded = int(np.sum(table["level"] != "none"))
+    exact = int(np.sum(table["level"] == "exact"))
+    return {
+        "points": grid.size,
+        "status": dict(sorted(Counter(table["status"].tolist()).items())),
+        "level": dict(sorted(Counter(table["level"].tolist()).items())),
+        "evaluated_exactly": exact,
+        "exact_share_of_bounded": exact / bounded if bounded else 0.0,
+        "objectives": list(objectives),
+        "front": [point_row(table, grid, i, objectives) for i in found.front],
+        "top": {name: [point_row(table, grid, i, objectives) for i in points]
+                for name, points in found.top.items()},
+    }
+
+
+def best_lines(summary: dict) -> list[str]:
+    """One line per objective naming its best points, best first."""
+    lines = []
+    for name, rows in summary["top"].items():
+        if rows:
+            points = ", ".join(f"{r['point']} ({r[name]:.6g})" for r in rows)
+            lines.append(f"best by {name}: {points}")
+    return lines
+
+
+def _plain(value):
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell.replace(",", ""))
+    except ValueError:
+        return cell == "-"
+    return True

@@ -1,0 +1,191 @@
+"""The units of a sweep's work, runnable in any process: plan and bound a range of points,
+or plan and evaluate a set of points exactly.
+
+Each returns a :data:`Table` (one row per point) and the seconds it spent planning and
+evaluating. Infeasible points get their reason and ``level = "none"``.
+
+What a process evaluates it keeps from unit to unit (:class:`Session`): its
+:class:`~xsweep.evaluator.Evaluator` (program structures and compiled kernels are reused;
+it streams a call's plans in chunks, over worker processes where a call is large
+enough) and the results of the plans it evaluated. Points that plan to the same plan
+under the same pricing are evaluated once and share the result, within a unit and
+across the units a process runs (a pool with no nodes makes its NIC and TP axes
+irrelevant, so most large grids repeat plans). Which points share a call changes a
+result by float32 rounding at most (the padded shape a plan lands in).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from xsweep import metrics
+from xsweep.search.grid import Grid
+from xsweep.search.planner import Built, Planner
+from xsweep.search.table import Table, blank, from_rows
+from xsweep.spec.catalog import Catalog
+from xsweep.spec.sweep import Sweep
+
+#: Variables of an evaluation that describe its batch, not a point.
+BATCH_DIAGNOSTICS = ("padding_overhead",)
+#: The metrics every table has (every plan-level figure of the metrics table), NaN (or
+#: False for flags) where a point was not evaluated, so a chunk, or a whole sweep,
+#: without a buildable point has the same variables as any other.
+METRICS = metrics.plan_names()
+#: The memory metric, which the planner knows before any evaluation.
+MEMORY_METRIC = "memory_per_gpu_gib"
+
+
+#: Plan results a process keeps at most (a few hundred bytes each).
+MAX_KEPT_RESULTS = 1 << 17
+
+
+def catalog_version(catalog: Catalog) -> str:
+    """A digest of every entry of every catalog section (GPUs, NICs, links, models):
+    equal digests, equal hardware and models."""
+    sections = [f.name for f in dataclasses.fields(catalog) if not f.name.startswith("_")]
+    content = {kind: {name: dataclasses.asdict(spec)
+                      for name, spec in sorted(getattr(catalog, kind).items())}
+               for kind in sections}
+    text = json.dumps(content, sort_keys=True)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Job:
+    """What every unit of one sweep needs: sent once to each worker."""
+
+    sweep: Sweep
+    catalog: Catalog
+    dtype: str = "float32"
+    catalog_version: str = dataclasses.field(init=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "catalog_version", catalog_version(self.catalog))
+
+
+class Session:
+    """What one process keeps between units: an Evaluator and the results of the plans it
+    evaluated, by plan, pricing, level, dtype and catalog."""
+
+    def __init__(self):
+        from xsweep.evaluator import default_evaluator  # JAX loads only where it evaluates
+
+        self.evaluator = default_evaluator()
+        self._results: dict[tuple, dict[str, object]] = {}
+
+    def results(self, job: Job, plans: dict[bytes, object], cost, level: str,
+                timings: dict[str, float]) -> list[dict[str, object]]:
+        """Each plan's per-variant results (``plans``: plan key -> plan), evaluating only
+        those this process has not; adds where the time went to ``timings``."""
+        keys = {key: (hashlib.blake2b(key, digest_size=16).digest(), cost, level, job.dtype,
+                      job.catalog_version) for key in plans}
+        todo = [key for key in plans if keys[key] not in self._results]
+        if todo:
+            ds = self.evaluator.evaluate([plans[key] for key in todo], level,
+                                         catalog=job.catalog, cost=cost, dtype=job.dtype)
+            for stage in ("prepare_s", "kernels_s", "results_s", "compile_s"):
+                name = f"{level}_{stage}"
+                timings[name] = timings.get(name, 0.0) + ds.attrs[stage]
+            columns = {name: var.values for name, var in ds.data_vars.items()
+                       if var.dims == ("variant",) and name not in BATCH_DIAGNOSTICS}
+            if len(self._results) + len(todo) > MAX_KEPT_RESULTS:
+                self._results.clear()
+            for i, key in enumerate(todo):
+                self._results[keys[key]] = {name: values[i] for name, values in columns.items()}
+        return [self._results[keys[key]] for key in plans]
+
+
+_session: Session | None = None
+
+
+def session() -> Session:
+    """This process's session, made on first use."""
+    global _session
+    if _session is None:
+        _session = Session()
+    return _session
+
+
+def plan_name(sweep: Sweep, index: int) -> str:
+    """The name of point ``index``'s plan."""
+    return f"{sweep.name}-p{index}"
+
+
+def bound_chunk(job: Job, start: int, stop: int) -> tuple[Table, dict[str, float]]:
+    """Plan points ``start .. stop-1`` and evaluate the buildable ones at the bound level."""
+    return _evaluate(job, np.arange(start, stop), "bound")
+
+
+def exact_batch(job: Job, indices: np.ndarray) -> tuple[Table, dict[str, float]]:
+    """Plan ``indices`` again and evaluate them at the exact level."""
+    return _evaluate(job, np.asarray(indices), "exact")
+
+
+def _blank_metrics(n: int) -> dict[str, np.ndarray]:
+    return {name: np.zeros(n, bool) if metrics.metric_of(name).unit == "bool"
+            else np.full(n, np.nan) for name in METRICS}
+
+
+def _evaluate(job: Job, indices: np.ndarray, level: str) -> tuple[Table, dict[str, float]]:
+    began = time.perf_counter()
+    planner = Planner(job.sweep, job.catalog)
+    rows = {"point": indices, "level": np.full(len(indices), "none", object),
+            "status": np.full(len(indices), "infeasible", object),
+            "feasible": np.zeros(len(indices), bool),
+            "reason": np.full(len(indices), "", object), **_blank_metrics(len(indices))}
+    groups: dict[object, dict[bytes, list[int]]] = {}  # cost model -> plan key -> rows
+    plans: dict[bytes, object] = {}
+    layouts: dict[tuple, int] = {}  # the rank of each layout's first point
+    layout_of: dict[bytes, int] = {}
+    grid = Grid(job.sweep)
+    for row, (index, point) in enumerate(zip(indices.tolist(), grid.points(indices),
+                                             strict=True)):
+        out = planner.plan(point, plan_name(job.sweep, index))
+        rows[MEMORY_METRIC][row] = out.memory_per_gpu_gib
+        if not isinstance(out, Built):
+            rows["reason"][row] = out.reason
+            continue
+        key = plan_key(out.plan)
+        plans.setdefault(key, out.plan)
+        layout_of.setdefault(key, layouts.setdefault(out.layout, len(layouts)))
+        groups.setdefault(out.cost, {}).setdefault(key, []).append(row)
+    planned = time.perf_counter()
+    timings = {"planning_s": planned - began, f"{level}_s": 0.0}
+    columns: dict[str, np.ndarray] = {}
+    for cost, by_plan in groups.items():
+        # Plans of one layout side by side: those that differ only in numbers (NICs, say)
+        # then share a worker process, which lowers their structure once.
+        ordered = sorted(by_plan, key=layout_of.__getitem__)
+        members = [by_plan[key] for key in ordered]
+        found = session().results(job, {key: plans[key] for key in ordered}, cost, level,
+                                  timings)
+        take = np.concatenate([np.full(len(m), i) for i, m in enumerate(members)])
+        where = np.concatenate([np.asarray(m) for m in members])
+        for name in found[0]:  # per-stream detail stays with single-plan evaluation
+            values = from_rows({name: np.array([r[name] for r in found])})[name][take]
+            if name not in columns:
+                columns[name] = blank(values, len(indices))
+            columns[name][where] = values
+        rows["level"][where] = level
+    evaluated = rows["level"] == level
+    for name, values in columns.items():
+        if name in rows:
+            rows[name][evaluated] = values[evaluated]
+        else:
+            rows[name] = values
+    timings[f"{level}_s"] = time.perf_counter() - planned
+    return from_rows(rows), timings
+
+
+def plan_key(plan) -> bytes:
+    """The plan's bytes without its name: equal keys, equal results."""
+    name, plan.name = plan.name, ""
+    key = plan.SerializeToString(deterministic=True)
+    plan.name = name
+    return key
