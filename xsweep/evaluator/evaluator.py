@@ -83,7 +83,8 @@ class Evaluator:
         self.max_rounds = max_rounds
         self.catalog, self.profile = resolve_inputs(catalog, profile)
         self.cost = cost
-        self._executables = Executables(self.devices)
+        self._executables = Executables(
+            self.devices, store=self.cache_dir / "kernels" if self.cache_dir else None)
         self._derived = Derived()
         self._templates = TemplateCache()
         self.parallel_min = parallel_min

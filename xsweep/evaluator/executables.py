@@ -10,6 +10,7 @@ covers theirs at little extra cost instead of compiling their own.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +19,7 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from xsweep import timeline
+from xsweep.evaluator.kernel_store import KernelStore, signature
 from xsweep.kernels import blocked_bound, exact
 
 #: Diagnostics of the kernels, int32 per variant.
@@ -72,17 +74,38 @@ def _evaluate_one(level: str, slots: tuple[int, int], max_rounds: int, batched: 
     return out | per_stream | summary
 
 
-class Executables:
-    """Jitted kernel calls sharded over ``devices``, and the shapes compiled so far."""
+class _Kernel:
+    """A jitted kernel call whose executables (one per argument signature) come from a
+    :class:`KernelStore` (disk) or are compiled and kept there."""
 
-    def __init__(self, devices: tuple, max_compiled: int = MAX_COMPILED):
+    def __init__(self, jitted: Callable, config: tuple, devices: tuple, store: KernelStore):
+        self._jitted, self._config, self._devices, self._store = jitted, config, devices, store
+        self._executables: dict[str, Callable] = {}
+
+    def __call__(self, *args):
+        key = signature(args)
+        executable = self._executables.get(key)
+        if executable is None:
+            executable = self._store.compiled(self._jitted, self._config, args, self._devices)
+            self._executables[key] = executable
+        return executable(*args)
+
+
+class Executables:
+    """Jitted kernel calls sharded over ``devices``, and the shapes compiled so far;
+    ``store`` is the directory compiled kernels are kept in across processes (None: not
+    kept)."""
+
+    def __init__(self, devices: tuple, max_compiled: int = MAX_COMPILED,
+                 store: Path | None = None):
         self.devices = tuple(devices)
         self.max_compiled = max_compiled
-        self._kernels: dict[tuple, tuple[Callable, NamedSharding]] = {}
+        self._store = KernelStore(store)
+        self._kernels: dict[tuple, tuple[_Kernel, NamedSharding]] = {}
         self._shapes: dict[tuple, list[tuple[int, ...]]] = {}
 
     def kernel(self, level: str, slots: tuple[int, int], max_rounds: int, vectorized: bool,
-               with_metrics: bool) -> tuple[Callable, NamedSharding]:
+               with_metrics: bool) -> tuple[_Kernel, NamedSharding]:
         """The kernel of ``level`` (and the metrics) over a variant axis, and the sharding
         of its inputs: ``(arrays, index, scalars)``, the last two None without metrics."""
         key = (level, slots, max_rounds, vectorized, with_metrics)
@@ -90,7 +113,8 @@ class Executables:
             def one(arrays, index, scalars):
                 return _evaluate_one(level, slots, max_rounds, vectorized, arrays, index,
                                      scalars)
-            self._kernels[key] = _sharded(one, self.devices, vectorized)
+            jitted, sharding = _sharded(one, self.devices, vectorized)
+            self._kernels[key] = (_Kernel(jitted, key, self.devices, self._store), sharding)
         return self._kernels[key]
 
     def compiled(self, config: tuple) -> list[tuple[int, ...]]:

@@ -486,25 +486,43 @@ def _freeze(a: PlanAnalysis, out: _Builder) -> Template:
                     np.concatenate(out.flow_p2p), path_matrix, tuple(out.names))
 
 
-class TemplateCache:
-    """Templates by structure key, at most ``size`` of them (least recently used go)."""
+#: Bytes of template arrays a cache keeps at most: a 512-GPU structure holds megabytes,
+#: and what is derived from its programs for the kernels about as much again, so a
+#: count alone would let a sweep over large clusters grow without bound.
+TEMPLATE_BYTES = 512 * 2**20
 
-    def __init__(self, size: int = 4096):
-        self.size = size
-        self._templates: dict[tuple, Template] = {}
+
+def _nbytes(template: Template) -> int:
+    arrays = [*template.arrays.values(), template.task_value, template.flow_bytes_value,
+              template.flow_hops_value, template.flow_launches_value, template.flow_p2p,
+              template.path_matrix]
+    return sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
+
+
+class TemplateCache:
+    """Templates by structure key, at most ``size`` of them and ``max_bytes`` of their
+    arrays (least recently used go)."""
+
+    def __init__(self, size: int = 4096, max_bytes: int = TEMPLATE_BYTES):
+        self.size, self.max_bytes = size, max_bytes
+        self._templates: dict[tuple, tuple[Template, int]] = {}
+        self._bytes = 0
 
     def __len__(self) -> int:
         return len(self._templates)
 
     def get(self, a: PlanAnalysis) -> Template:
         key = structure_key(a)
-        template = self._templates.pop(key, None)
-        if template is None:
+        entry = self._templates.pop(key, None)
+        if entry is None:
             template = build_template(a)
-            if len(self._templates) >= self.size:
-                self._templates.pop(next(iter(self._templates)))
-        self._templates[key] = template  # most recently used last
-        return template
+            entry = (template, _nbytes(template))
+            self._bytes += entry[1]
+            while self._templates and (len(self._templates) >= self.size
+                                       or self._bytes > self.max_bytes):
+                self._bytes -= self._templates.pop(next(iter(self._templates)))[1]
+        self._templates[key] = entry  # most recently used last
+        return entry[0]
 
 
 def lower(analysis: PlanAnalysis, *, templates: TemplateCache | None = None,

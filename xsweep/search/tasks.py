@@ -41,8 +41,8 @@ METRICS = metrics.plan_names()
 MEMORY_METRIC = "memory_per_gpu_gib"
 
 
-#: Plan results a process keeps at most (a few hundred bytes each).
-MAX_KEPT_RESULTS = 1 << 17
+#: Plan results a process keeps at most (a few kilobytes each: about 100 MB in all).
+MAX_KEPT_RESULTS = 1 << 15
 
 
 def catalog_version(catalog: Catalog) -> str:

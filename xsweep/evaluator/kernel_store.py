@@ -1,0 +1,113 @@
+"""Compiled kernels kept on disk whole, so that a new process neither traces nor compiles.
+
+JAX's persistent compilation cache spares a new process the XLA compilation of a kernel
+shape, but not the tracing and lowering that come before it (its key is the lowered
+program): about a second per bound shape and several per exact shape, paid by every
+new process and every worker before its first result. A :class:`KernelStore` keeps
+the compiled executable itself (``jax.experimental.serialize_executable``) under a key
+made without tracing: the kernel's configuration, the shapes and dtypes of its
+arguments, the devices, the JAX version and a digest of xsweep's own source (any code
+change is a new key). Loading one takes about a tenth of a second.
+
+Only executables this process compiled are written: one that JAX itself loaded from
+its persistent cache does not survive serialization whole on CPU (it runs, once
+loaded back, without some of its functions), so it is used but not kept. A file that
+cannot be read back is ignored and compiled again. Files are written under a temporary
+name and renamed, so concurrent processes (the worker processes of a call, say) never
+read half a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import pickle
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+
+from xsweep.evaluator.compiles import compile_count
+
+_PACKAGES = ("xsweep", "xsweep.kernels")  # the kernels are a package of their own
+_code_digest: str | None = None
+
+
+def code_digest() -> str:
+    """A digest of the source of xsweep and its kernels (what a kernel is traced from)."""
+    global _code_digest
+    if _code_digest is None:
+        digest = hashlib.sha256()
+        for package in _PACKAGES:
+            root = Path(importlib.import_module(package).__file__).resolve().parent
+            for path in sorted(root.rglob("*.py")):
+                digest.update(str(path.relative_to(root)).encode())
+                digest.update(path.read_bytes())
+        _code_digest = digest.hexdigest()
+    return _code_digest
+
+
+def signature(args) -> str:
+    """The structure, shapes, dtypes and shardings of a call's arguments."""
+    leaves, tree = jax.tree.flatten(args)
+    parts = [str(tree)]
+    for leaf in leaves:
+        sharding = getattr(leaf, "sharding", None)
+        parts.append(f"{getattr(leaf, 'shape', ())}:{getattr(leaf, 'dtype', type(leaf))}:"
+                     f"{sharding}")
+    return "|".join(parts)
+
+
+class KernelStore:
+    """Serialized executables in ``directory`` (None: nothing kept on disk)."""
+
+    def __init__(self, directory: Path | None):
+        self.directory = directory
+
+    def _path(self, config: tuple, args, devices: tuple) -> Path | None:
+        if self.directory is None:
+            return None
+        key = repr((config, signature(args), [(d.platform, d.device_kind, d.id) for d in devices],
+                    jax.__version__, jax.config.jax_enable_x64, code_digest()))
+        return self.directory / (hashlib.sha256(key.encode()).hexdigest()[:40] + ".xla")
+
+    def compiled(self, jitted: Callable, config: tuple, args, devices: tuple) -> Callable:
+        """``jitted``'s executable for ``args``: from disk when kept there, else compiled
+        (and kept, when this process compiled it)."""
+        path = self._path(config, args, devices)
+        if path is not None and path.exists():
+            start = time.perf_counter()
+            try:
+                from jax.experimental.serialize_executable import deserialize_and_load
+
+                loaded = deserialize_and_load(*pickle.loads(path.read_bytes()))
+            except Exception:  # noqa: BLE001 - a stale or damaged file: compile again
+                path.unlink(missing_ok=True)
+            else:
+                compile_count().add_load(time.perf_counter() - start)
+                return loaded
+        before = compile_count().snapshot()
+        executable = jitted.lower(*args).compile()
+        if path is not None and compile_count().cache_hits == before.cache_hits:
+            self._write(path, executable)
+        return executable
+
+    @staticmethod
+    def _write(path: Path, executable) -> None:
+        from jax.experimental.serialize_executable import serialize
+
+        try:
+            data = pickle.dumps(serialize(executable), protocol=pickle.HIGHEST_PROTOCOL)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".partial")
+        except (OSError, ValueError, TypeError, pickle.PicklingError):
+            return  # not kept: the next process compiles it again, nothing worse
+        try:
+            with os.fdopen(handle, "wb") as out:
+                out.write(data)
+            os.replace(temporary, path)
+        except OSError:
+            Path(temporary).unlink(missing_ok=True)
