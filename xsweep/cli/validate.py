@@ -56,6 +56,8 @@ def run(args) -> int:
     from xsweep.spec.catalog import load_catalog
 
     check_output_folder(args.output, "--output")
+    if args.output:
+        check_output(Path(args.output))
     catalog = load_catalog(args.catalog)
     if is_storage_url(args.result):
         source = open_study_result(args.result, args.study, catalog)

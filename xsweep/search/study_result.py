@@ -149,6 +149,7 @@ def open_study_result(url: str, name: str | None, catalog: Catalog) -> StudyResu
 def _storage_errors(url: str, shown: str):
     """Turn the ways a storage can fail to open into one-line InputErrors; an SQLite file
     that does not exist is refused before anything could create it."""
+    import optuna.exceptions
     import sqlalchemy.exc
 
     if url.startswith("sqlite:"):
@@ -157,8 +158,10 @@ def _storage_errors(url: str, shown: str):
             raise InputError(shown, None, None, "no such SQLite database file")
     try:
         yield
-    except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError, RuntimeError) as error:
-        lines = str(error).strip().splitlines()
+    except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError,
+            ImportError, ValueError, RuntimeError) as error:
+        cause = error.__cause__ if isinstance(error.__cause__, Exception) else error
+        lines = str(cause).strip().splitlines()
         reason = lines[0] if lines else type(error).__name__
         password = re.match(r"^[^:/]+://[^/@:]*:([^/@]*)@", url)
         if password and password.group(1):
