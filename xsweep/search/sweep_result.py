@@ -82,8 +82,8 @@ def open_sweep_result(folder: Path, catalog: Catalog) -> SweepResult:
 
     store = folder / DATASET
     try:
-        with warnings.catch_warnings():  # zarr's notes on consolidated metadata
-            warnings.simplefilter("ignore", UserWarning)
+        with warnings.catch_warnings():  # zarr's notes on (missing) consolidated metadata
+            warnings.simplefilter("ignore")
             ds = xr.open_zarr(store)
     except (OSError, ValueError, KeyError) as error:
         raise InputError(str(store), None, None, f"cannot be read as a dataset: {error}") from None
