@@ -25,7 +25,7 @@ from xsweep.metrics import directions
 from xsweep.spec import ranges
 from xsweep.spec.catalog import Catalog, load_catalog
 from xsweep.spec.enums import FABRIC, RECOMPUTE, RESHARDING, SCHEDULE
-from xsweep.spec.reader import read_yaml_file
+from xsweep.spec.reader import parse_yaml, read_yaml_file
 
 T = TypeVar("T")
 
@@ -199,6 +199,14 @@ def load_sweep(path: str | Path, catalog: Catalog | None = None) -> Sweep:
     file = str(path)
     sweep = sweep_from_dict(read_yaml_file(file), file)
     check_sweep_names(sweep, catalog if catalog is not None else load_catalog(), file)
+    return sweep
+
+
+def sweep_from_text(text: str, file: str | None, catalog: Catalog) -> Sweep:
+    """:func:`load_sweep` of a sweep's text kept elsewhere (a dataset's or a study's
+    attribute); ``file`` names where, for messages."""
+    sweep = sweep_from_dict(parse_yaml(text, file), file)
+    check_sweep_names(sweep, catalog, file)
     return sweep
 
 

@@ -1,0 +1,92 @@
+"""``xsweep validate RESULT``: re-run a sweep's or study's winners in the exact event-driven
+simulator and compare them with their batched results."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from xsweep.cli.common import EXIT_CHECK_FAILED, EXIT_OK, check_output_folder, emit, json_text
+from xsweep.errors import InputError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "validate", help="re-run the winners of a sweep or study in the exact simulator",
+        description=__doc__ + " RESULT is a sweep's output folder or an Optuna storage URL "
+        "(with --study). The points re-run are the Pareto front and the top K of each "
+        "objective among the exactly evaluated points, and the same among the points only "
+        "bounded. Exit 1 when an exact point's relative error exceeds the tolerance or a "
+        "bound is above the simulated time.")
+    p.add_argument("result", metavar="RESULT",
+                   help="a sweep's output folder, or a storage URL such as sqlite:///study.db")
+    p.add_argument("--study", metavar="NAME", help="the study's name (with a storage URL)")
+    p.add_argument("--top", type=_count, metavar="K",
+                   help="best points of each objective to re-run (default: the space's "
+                   "validate.top)")
+    p.add_argument("--tolerance", type=_tolerance, metavar="X",
+                   help="largest relative error allowed (default: the space's "
+                   "validate.tolerance)")
+    p.add_argument("-o", "--output", metavar="DIR",
+                   help="output folder (default: RESULT/validate, or results/<study>/validate)")
+    p.add_argument("--catalog", action="append", default=[], metavar="FILE",
+                   help="YAML merged over the built-in catalog, as given to the sweep or study")
+    p.add_argument("--json", action="store_true", help="print one JSON summary on stdout")
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+def _tolerance(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise ValueError(text)
+    return value
+
+
+def run(args) -> int:
+    from xsweep.search.progress import Progress
+    from xsweep.search.study_result import is_storage_url, open_study_result, redacted
+    from xsweep.search.sweep_result import is_sweep_folder, open_sweep_result
+    from xsweep.search.validate import check_output, format_report, validate
+    from xsweep.spec.catalog import load_catalog
+
+    check_output_folder(args.output, "--output")
+    if args.output:
+        check_output(Path(args.output))
+    catalog = load_catalog(args.catalog)
+    if is_storage_url(args.result):
+        source = open_study_result(args.result, args.study, catalog)
+        about = {"source": "study", "storage": redacted(args.result), "study": source.name}
+        default_out = Path("results") / source.name / "validate"
+    elif is_sweep_folder(Path(args.result)):
+        if args.study:
+            raise InputError(args.result, "--study", args.study, "names a study, but RESULT is "
+                             "a sweep's folder, not a storage URL")
+        source = open_sweep_result(Path(args.result), catalog)
+        about = {"source": "sweep", "folder": args.result, "sweep": source.sweep.name}
+        default_out = Path(args.result) / "validate"
+    else:
+        raise InputError(args.result, None, None, "is neither a sweep's output folder (no "
+                         "sweep.zarr inside) nor a storage URL (such as sqlite:///study.db)")
+    out_dir = Path(args.output) if args.output else default_out
+    check_output_folder(str(out_dir), "--output")
+    check_output(out_dir)
+    top = source.validation.top if args.top is None else args.top
+    tolerance = source.validation.tolerance if args.tolerance is None else args.tolerance
+    candidates = source.candidates(top)
+    progress = Progress()
+    progress.update(f"validating {len(candidates)} points of {about.get('sweep') or about['study']}"
+                    f" (top {top} of each objective and the front) in the exact simulator",
+                    final=True)
+    summary = validate(candidates, catalog, tolerance, out_dir,
+                       {**about, "objectives": source.objectives, "top": top},
+                       progress.update)
+    for line in summary["failures"]:
+        print(line, file=sys.stderr)
+    emit(json_text(summary) if args.json else format_report(summary))
+    return EXIT_OK if summary["passed"] else EXIT_CHECK_FAILED
