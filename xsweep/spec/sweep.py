@@ -1,7 +1,7 @@
 """Sweep definitions (YAML, pydantic): the design space of one study.
 
 Every knob typed ``Axis`` accepts a scalar or a list; a scalar is a single-value
-axis. Integer knobs (``IntAxis``) also accept a range ``{low, high, step}``: every
+axis. Integer knobs (:func:`int_axis`) also accept a range ``{low, high, step}``: every
 ``low + k x step`` up to ``high`` inclusive, which a grid expands and a search samples
 as an ordered integer. ``Sweep.axes()`` lists the axes' values under dotted paths such
 as ``cluster.pools[0].nodes`` or ``parallelism.tp.H100``; ``Sweep.domains()`` keeps the
@@ -89,11 +89,14 @@ def _range_or_list(value: object) -> str:
     return "[range]" if isinstance(value, dict | IntRange) else "[list]"
 
 
-# An integer axis: a scalar, a list, or a range mapping. The branch tags are bracketed so
-# that error locations skip them (see _loc_path).
-IntAxis = Annotated[
-    Annotated[IntRange[T], Tag("[range]")] | Annotated[Axis[T], Tag("[list]")],
-    Discriminator(_range_or_list), _AXIS]
+def int_axis(element: Any) -> Any:
+    """An integer axis of ``element`` values: a scalar, a list, or a range mapping. (A
+    function rather than a generic alias: the element's bounds must reach the range.)
+    The branch tags are bracketed so that error locations skip them (see _loc_path)."""
+    return Annotated[
+        Annotated[IntRange[element], Tag("[range]")] | Annotated[Axis[element], Tag("[list]")],
+        Discriminator(_range_or_list), _AXIS]
+
 
 # Counts bounded like the plan fields they become (xsweep.spec.ranges, xsweep.spec.limits).
 GlobalBatch = Annotated[int, Field(gt=0, le=ranges.PLAN["training.global_batch_size"].high,
@@ -128,15 +131,15 @@ class _Strict(BaseModel):
 class Training(_Strict):
     """Training settings; the stack options default to Megatron-LM's common recipe."""
 
-    global_batch_size: IntAxis[GlobalBatch]
+    global_batch_size: int_axis(GlobalBatch)
     schedule: Axis[Literal[SCHEDULE.known()]] = [SCHEDULE.default]
     resharding: Axis[Literal[RESHARDING.known()]] = [RESHARDING.default]
     recompute: Axis[Literal[RECOMPUTE.known()]] = [RECOMPUTE.default]
     sequence_parallel: Axis[bool] = [True]
     flash_attention: Axis[bool] = [True]
-    virtual_pipeline_stages: IntAxis[StageCount] = [1]
+    virtual_pipeline_stages: int_axis(StageCount) = [1]
     dp_overlap: Axis[bool] = [False]
-    dp_bucket_params: IntAxis[Annotated[int, Field(ge=0, le=1e15, strict=True)]] = [0]
+    dp_bucket_params: int_axis(Annotated[int, Field(ge=0, le=1e15, strict=True)]) = [0]
     # 0 above: max(40M, 1M x DP) parameters per bucket, as Megatron-LM
     zero_stage: Axis[Literal[0, 1, 3]] = [0]  # 1: distributed optimizer; 3: FSDP
     total_tokens: Annotated[float, Field(gt=0, le=ranges.PLAN["training.total_tokens"].high)] \
@@ -145,8 +148,8 @@ class Training(_Strict):
 
 class Pool(_Strict):
     gpu: Annotated[str, Field(min_length=1)]
-    nodes: IntAxis[NodeCount]
-    gpus_per_node: IntAxis[GpusPerNode] = [8]
+    nodes: int_axis(NodeCount)
+    gpus_per_node: int_axis(GpusPerNode) = [8]
     # Absent (None): the GPU's default NIC; not an axis then.
     nic: Axis[Annotated[str, Field(min_length=1)]] = None  # type: ignore[assignment]
 
@@ -161,9 +164,9 @@ class Cluster(_Strict):
 
 
 class Parallelism(_Strict):
-    tp: dict[str, IntAxis[TpDegree]]  # per pool, keyed by the pool's gpu
-    pp: IntAxis[StageCount] = [1]
-    micro_batch_size: IntAxis[MicroBatchSize] = [1]
+    tp: dict[str, int_axis(TpDegree)]  # per pool, keyed by the pool's gpu
+    pp: int_axis(StageCount) = [1]
+    micro_batch_size: int_axis(MicroBatchSize) = [1]
     pipeline_mix: Axis[Literal["separate", "mixed"]] = ["separate"]
     layer_split: Axis[Literal["proportional", "even"]] = ["proportional"]
 
