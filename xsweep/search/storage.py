@@ -9,6 +9,7 @@ writes the URL nowhere: not in study attributes, summaries or plans.
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -20,6 +21,8 @@ OPTION = "--storage"
 _CREDENTIALS = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*:)(?P<password>[^@\s]*)@")
 #: Seconds a database server may take to accept a connection before the URL is refused.
 CONNECT_TIMEOUT_S = 10
+#: Tries at opening a storage whose tables another process is creating at that moment.
+SCHEMA_ATTEMPTS = 5
 
 
 def password_of(url: str) -> str | None:
@@ -52,14 +55,26 @@ def default_url(folder: Path) -> str:
 
 def open_storage(url: str):
     """An Optuna RDB storage for ``url``; a URL that cannot be opened is an InputError that
-    shows it masked."""
+    shows it masked.
+
+    Workers started together on an empty database all create Optuna's tables; all but
+    one collide on the database's catalog (an integrity error), and then find the tables
+    made when they try again.
+    """
     import optuna
+    import sqlalchemy.exc
 
     engine_kwargs = {}
     if url.startswith("postgresql"):
         engine_kwargs = {"connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}}
     try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+        for attempt in range(SCHEMA_ATTEMPTS):
+            try:
+                return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+            except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
+                if attempt == SCHEMA_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.5 * (attempt + 1))
     except ModuleNotFoundError as error:
         raise InputError(OPTION, None, None, f"{masked(url)} needs the database driver "
                          f"{error.name!r} (for PostgreSQL: pip install 'xsweep[postgres]')"
