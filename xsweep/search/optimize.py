@@ -76,9 +76,11 @@ class Deadline:
         return np.asarray(training_time_s) <= self.limit_s
 
     def __call__(self, trial) -> list[float]:
-        days = trial.user_attrs[trial_io.METRICS_ATTR]["training_time_s"]
-        return [days / SECONDS_PER_DAY - self.limit_s / SECONDS_PER_DAY if days is not None
-                else float("inf")]
+        """Days past the deadline (negative: days to spare) of a told trial."""
+        training_s = trial.user_attrs[trial_io.METRICS_ATTR]["training_time_s"]
+        if training_s is None:
+            return [float("inf")]
+        return [(training_s - self.limit_s) / SECONDS_PER_DAY]
 
 
 def run_optimize(path: str | Path, options: Options = Options(),
