@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import optuna
@@ -181,3 +183,29 @@ def test_a_grid_sweep_refuses_a_space_too_large_for_a_grid(run_xsweep, tmp_path)
     assert result.returncode == 2 and result.stderr.count("\n") == 1
     assert "the grid has 96,000,000 points" in result.stderr and "xsweep optimize" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_ctrl_c_stops_cleanly_and_leaves_no_trial_running(tmp_path):
+    space = tmp_path / "space.yaml"
+    space.write_text(NO_FIT)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "xsweep.cli.main", "optimize", str(space), "-o",
+         str(tmp_path / "out"), "--trials", "1000000", "--batch", "4"],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while load_or_none(tmp_path) is None or len(load_or_none(tmp_path).get_trials()) < 8:
+        assert time.monotonic() < deadline and process.poll() is None
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130 and stdout == ""
+    assert "Traceback" not in stderr and stderr.rstrip().endswith("interrupted")
+    trials = load(tmp_path, "a100-cannot-hold-70b").get_trials()
+    assert all(t.state == optuna.trial.TrialState.FAIL and t.user_attrs["reason"] for t in trials)
+
+
+def load_or_none(tmp_path) -> optuna.Study | None:
+    try:
+        return load(tmp_path, "a100-cannot-hold-70b")
+    except Exception:  # noqa: BLE001 - not created yet, or its tables not yet made
+        return None
