@@ -135,3 +135,50 @@ def test_interleaving_needs_the_1f1b_schedule():
     assert info.value.field == "training.virtual_pipeline_stages"
     document["training"]["schedule"] = ["gpipe", "1f1b"]  # the planner drops gpipe x 2
     assert sweep_from_dict(document).grid_size() == 2 * 2 * 2
+
+
+def test_integer_axes_take_ranges():
+    document = copy.deepcopy(MINIMAL)
+    document["cluster"]["pools"][0]["nodes"] = {"low": 0, "high": 64, "step": 8}
+    document["parallelism"]["pp"] = {"low": 1, "high": 4}
+    sweep = sweep_from_dict(document)
+    domains = sweep.domains()
+    assert (domains["cluster.pools[0].nodes"].low, domains["cluster.pools[0].nodes"].high,
+            domains["cluster.pools[0].nodes"].step) == (0, 64, 8)
+    assert sweep.axes()["cluster.pools[0].nodes"] == [0, 8, 16, 24, 32, 40, 48, 56, 64]
+    assert sweep.axes()["parallelism.pp"] == [1, 2, 3, 4]
+    assert sweep.grid_size() == 9 * 4 * 2
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ({"low": 4, "high": 2}, "high (2) is below low (4)"),
+    ({"low": 0, "high": 7, "step": 2}, "high - low (7) is not a multiple of step (2)"),
+    ({"low": -1, "high": 2}, "greater than or equal to 0"),
+    ({"low": 0, "high": 2, "step": 0}, "greater than 0"),
+    ({"low": 0}, "Field required"),
+    ({"low": 0, "high": 2, "stride": 1}, "Extra inputs are not permitted"),
+    ({"low": 0, "high": 60_000}, None),  # within the node bound: accepted
+])
+def test_bad_ranges_are_one_line_errors_naming_the_field(value, message):
+    document = with_change("cluster", {"pools": [{"gpu": "H100", "nodes": value}]})
+    if message is None:
+        assert len(sweep_from_dict(document).axes()["cluster.pools[0].nodes"]) == 60_001
+        return
+    with pytest.raises(InputError) as caught:
+        sweep_from_dict(document, "space.yaml")
+    text = str(caught.value)
+    assert text.startswith("space.yaml: cluster.pools[0].nodes") and message in text
+    assert "\n" not in text
+
+
+def test_ranges_only_on_integer_axes():
+    with pytest.raises(InputError, match="training.schedule"):
+        sweep_from_dict(with_change("training.schedule", {"low": 0, "high": 1}), "s.yaml")
+
+
+def test_deadline_needs_total_tokens():
+    with pytest.raises(InputError, match="training.total_tokens: required by the constraint"):
+        sweep_from_dict(with_change("constraints", {"training_days_max": 30}), "s.yaml")
+    document = with_change("constraints", {"training_days_max": 30})
+    document["training"]["total_tokens"] = 1e12
+    assert sweep_from_dict(document).constraints.training_days_max == 30

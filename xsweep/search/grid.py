@@ -14,9 +14,23 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from xsweep.errors import InputError
 from xsweep.spec.sweep import Sweep
 
 Point = dict[str, object]  # axis path -> value
+
+#: Most points a grid sweep takes: its per-point table (a few dozen float64 columns)
+#: stays within a few GB of memory.
+MAX_GRID_POINTS = 10_000_000
+
+
+def check_grid_size(sweep: Sweep, file: str) -> None:
+    """Refuse a sweep whose grid (ranges expanded) is too large to evaluate point by point."""
+    size = sweep.grid_size()
+    if size > MAX_GRID_POINTS:
+        raise InputError(file, None, None, f"the grid has {size:,} points, more than a grid "
+                         f"sweep takes ({MAX_GRID_POINTS:,}); narrow its ranges and lists, "
+                         "or search it with `xsweep optimize`")
 
 
 class Grid:

@@ -48,13 +48,15 @@ def point_row(table: Table, grid: Grid, index: int, objectives=()) -> dict:
     return row
 
 
-def front_table(rows: list[dict], grid: Grid, pools: list[str],
-                keys: dict[int, bytes]) -> list[list[str]]:
-    """Header and one line per distinct plan of the front (``keys``: each point's plan
-    key); points with the same plan as an earlier row are listed in its ``same plan`` cell."""
+def front_table(rows: list[dict], dims: tuple[str, ...], pools: list[str],
+                keys: dict[int, bytes], label: str = "point") -> list[list[str]]:
+    """Header and one line per distinct plan of the front (``keys``: each row's plan key;
+    ``dims``: the swept axes; ``label``: what ``row["point"]`` numbers, a grid point or a
+    trial); rows with the same plan as an earlier row are listed in its ``same plan``
+    cell."""
     present = [(name, header, fmt) for name, header, fmt in COLUMNS
                if any(name in row for row in rows) or not rows]
-    header = ["point", *(h for _, h, _ in present), *(axis_label(p, pools) for p in grid.dims),
+    header = [label, *(h for _, h, _ in present), *(axis_label(p, pools) for p in dims),
               "same plan"]
     first: dict[bytes, list[str]] = {}
     lines = [header]
@@ -66,7 +68,7 @@ def front_table(rows: list[dict], grid: Grid, pools: list[str],
         cells = [str(row["point"])]
         cells += ["-" if row.get(name) is None else fmt.format(row[name])
                   for name, _, fmt in present]
-        cells += [str(row["axes"][p]) for p in grid.dims]
+        cells += [str(row["axes"][p]) for p in dims]
         first[key] = []
         lines.append(cells)
     for line in lines[1:]:

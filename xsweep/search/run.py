@@ -27,7 +27,7 @@ from xsweep.metrics import jsonable
 from xsweep.search import report
 from xsweep.search.distributed import DaskExecutor, LocalExecutor
 from xsweep.search.funnel import Funnel
-from xsweep.search.grid import Grid
+from xsweep.search.grid import Grid, check_grid_size
 from xsweep.search.pareto import objective_matrix
 from xsweep.search.planner import Built, Infeasible, Planner
 from xsweep.search.plot import pareto_png
@@ -70,6 +70,7 @@ def plan_of(path: str | Path, index: int, catalog_files=()) -> Built | Infeasibl
     """The plan of point ``index`` of the sweep at ``path`` (or why it has none)."""
     catalog = load_catalog(catalog_files)
     sweep = load_sweep(path, catalog)
+    check_grid_size(sweep, str(path))
     grid = Grid(sweep)
     if not 0 <= index < grid.size:
         raise InputError(str(path), "point", index, f"the grid has points 0..{grid.size - 1}")
@@ -90,6 +91,7 @@ def run_sweep(path: str | Path, options: Options = Options(),
     catalog = load_catalog(options.catalog_files)
     text = Path(path).read_text(encoding="utf-8")
     sweep = load_sweep(path, catalog)
+    check_grid_size(sweep, str(path))
     grid = Grid(sweep)
     folder = SweepFolder(options.out_dir or Path("results") / sweep.name)
     job = Job(sweep, catalog, options.dtype)
@@ -139,7 +141,7 @@ def _publish(table: Table, funnel: Funnel, sweep, catalog: Catalog, grid: Grid,
     planner = Planner(sweep, catalog)
     shown = sorted({int(i) for i in (*found.front, *(j for t in found.top.values() for j in t))})
     built = {i: planner.plan(grid.point(i), plan_name(sweep, i)).plan for i in shown}
-    lines = report.front_table(summary["front"], grid, [p.gpu for p in sweep.cluster.pools],
+    lines = report.front_table(summary["front"], grid.dims, [p.gpu for p in sweep.cluster.pools],
                                {i: plan_key(plan) for i, plan in built.items()})
     png = pareto_png(table, sweep.objectives, found, f"{sweep.name}: {len(found.front)} on the front")
     attrs = attrs | {"evaluated_exactly": summary["evaluated_exactly"]}

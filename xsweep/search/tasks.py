@@ -20,12 +20,13 @@ import dataclasses
 import hashlib
 import json
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from xsweep import metrics
-from xsweep.search.grid import Grid
+from xsweep.search.grid import Grid, Point
 from xsweep.search.planner import Built, Planner
 from xsweep.search.table import Table, blank, from_rows
 from xsweep.spec.catalog import Catalog
@@ -133,20 +134,27 @@ def _blank_metrics(n: int) -> dict[str, np.ndarray]:
 
 
 def _evaluate(job: Job, indices: np.ndarray, level: str) -> tuple[Table, dict[str, float]]:
+    names = [plan_name(job.sweep, index) for index in indices.tolist()]
+    return evaluate_points(job, indices, Grid(job.sweep).points(indices), names, level)
+
+
+def evaluate_points(job: Job, numbers: np.ndarray, points: Iterable[Point], names: Sequence[str],
+                    level: str, planner: Planner | None = None) -> tuple[Table, dict[str, float]]:
+    """Plan ``points`` (one row each, column ``point`` = ``numbers``, plans named ``names``)
+    and evaluate the buildable ones at ``level``, each distinct plan once; ``planner``
+    (one of ``job``'s sweep) keeps its layouts between calls."""
     began = time.perf_counter()
-    planner = Planner(job.sweep, job.catalog)
-    rows = {"point": indices, "level": np.full(len(indices), "none", object),
-            "status": np.full(len(indices), "infeasible", object),
-            "feasible": np.zeros(len(indices), bool),
-            "reason": np.full(len(indices), "", object), **_blank_metrics(len(indices))}
+    planner = planner or Planner(job.sweep, job.catalog)
+    n = len(numbers)
+    rows = {"point": np.asarray(numbers), "level": np.full(n, "none", object),
+            "status": np.full(n, "infeasible", object), "feasible": np.zeros(n, bool),
+            "reason": np.full(n, "", object), **_blank_metrics(n)}
     groups: dict[object, dict[bytes, list[int]]] = {}  # cost model -> plan key -> rows
     plans: dict[bytes, object] = {}
     layouts: dict[tuple, int] = {}  # the rank of each layout's first point
     layout_of: dict[bytes, int] = {}
-    grid = Grid(job.sweep)
-    for row, (index, point) in enumerate(zip(indices.tolist(), grid.points(indices),
-                                             strict=True)):
-        out = planner.plan(point, plan_name(job.sweep, index))
+    for row, (point, name) in enumerate(zip(points, names, strict=True)):
+        out = planner.plan(point, name)
         rows[MEMORY_METRIC][row] = out.memory_per_gpu_gib
         if not isinstance(out, Built):
             rows["reason"][row] = out.reason
@@ -170,7 +178,7 @@ def _evaluate(job: Job, indices: np.ndarray, level: str) -> tuple[Table, dict[st
         for name in found[0]:  # per-stream detail stays with single-plan evaluation
             values = from_rows({name: np.array([r[name] for r in found])})[name][take]
             if name not in columns:
-                columns[name] = blank(values, len(indices))
+                columns[name] = blank(values, n)
             columns[name][where] = values
         rows["level"][where] = level
     evaluated = rows["level"] == level

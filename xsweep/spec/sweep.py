@@ -1,22 +1,27 @@
 """Sweep definitions (YAML, pydantic): the design space of one study.
 
 Every knob typed ``Axis`` accepts a scalar or a list; a scalar is a single-value
-axis. ``Sweep.axes()`` lists them under dotted paths such as
-``cluster.pools[0].nodes`` or ``parallelism.tp.H100``.
+axis. Integer knobs (:func:`int_axis`) also accept a range ``{low, high, step}``: every
+``low + k x step`` up to ``high`` inclusive, which a grid expands and a search samples
+as an ordered integer. ``Sweep.axes()`` lists the axes' values under dotted paths such
+as ``cluster.pools[0].nodes`` or ``parallelism.tp.H100``; ``Sweep.domains()`` keeps the
+ranges as ranges.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
+    Tag,
     ValidationError,
 )
 
@@ -49,6 +54,49 @@ def _unique(values: list) -> list:
 
 Axis = Annotated[list[T], BeforeValidator(_as_list), Field(min_length=1), AfterValidator(_unique),
                  _AXIS]
+
+#: Most values a range may hold: a grid expands it into a list of this many values.
+MAX_RANGE_VALUES = 1_000_000
+
+
+class IntRange(BaseModel, Generic[T]):
+    """The integers ``low, low + step, ...`` up to ``high`` inclusive (``high - low`` a
+    multiple of ``step``); ``low`` and ``high`` obey the axis's own bounds."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    low: T
+    high: T
+    step: Annotated[int, Field(gt=0, strict=True)] = 1
+
+    def model_post_init(self, context: Any) -> None:
+        if self.high < self.low:
+            raise ValueError(f"high ({self.high}) is below low ({self.low})")
+        if (self.high - self.low) % self.step:
+            raise ValueError(f"high - low ({self.high - self.low}) is not a multiple of "
+                             f"step ({self.step})")
+        if len(self) > MAX_RANGE_VALUES:
+            raise ValueError(f"holds {len(self):,} values; at most {MAX_RANGE_VALUES:,}")
+
+    def __len__(self) -> int:
+        return (self.high - self.low) // self.step + 1
+
+    def values(self) -> list[int]:
+        return list(range(self.low, self.high + 1, self.step))
+
+
+def _range_or_list(value: object) -> str:
+    return "[range]" if isinstance(value, dict | IntRange) else "[list]"
+
+
+def int_axis(element: Any) -> Any:
+    """An integer axis of ``element`` values: a scalar, a list, or a range mapping. (A
+    function rather than a generic alias: the element's bounds must reach the range.)
+    The branch tags are bracketed so that error locations skip them (see _loc_path)."""
+    return Annotated[
+        Annotated[IntRange[element], Tag("[range]")] | Annotated[Axis[element], Tag("[list]")],
+        Discriminator(_range_or_list), _AXIS]
+
 
 # Counts bounded like the plan fields they become (xsweep.spec.ranges, xsweep.spec.limits).
 GlobalBatch = Annotated[int, Field(gt=0, le=ranges.PLAN["training.global_batch_size"].high,
@@ -83,15 +131,15 @@ class _Strict(BaseModel):
 class Training(_Strict):
     """Training settings; the stack options default to Megatron-LM's common recipe."""
 
-    global_batch_size: Axis[GlobalBatch]
+    global_batch_size: int_axis(GlobalBatch)
     schedule: Axis[Literal[SCHEDULE.known()]] = [SCHEDULE.default]
     resharding: Axis[Literal[RESHARDING.known()]] = [RESHARDING.default]
     recompute: Axis[Literal[RECOMPUTE.known()]] = [RECOMPUTE.default]
     sequence_parallel: Axis[bool] = [True]
     flash_attention: Axis[bool] = [True]
-    virtual_pipeline_stages: Axis[StageCount] = [1]
+    virtual_pipeline_stages: int_axis(StageCount) = [1]
     dp_overlap: Axis[bool] = [False]
-    dp_bucket_params: Axis[Annotated[int, Field(ge=0, le=1e15, strict=True)]] = [0]
+    dp_bucket_params: int_axis(Annotated[int, Field(ge=0, le=1e15, strict=True)]) = [0]
     # 0 above: max(40M, 1M x DP) parameters per bucket, as Megatron-LM
     zero_stage: Axis[Literal[0, 1, 3]] = [0]  # 1: distributed optimizer; 3: FSDP
     total_tokens: Annotated[float, Field(gt=0, le=ranges.PLAN["training.total_tokens"].high)] \
@@ -100,8 +148,8 @@ class Training(_Strict):
 
 class Pool(_Strict):
     gpu: Annotated[str, Field(min_length=1)]
-    nodes: Axis[NodeCount]
-    gpus_per_node: Axis[GpusPerNode] = [8]
+    nodes: int_axis(NodeCount)
+    gpus_per_node: int_axis(GpusPerNode) = [8]
     # Absent (None): the GPU's default NIC; not an axis then.
     nic: Axis[Annotated[str, Field(min_length=1)]] = None  # type: ignore[assignment]
 
@@ -116,9 +164,9 @@ class Cluster(_Strict):
 
 
 class Parallelism(_Strict):
-    tp: dict[str, Axis[TpDegree]]  # per pool, keyed by the pool's gpu
-    pp: Axis[StageCount] = [1]
-    micro_batch_size: Axis[MicroBatchSize] = [1]
+    tp: dict[str, int_axis(TpDegree)]  # per pool, keyed by the pool's gpu
+    pp: int_axis(StageCount) = [1]
+    micro_batch_size: int_axis(MicroBatchSize) = [1]
     pipeline_mix: Axis[Literal["separate", "mixed"]] = ["separate"]
     layer_split: Axis[Literal["proportional", "even"]] = ["proportional"]
 
@@ -147,6 +195,14 @@ class Search(_Strict):
     seed: Annotated[int, Field(ge=0, le=2**32 - 1, strict=True)] = 0  # numpy seeds are 32-bit
 
 
+class Constraints(_Strict):
+    """Limits a searched plan must meet (``xsweep optimize`` tells the sampler how far a
+    trial is from meeting them)."""
+
+    # A deadline: the whole run (training.total_tokens) must finish within this many days.
+    training_days_max: Annotated[float, Field(gt=0, le=1e6)] | None = None
+
+
 class Validation(_Strict):
     top: Annotated[int, Field(ge=0, le=10**6, strict=True)] = 5
     tolerance: Annotated[float, Field(gt=0, le=1e6)] = 0.05
@@ -162,36 +218,45 @@ class Sweep(_Strict):
     parallelism: Parallelism
     cost: Cost = Cost()
     objectives: Annotated[list[Objective], Field(min_length=1)] = ["iteration_time_s"]
+    constraints: Constraints = Constraints()
     search: Search = Search()
     validation: Validation = Field(default=Validation(), alias="validate")
 
-    def axes(self) -> dict[str, list]:
-        """Every axis (single-value ones included) by dotted path, in schema order."""
-        found: dict[str, list] = {}
+    def domains(self) -> dict[str, list | IntRange]:
+        """Every axis (single-value ones included) by dotted path, in schema order: its
+        list of values, or its range."""
+        found: dict[str, list | IntRange] = {}
         _collect_axes(self, "", found)
         return found
 
+    def axes(self) -> dict[str, list]:
+        """Every axis by dotted path, in schema order, with its values (ranges expanded)."""
+        return {path: _values(domain) for path, domain in self.domains().items()}
+
     def grid_size(self) -> int:
         """Number of points in the full grid over all axes."""
-        return math.prod(len(values) for values in self.axes().values())
+        return math.prod(len(domain) for domain in self.domains().values())
 
 
-def _collect_axes(model: BaseModel, prefix: str, found: dict[str, list]) -> None:
+def _values(domain: list | IntRange) -> list:
+    return domain.values() if isinstance(domain, IntRange) else list(domain)
+
+
+def _collect_axes(model: BaseModel, prefix: str, found: dict[str, list | IntRange]) -> None:
     for name, info in type(model).model_fields.items():
         value = getattr(model, name)
         path = f"{prefix}{info.alias or name}"
         if value is None:
             continue
         if _AXIS in info.metadata:
-            found[path] = list(value)
+            found[path] = value
         elif isinstance(value, BaseModel):
             _collect_axes(value, f"{path}.", found)
         elif isinstance(value, list) and value and isinstance(value[0], BaseModel):
             for index, item in enumerate(value):
                 _collect_axes(item, f"{path}[{index}].", found)
         elif isinstance(value, dict):
-            for key, values in value.items():
-                found[f"{path}.{key}"] = list(values)
+            found.update({f"{path}.{key}": domain for key, domain in value.items()})
 
 
 def load_sweep(path: str | Path, catalog: Catalog | None = None) -> Sweep:
@@ -234,7 +299,7 @@ def _cross_check(sweep: Sweep, file: str | None) -> None:
                              "another pool names the same gpu")
         if name not in sweep.parallelism.tp:
             raise InputError(file, "parallelism.tp", None, f"no TP degrees for pool {name!r}")
-    if all(max(pool.nodes) == 0 for pool in sweep.cluster.pools):
+    if all(max(_values(pool.nodes)) == 0 for pool in sweep.cluster.pools):
         raise InputError(file, "cluster.pools", None,
                          "every pool has at most 0 nodes; the cluster would be empty")
     for key in sweep.parallelism.tp:
@@ -244,13 +309,16 @@ def _cross_check(sweep: Sweep, file: str | None) -> None:
     if len(set(sweep.objectives)) != len(sweep.objectives):
         raise InputError(file, "objectives", sweep.objectives, "a metric is repeated")
     training = sweep.training
-    if training.schedule == ["gpipe"] and max(training.virtual_pipeline_stages) > 1:
+    if training.schedule == ["gpipe"] and max(_values(training.virtual_pipeline_stages)) > 1:
         raise InputError(file, "training.virtual_pipeline_stages",
                          training.virtual_pipeline_stages,
                          "interleaving needs the 1f1b schedule")
     if "cost_per_run_usd" in sweep.objectives and sweep.training.total_tokens is None:
         raise InputError(file, "training.total_tokens", None,
                          "required by the objective cost_per_run_usd")
+    if sweep.constraints.training_days_max is not None and sweep.training.total_tokens is None:
+        raise InputError(file, "training.total_tokens", None,
+                         "required by the constraint training_days_max")
 
 
 def _loc_path(loc: tuple) -> str:

@@ -1,0 +1,80 @@
+"""``xsweep optimize SPACE.yaml``: an Optuna study over a sweep's space, trials asked and
+evaluated in batches, the best plans (or the Pareto front) printed and written as
+.pbtxt files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from xsweep.cli.common import EXIT_OK, check_output_folder, emit, json_text
+
+#: Read when --storage is absent, so a URL with a password need not appear in a process
+#: listing or a shell history.
+STORAGE_ENV = "XSWEEP_STORAGE"
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "optimize", help="search a sweep's space with Optuna (batched trials, shared studies)",
+        description=__doc__ + " Progress goes to stderr; rerunning continues the study. "
+        "Several processes, on one machine or many, may run on one study in a shared "
+        "database.")
+    p.add_argument("space", metavar="SPACE.yaml", help="sweep definition")
+    p.add_argument("--trials", type=_positive, metavar="N",
+                   help="trials the study should hold in all (default: the sweep's search.trials)")
+    p.add_argument("--batch", type=_positive, metavar="B",
+                   help="trials asked and evaluated together (default: search.batch)")
+    p.add_argument("--storage", metavar="URL",
+                   help=f"Optuna storage URL, e.g. postgresql://user:password@host/db (default: "
+                   f"${STORAGE_ENV}, else SQLite at <output>/study.db)")
+    p.add_argument("--study", metavar="NAME", help="study name (default: the sweep's name)")
+    p.add_argument("--sampler", choices=("nsga2", "tpe", "random"),
+                   help="default: nsga2 for several objectives, tpe for one")
+    p.add_argument("--seed", type=_natural, metavar="S", help="sampler seed (default: search.seed)")
+    p.add_argument("-o", "--output", metavar="DIR", help="output folder (default: results/<name>)")
+    p.add_argument("--json", action="store_true", help="print one JSON summary on stdout")
+    p.add_argument("--catalog", action="append", default=[], metavar="FILE",
+                   help="YAML merged over the built-in GPU/NIC/model catalog (repeatable)")
+
+
+def _natural(text: str) -> int:
+    value = int(text)
+    if not 0 <= value < 2**32:
+        raise ValueError(text)
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+def run(args) -> int:
+    from xsweep.search.optimize import Options, run_optimize
+    from xsweep.search.progress import Progress
+
+    check_output_folder(args.output, "--output")
+    options = Options(trials=args.trials, batch=args.batch,
+                      storage=args.storage or os.environ.get(STORAGE_ENV) or None,
+                      study=args.study, sampler=args.sampler, seed=args.seed,
+                      out_dir=Path(args.output) if args.output else None,
+                      catalog_files=tuple(args.catalog))
+    outcome = run_optimize(args.space, options, Progress())
+    summary = outcome.summary
+    if args.json:
+        emit(json_text(summary))
+        return EXIT_OK
+    what = ("Pareto front" if summary["answer"] == "front"
+            else f"best {len(summary['best'])} by {summary['objectives'][0]}")
+    deadline = (f" within {summary['training_days_max']:g} days"
+                if summary["training_days_max"] else "")
+    counts = ", ".join(f"{n:,} {state.lower()}" for state, n in summary["trials"]["state"].items())
+    lines = [f"{what} of study {summary['study']!r}{deadline} "
+             f"({summary['trials']['total']:,} trials: {counts})",
+             outcome.best.table_text(),
+             f"plans: {outcome.folder / 'plans'}", f"study: {summary['storage']}"]
+    emit("\n".join(lines))
+    return EXIT_OK
