@@ -108,6 +108,16 @@ def test_batched_trials_carry_plans_metrics_and_levels(run_xsweep, tmp_path):
     for number in front:
         assert (tmp_path / "out" / "plans" / f"trial-{number}.pbtxt").read_text() == \
             study.trials[number].user_attrs["plan_pbtxt"]
+    # the study's winners re-run in the exact simulator agree with what the trials hold
+    storage = f"sqlite:///{tmp_path / 'out' / 'study.db'}"
+    checked = subprocess.run(
+        [sys.executable, "-m", "xsweep.cli.main", "validate", storage, "--study", "tiny-search",
+         "--top", "2", "-o", str(tmp_path / "validate"), "--json"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert checked.returncode == 0, checked.stderr
+    report = json.loads(checked.stdout)
+    validated = {int(p["name"].removeprefix("trial-")) for p in report["points"]}
+    assert front <= validated
 
 
 def test_a_rerun_continues_the_study(run_xsweep, tmp_path):
