@@ -135,3 +135,11 @@ def emit(text: str) -> None:
 def json_text(document: object) -> str:
     """``document`` as JSON text; NaN and infinities become ``null`` (JSON has neither)."""
     return json.dumps(jsonable(document), indent=2, allow_nan=False)
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (argparse names the option when not)."""
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from xsweep.cli.common import EXIT_OK, check_output_folder, emit, json_text
+from xsweep.cli.common import EXIT_OK, check_output_folder, emit, json_text, positive_int
 
 #: Read when --storage is absent, so a URL with a password need not appear in a process
 #: listing or a shell history.
@@ -21,9 +21,9 @@ def register(subparsers) -> None:
         "Several processes, on one machine or many, may run on one study in a shared "
         "database.")
     p.add_argument("space", metavar="SPACE.yaml", help="sweep definition")
-    p.add_argument("--trials", type=_positive, metavar="N",
+    p.add_argument("--trials", type=positive_int, metavar="N",
                    help="trials the study should hold in all (default: the sweep's search.trials)")
-    p.add_argument("--batch", type=_positive, metavar="B",
+    p.add_argument("--batch", type=positive_int, metavar="B",
                    help="trials asked and evaluated together (default: search.batch)")
     p.add_argument("--storage", metavar="URL",
                    help=f"Optuna storage URL, e.g. postgresql://user:password@host/db (default: "
@@ -41,13 +41,6 @@ def register(subparsers) -> None:
 def _natural(text: str) -> int:
     value = int(text)
     if not 0 <= value < 2**32:
-        raise ValueError(text)
-    return value
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
         raise ValueError(text)
     return value
 

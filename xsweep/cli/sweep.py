@@ -13,6 +13,7 @@ from xsweep.cli.common import (
     check_output_folder,
     emit,
     json_text,
+    positive_int,
 )
 
 
@@ -32,18 +33,11 @@ def register(subparsers) -> None:
                    help="run the work on a Dask distributed cluster (e.g. tcp://host:8786)")
     p.add_argument("--exhaustive", action="store_true",
                    help="evaluate every bounded point exactly instead of pruning")
-    p.add_argument("--chunk-size", type=_positive, metavar="N",
+    p.add_argument("--chunk-size", type=positive_int, metavar="N",
                    help="points planned and bounded per unit of work (a unit is what a "
                    "rerun resumes from and what a Dask worker takes)")
     p.add_argument("--emit-plan", type=int, metavar="INDEX",
                    help="print the plan of point INDEX (the dataset's `point`) and exit")
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(text)
-    return value
 
 
 def run(args) -> int:
