@@ -167,7 +167,8 @@ def main() -> None:
     if args.many_worker:
         return many(args)
 
-    print(f"cores: {len(os.sched_getaffinity(0))}; reference rates (peers.md, this machine "
+    print(f"cores: {len(os.sched_getaffinity(0))} (load average {os.getloadavg()[0]:.1f} at "
+          f"the start: other work on the machine slows every figure); reference rates (peers.md, this machine "
           "kind): " + "; ".join(f"{k} {lo}-{hi}/s" for k, (lo, hi) in PEER_RATES.items()))
     quick = ["--quick"] if args.quick else []
     for family in args.families:

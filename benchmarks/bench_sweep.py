@@ -122,6 +122,8 @@ def main() -> None:
     parser.add_argument("--skip-large", action="store_true")
     parser.add_argument("--skip-quickstart", action="store_true")
     args = parser.parse_args()
+    print(f"cores: {len(os.sched_getaffinity(0))}; load average {os.getloadavg()[0]:.1f} at the "
+          "start (other work on the machine slows every figure)")
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:
         work = Path(tmp)
         cache = work / "compile-cache"

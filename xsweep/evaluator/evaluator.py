@@ -26,10 +26,15 @@ from xsweep.runtime import usable_cores, use_compile_cache, use_cpu_devices
 from xsweep.spec.arguments import evaluation_plans
 from xsweep.spec.catalog import Catalog
 from xsweep.spec.profile import Profile
+from xsweep.spec.program_size import estimate_program_size
 
 #: Plans prepared, evaluated and reduced to their results at a time, so that a call over
-#: any number of plans holds only this many programs in memory.
+#: any number of plans holds only this many programs in memory...
 HOST_CHUNK = 4096
+#: ... and programs of at most this many tasks and flows in all (by the validation's
+#: estimate, an upper bound): a program with its layouts and encodings holds a few hundred
+#: bytes per task and flow, so a chunk of 512-GPU plans stays within about a gigabyte.
+HOST_CELLS = 4_000_000
 #: Plans a call needs at least before worker processes take it (starting them costs
 #: seconds once; a small call is quicker here).
 PARALLEL_MIN = 256
@@ -163,9 +168,10 @@ class Evaluator:
           ``compiles`` (kernels compiled or loaded from the disk cache, and
           ``compile_cache_hits`` of those loaded).
 
-        Plans are taken ``HOST_CHUNK`` at a time: prepared, evaluated and reduced to
-        their results before the next, so memory stays bounded however many there are;
-        with worker processes, each takes shares of the plans.
+        Plans are taken ``HOST_CHUNK`` at a time (fewer where their programs are large:
+        ``HOST_CELLS``): prepared, evaluated and reduced to their results before the
+        next, so memory stays bounded however many there are; with worker processes,
+        each takes shares of the plans.
         """
         catalog, profile = self.inputs(catalog, profile)
         dtype, cost = dtype or self.dtype, cost or self.cost
@@ -206,16 +212,16 @@ class Evaluator:
                dtype: str | None = None, chunk_size: int | None = None,
                progress: Callable[[int, int], None] | None = None,
                ) -> tuple[list[dict], dict]:
-        """Evaluate validated ``plans`` (messages) here, ``HOST_CHUNK`` at a time: their
+        """Evaluate validated ``plans`` (messages) here, a host chunk at a time: their
         result tables (see :func:`xsweep.evaluator.dataset.table`) and where the time went."""
         catalog, profile = self.inputs(catalog, profile)
         dtype, cost, n = dtype or self.dtype, cost or self.cost, len(plans)
         seconds = dict.fromkeys(("prepare_s", "kernels_s", "results_s"), 0.0)
         compiled = compile_count().snapshot()
         tables = []
-        for begin in range(0, n, HOST_CHUNK):
+        for begin, end in _host_chunks(plans):
             start = time.perf_counter()
-            prepared = self._prepare_valid(plans[begin: begin + HOST_CHUNK], catalog, profile)
+            prepared = self._prepare_valid(plans[begin: end], catalog, profile)
             seconds["prepare_s"] += time.perf_counter() - start
 
             def step(done: int, total: int, begin=begin) -> None:
@@ -232,6 +238,20 @@ class Evaluator:
         compiled = compile_count() - compiled
         return tables, {**seconds, "compile_s": compiled.seconds, "compiles": compiled.compiles,
                         "compile_cache_hits": compiled.cache_hits}
+
+
+def _host_chunks(plans: Sequence) -> list[tuple[int, int]]:
+    """``[begin, end)`` ranges of at most ``HOST_CHUNK`` plans and ``HOST_CELLS`` estimated
+    tasks and flows (at least one plan each)."""
+    sizes = np.cumsum([estimate_program_size(plan) for plan in plans])
+    chunks, begin = [], 0
+    while begin < len(plans):
+        before = sizes[begin - 1] if begin else 0
+        fits = int(np.searchsorted(sizes, before + HOST_CELLS, side="right"))
+        end = min(max(fits, begin + 1), begin + HOST_CHUNK)
+        chunks.append((begin, end))
+        begin = end
+    return chunks
 
 
 #: Where an evaluation's time went (Dataset attributes).

@@ -70,23 +70,22 @@ class WorkerPool:
         plans finish."""
         if not self._workers:
             self._start()
-        todo: queue.Queue = queue.Queue()
-        for index, piece in enumerate(pieces):
-            todo.put((index, [plan.SerializeToString() for plan in piece]))
+        # Worker w takes pieces w, w + W, w + 2W, ... in order: which kernel shapes a worker
+        # compiles depends on what it evaluated before, so a fixed assignment makes a rerun
+        # of the same plans ask for the same shapes, which it then finds on disk.
+        count = len(self._workers)
+        todo = [[(index, [plan.SerializeToString() for plan in pieces[index]])
+                 for index in range(w, len(pieces), count)] for w in range(count)]
         results: dict[int, object] = {}
         finished: queue.Queue = queue.Queue()
         # the others start once the first piece is back: what it compiled, they then load
         # from the disk cache instead of compiling the same kernels at the same time
         first_back = threading.Event()
 
-        def serve(worker: subprocess.Popen, first: bool) -> None:
+        def serve(worker: subprocess.Popen, mine: list, first: bool) -> None:
             if not first:
                 first_back.wait()
-            while True:
-                try:
-                    index, plans = todo.get_nowait()
-                except queue.Empty:
-                    return
+            for index, plans in mine:
                 try:
                     send(worker.stdin, (plans, level, options))
                     results[index] = receive(worker.stdout)
@@ -95,7 +94,7 @@ class WorkerPool:
                 first_back.set()
                 finished.put(index)
 
-        threads = [threading.Thread(target=serve, args=(w, n == 0), daemon=True)
+        threads = [threading.Thread(target=serve, args=(w, todo[n], n == 0), daemon=True)
                    for n, w in enumerate(self._workers)]
         for thread in threads:
             thread.start()

@@ -489,7 +489,7 @@ def _freeze(a: PlanAnalysis, out: _Builder) -> Template:
 #: Bytes of template arrays a cache keeps at most: a 512-GPU structure holds megabytes,
 #: and what is derived from its programs for the kernels about as much again, so a
 #: count alone would let a sweep over large clusters grow without bound.
-TEMPLATE_BYTES = 512 * 2**20
+TEMPLATE_BYTES = 256 * 2**20
 
 
 def _nbytes(template: Template) -> int:
