@@ -120,6 +120,31 @@ def test_batched_trials_carry_plans_metrics_and_levels(run_xsweep, tmp_path):
     assert front <= validated
 
 
+@pytest.mark.slow  # evaluates with the kernels
+def test_a_deadline_is_each_trials_constraint_and_bounds_the_answer(run_xsweep, tmp_path):
+    days = 12.0  # between the fastest and slowest plans of the space: it binds
+    text = TINY.replace("name: tiny-search", "name: tiny-deadline").replace(
+        "objectives: [iteration_time_s, cost_per_run_usd]",
+        f"objectives: [cost_per_run_usd]\nconstraints: {{training_days_max: {days}}}")
+    result = optimize(run_xsweep, tmp_path, text, "--trials", "16", "--batch", "8",
+                      "--seed", "1")
+    assert result.returncode == 0, result.stderr
+    complete = [t for t in load(tmp_path, "tiny-deadline").get_trials()
+                if t.state == optuna.trial.TrialState.COMPLETE]
+    assert complete
+    met = []
+    for t in complete:
+        training_days = t.user_attrs["metrics"]["training_time_s"] / 86_400
+        assert t.constraints == {"days_past_deadline": pytest.approx(training_days - days)}
+        met.append(training_days <= days)
+    assert any(met) and not all(met), "the deadline should bind on this space"
+    best = json.loads(result.stdout)["best"]
+    assert best and all(row["training_time_s"] <= days * 86_400 for row in best)
+    cheapest = min(t.values[0] for t, ok in zip(complete, met, strict=True) if ok
+                   and t.user_attrs["level"] == "exact")
+    assert best[0]["cost_per_run_usd"] == pytest.approx(cheapest)
+
+
 def test_a_rerun_continues_the_study(run_xsweep, tmp_path):
     first = optimize(run_xsweep, tmp_path, NO_FIT, "--trials", "20", "--batch", "8")
     assert first.returncode == 0, first.stderr

@@ -75,12 +75,13 @@ class Deadline:
             return np.ones(len(training_time_s), bool)
         return np.asarray(training_time_s) <= self.limit_s
 
-    def __call__(self, trial) -> list[float]:
-        """Days past the deadline (negative: days to spare) of a told trial."""
-        training_s = trial.user_attrs[trial_io.METRICS_ATTR]["training_time_s"]
-        if training_s is None:
-            return [float("inf")]
-        return [(training_s - self.limit_s) / SECONDS_PER_DAY]
+    def days_past(self, training_time_s: float) -> float | None:
+        """Days past the deadline (negative: days to spare); None without a deadline."""
+        if self.limit_s is None:
+            return None
+        if not np.isfinite(training_time_s):
+            return float("inf")
+        return (float(training_time_s) - self.limit_s) / SECONDS_PER_DAY
 
 
 def run_optimize(path: str | Path, options: Options = Options(),
@@ -104,14 +105,13 @@ def run_optimize(path: str | Path, options: Options = Options(),
     storage = open_storage(url if url is not None else default_url(folder))
     shown_url = masked(url) if url is not None else str(folder / "study.db")
     deadline = Deadline(sweep.constraints.training_days_max)
-    constraints = deadline if deadline.limit_s is not None else None
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     attrs = space_attrs(sweep, text, job.catalog_version)
     # The sampler's seed moves on with the study, so a rerun does not replay the
     # suggestions the study already holds.
     probe = open_study(storage, study_name, attrs, None, shown_url)
     start = len(probe.get_trials(deepcopy=False))
-    sampler = make_sampler(sampler_name, seed + start, batch, constraints)
+    sampler = make_sampler(sampler_name, seed + start, batch)
     study = open_study(storage, study_name, attrs, sampler, shown_url)
     folder.mkdir(parents=True, exist_ok=True)
     if start:
@@ -172,7 +172,8 @@ def _run_batch(study, asked: list, job: Job, planner: Planner, deadline: Deadlin
             continue
         built = planner.plan(points[i], names[i])
         assert isinstance(built, Built)  # it was built for its evaluation
-        trial_io.complete(study, trial, sweep, row, points[i], plan_to_text(built.plan))
+        trial_io.complete(study, trial, sweep, row, points[i], plan_to_text(built.plan),
+                          deadline.days_past(row["training_time_s"]))
 
 
 def _failure(row: dict, objectives: list[str]) -> str:

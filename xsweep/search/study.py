@@ -12,7 +12,6 @@ A study's user attributes (the contract other commands read):
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 
 import xsweep
 from xsweep.errors import InputError
@@ -39,10 +38,9 @@ def default_sampler(sweep: Sweep) -> str:
     return "nsga2" if len(sweep.objectives) > 1 else "tpe"
 
 
-def make_sampler(name: str, seed: int, batch: int,
-                 constraints: Callable | None):
-    """The Optuna sampler ``name``; ``constraints`` (trial -> values, <= 0 when met) goes to
-    the samplers that use it.
+def make_sampler(name: str, seed: int, batch: int):
+    """The Optuna sampler ``name``. A deadline reaches NSGA-II and TPE as each trial's
+    constraint (``Trial.set_constraint``, set when the trial is told).
 
     NSGA-II's population is the batch (at least 2): each batch is one generation. TPE
     lies about the trials of a batch still running (``constant_liar``) so that one batch
@@ -51,11 +49,9 @@ def make_sampler(name: str, seed: int, batch: int,
     import optuna
 
     if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(population_size=max(2, batch), seed=seed,
-                                             constraints_func=constraints)
+        return optuna.samplers.NSGAIISampler(population_size=max(2, batch), seed=seed)
     if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True,
-                                          constraints_func=constraints)
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
     return optuna.samplers.RandomSampler(seed=seed)
 
 

@@ -44,8 +44,17 @@ def metrics_of(row: dict[str, object]) -> dict[str, float | None]:
     return out
 
 
-def complete(study, trial, sweep: Sweep, row: dict, point: Point, plan_text: str) -> None:
-    """Tell ``trial`` its objective values from ``row`` (evaluated at ``row['level']``)."""
+#: The name of the deadline's constraint on a trial (days past it; <= 0 when met).
+DEADLINE_CONSTRAINT = "days_past_deadline"
+
+
+def complete(study, trial, sweep: Sweep, row: dict, point: Point, plan_text: str,
+             days_past_deadline: float | None = None) -> None:
+    """Tell ``trial`` its objective values from ``row`` (evaluated at ``row['level']``) and,
+    with a deadline, how many days past it the plan trains (Optuna's constraint, which
+    every sampler that handles constraints reads)."""
+    if days_past_deadline is not None:
+        trial.set_constraint(DEADLINE_CONSTRAINT, days_past_deadline)
     trial.set_user_attr(LEVEL, str(row["level"]))
     trial.set_user_attr(METRICS_ATTR, metrics_of(row))
     trial.set_user_attr(POINT, point)
