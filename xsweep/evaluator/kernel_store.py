@@ -6,8 +6,9 @@ program): about a second per bound shape and several per exact shape, paid by ev
 new process and every worker before its first result. A :class:`KernelStore` keeps
 the compiled executable itself (``jax.experimental.serialize_executable``) under a key
 made without tracing: the kernel's configuration, the shapes and dtypes of its
-arguments, the devices, the JAX version and a digest of xsweep's own source (any code
-change is a new key). Loading one takes about a tenth of a second.
+arguments, the devices, the JAX version, the host (CPU extensions, XLA flags) and a
+digest of xsweep's own source (any code change is a new key). Loading one takes about
+a tenth of a second.
 
 Only executables this process compiled are written: one that JAX itself loaded from
 its persistent cache does not survive serialization whole on CPU (it runs, once
@@ -23,6 +24,7 @@ import hashlib
 import importlib
 import os
 import pickle
+import platform
 import tempfile
 import time
 from collections.abc import Callable
@@ -50,6 +52,28 @@ def code_digest() -> str:
     return _code_digest
 
 
+_host: str | None = None
+
+
+def host_digest() -> str:
+    """What compiled code depends on besides the program: the XLA flags, the machine's
+    architecture and its CPU's instruction-set extensions (a cache folder shared between
+    machines must not hand one machine code built for another's CPU)."""
+    global _host
+    if _host is None:
+        flags = ""
+        try:
+            with open("/proc/cpuinfo") as info:
+                flags = next((line for line in info if line.startswith(("flags", "Features"))),
+                             "")
+        except OSError:
+            pass
+        text = "|".join((platform.machine(), platform.processor(), flags,
+                         os.environ.get("XLA_FLAGS", "")))
+        _host = hashlib.sha256(text.encode()).hexdigest()
+    return _host
+
+
 def signature(args) -> str:
     """The structure, shapes, dtypes and shardings of a call's arguments."""
     leaves, tree = jax.tree.flatten(args)
@@ -71,7 +95,7 @@ class KernelStore:
         if self.directory is None:
             return None
         key = repr((config, signature(args), [(d.platform, d.device_kind, d.id) for d in devices],
-                    jax.__version__, jax.config.jax_enable_x64, code_digest()))
+                    jax.__version__, jax.config.jax_enable_x64, code_digest(), host_digest()))
         return self.directory / (hashlib.sha256(key.encode()).hexdigest()[:40] + ".xla")
 
     def compiled(self, jitted: Callable, config: tuple, args, devices: tuple) -> Callable:

@@ -1,0 +1,59 @@
+"""The store of compiled kernels: what one store writes another loads without compiling,
+other argument shapes are other entries, and a damaged file is compiled again."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from xsweep.evaluator.compiles import compile_count
+from xsweep.evaluator.kernel_store import KernelStore
+
+
+def _double_plus_one(x):
+    return 2 * x + 1
+
+
+def _compile(store: KernelStore, x) -> tuple[object, int, int]:
+    """The executable for ``x``, and the compilations and store loads it took."""
+    before = compile_count().snapshot()
+    executable = store.compiled(jax.jit(_double_plus_one), ("test", 1), (x,), tuple(jax.devices()))
+    spent = compile_count() - before
+    return executable, spent.compiles, spent.cache_hits
+
+
+def test_what_one_store_wrote_another_loads_without_compiling(tmp_path):
+    x = jnp.arange(5.0)
+    executable, _, _ = _compile(KernelStore(tmp_path), x)
+    files = list(tmp_path.glob("*.xla"))
+    assert len(files) == 1
+    loaded, compiles, loads = _compile(KernelStore(tmp_path), x)
+    assert compiles == loads == 1  # counted as a compilation spared
+    np.testing.assert_array_equal(loaded(x), executable(x))
+    np.testing.assert_array_equal(loaded(x), 2 * np.arange(5.0) + 1)
+
+
+def test_other_argument_shapes_are_other_entries(tmp_path):
+    store = KernelStore(tmp_path)
+    _compile(store, jnp.arange(5.0))
+    _compile(store, jnp.arange(7.0))
+    _compile(store, jnp.arange(5, dtype=jnp.int32))
+    assert len(list(tmp_path.glob("*.xla"))) == 3
+
+
+def test_a_damaged_file_is_compiled_again_and_replaced(tmp_path):
+    x = jnp.arange(3.0)
+    _compile(KernelStore(tmp_path), x)
+    (path,) = tmp_path.glob("*.xla")
+    path.write_bytes(b"not an executable")
+    executable, _, loads = _compile(KernelStore(tmp_path), x)
+    assert loads == 0  # not taken from the damaged file
+    np.testing.assert_array_equal(executable(x), 2 * np.arange(3.0) + 1)
+    assert path.read_bytes() != b"not an executable"  # written again, whole
+
+
+def test_without_a_folder_nothing_is_kept(tmp_path):
+    executable, _, _ = _compile(KernelStore(None), jnp.arange(2.0))
+    np.testing.assert_array_equal(executable(jnp.arange(2.0)), [1.0, 3.0])
+    assert not list(tmp_path.iterdir())
