@@ -110,9 +110,12 @@ def many(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     ds = evaluator.evaluate(plans, "bound")
     wall = time.perf_counter() - start
+    evaluator.close()  # its worker processes end, so their peak is known
     print(json.dumps({"variants": len(plans), "distinct": len(base), "wall_s": wall,
                       "ok": int((ds["status"] == "ok").sum()),
                       "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+                      "worker_peak_rss_gb":
+                          resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20,
                       **{k: ds.attrs[k] for k in ("prepare_s", "kernels_s", "results_s",
                                                   "compile_s")}}))
 
@@ -193,7 +196,8 @@ def main() -> None:
             r = _spawn(["--many-worker", "--many", str(args.many)], Path(cache))
         print(f"\nbound, {r['variants']} sweep-like variants streamed ({r['distinct']} distinct "
               f"plans repeated): {r['variants'] / r['wall_s']:.0f} variants/s, {r['ok']} ok, "
-              f"peak memory {r['peak_rss_gb']:.2f} GB (prepare {r['prepare_s']:.1f} s, kernels "
+              f"peak memory {r['peak_rss_gb']:.2f} GB in the calling process, "
+              f"{r['worker_peak_rss_gb']:.2f} GB in its largest worker process (prepare {r['prepare_s']:.1f} s, kernels "
               f"{r['kernels_s']:.1f} s, results {r['results_s']:.1f} s, compile "
               f"{r['compile_s']:.1f} s)")
 

@@ -234,9 +234,11 @@ def test_ctrl_c_stops_cleanly_and_leaves_no_trial_running(tmp_path):
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 130 and stdout == ""
-    assert "Traceback" not in stderr and stderr.rstrip().endswith("interrupted")
+    assert "Traceback" not in stderr and stderr.rstrip().endswith("interrupted"), stderr
     trials = load(tmp_path, "a100-cannot-hold-70b").get_trials()
-    assert all(t.state == optuna.trial.TrialState.FAIL and t.user_attrs["reason"] for t in trials)
+    odd = [(t.number, t.state, t.user_attrs) for t in trials
+           if not (t.state == optuna.trial.TrialState.FAIL and t.user_attrs.get("reason"))]
+    assert not odd
 
 
 def load_or_none(tmp_path) -> optuna.Study | None:

@@ -15,7 +15,8 @@ its persistent cache does not survive serialization whole on CPU (it runs, once
 loaded back, without some of its functions), so it is used but not kept. A file that
 cannot be read back is ignored and compiled again. Files are written under a temporary
 name and renamed, so concurrent processes (the worker processes of a call, say) never
-read half a file.
+read half a file. Like any store of compiled code (or pickles), the folder must be the
+user's own: loading an executable runs what it holds.
 """
 
 from __future__ import annotations
@@ -107,7 +108,8 @@ class KernelStore:
             try:
                 from jax.experimental.serialize_executable import deserialize_and_load
 
-                loaded = deserialize_and_load(*pickle.loads(path.read_bytes()))
+                loaded = deserialize_and_load(*pickle.loads(path.read_bytes()),
+                                              execution_devices=list(devices))
             except Exception:  # noqa: BLE001 - a stale or damaged file: compile again
                 path.unlink(missing_ok=True)
             else:

@@ -16,6 +16,9 @@ deadline as a constraint and only plans that meet it make the answer.
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,8 +122,11 @@ def run_optimize(path: str | Path, options: Options = Options(),
     began, told = time.perf_counter(), 0
     planner = Planner(sweep, catalog)
     while (count := min(batch, target - len(study.get_trials(deepcopy=False)))) > 0:
-        asked = [study.ask() for _ in range(count)]
+        asked: list = []
         try:
+            for _ in range(count):
+                with _interrupts_deferred():  # a trial asked is a trial this run will tell
+                    asked.append(study.ask())
             _run_batch(study, asked, job, planner, deadline)
         except BaseException:
             _fail_unfinished(study, asked, "interrupted before its result was told")
@@ -141,6 +147,28 @@ def run_optimize(path: str | Path, options: Options = Options(),
                "training_days_max": sweep.constraints.training_days_max,
                **best.summary(), "plans": [str(p) for p in written]}
     return Outcome(summary, best, folder)
+
+
+@contextlib.contextmanager
+def _interrupts_deferred():
+    """Hold Ctrl-C back until the block is done: a trial that ``study.ask()`` has created
+    in the storage must reach the list of trials this run fails on an interrupt, or it
+    would stay RUNNING in the study for ever. (A signal mask would not do: another
+    thread may take the signal for the process.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list = []
+    previous = signal.signal(signal.SIGINT, lambda *received: held.append(received))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:  # now that the block is done, as it would have been handled
+        if callable(previous):
+            previous(*held[0])
+        elif previous != signal.SIG_IGN:
+            raise KeyboardInterrupt
 
 
 def _run_batch(study, asked: list, job: Job, planner: Planner, deadline: Deadline) -> None:
