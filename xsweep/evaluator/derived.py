@@ -11,9 +11,10 @@ go when their structure or program does.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 
 from xsweep import timeline
-from xsweep.evaluator import blocks
+from xsweep.evaluator import blocks, encode
 from xsweep.kernels.types import BlockedProgram
 from xsweep.plan.program import Program
 
@@ -45,12 +46,36 @@ class Derived:
 
     def layout(self, program: Program, width: int) -> BlockedProgram:
         """The bound's layout: its structure shared, its durations the program's own."""
-        slot_pred, task_slot = self._structural(
-            program, ("slots", width),
-            lambda: blocks.block_slots(program, width, self.nodes(program)))
-        return self._get(program, ("layout", width), lambda: BlockedProgram(
-            slot_pred, blocks.block_durations(program, slot_pred, task_slot), task_slot))
+        return self.layouts([program], width)[0]
+
+    def layouts(self, programs: Sequence[Program], width: int) -> list[BlockedProgram]:
+        """:meth:`layout` of each program; the durations of the numeric variants of one
+        structure are computed together, in one pass over their stacked numbers."""
+        out = [self._memo.get(p, {}).get(("layout", width)) for p in programs]
+        todo: dict[int, list[int]] = {}
+        for i, (p, known) in enumerate(zip(programs, out, strict=True)):
+            if known is None:
+                todo.setdefault(id(p.structure) if p.structure is not None else id(p),
+                                []).append(i)
+        for rows in todo.values():
+            first = programs[rows[0]]
+            slot_pred, task_slot = self._structural(
+                first, ("slots", width),
+                lambda first=first: blocks.block_slots(first, width, self.nodes(first)))
+            index = self._structural(first, ("durations",),
+                                     lambda first=first: blocks.duration_index(first))
+            durations = blocks.block_durations([programs[i] for i in rows], slot_pred, task_slot,
+                                               index)
+            for i, duration_s in zip(rows, durations, strict=True):
+                out[i] = BlockedProgram(slot_pred, duration_s, task_slot)
+                self._memo.setdefault(programs[i], {})[("layout", width)] = out[i]
+        return out
 
     def metric_index(self, program: Program) -> timeline.MetricIndex:
         return self._structural(program, ("metric_index",),
                                 lambda: timeline.metric_index(program))
+
+    def metric_dims(self, program: Program) -> tuple[int, ...]:
+        """The sizes of the metrics' index (:func:`encode.metric_index_dims`)."""
+        return self._structural(program, ("metric_dims",),
+                                lambda: encode.metric_index_dims([self.metric_index(program)]))

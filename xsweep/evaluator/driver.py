@@ -7,13 +7,16 @@ program (the layout, the metrics' index) is kept per program object by the
 evaluator (``xsweep.evaluator.derived``), so a program seen again costs only its
 copy into a chunk.
 
-Variants are grouped by shape: each variant's sizes and slots rounded up to powers
-of two (so shapes repeat across calls, and across processes through the disk cache
-of compiled kernels); neighbouring groups share a shape while that costs at most
-``MERGE_FACTOR`` times their own work, and a call needs at most ``MAX_SHAPES`` new
-shapes (an already compiled shape that covers a variant at up to ``REUSE_FACTOR``
-times its work is used as it is). Each group runs
-in chunks of rows; the variant axis is padded to a multiple of the device count and
+Variants are grouped by shape: each variant's sizes, its metrics' index sizes and
+slots rounded up to powers of two (its key, so shapes repeat across calls, and across
+processes through the disk cache of compiled kernels); neighbouring groups share a
+shape while that costs at most ``MERGE_FACTOR`` times their own work, and a call needs
+at most ``MAX_SHAPES`` new shapes (an already compiled shape that covers a variant at
+up to ``REUSE_FACTOR`` times its work is used as it is). The shape a key was given is
+kept (beside the compiled kernels on disk), so a key runs at the same shape in every
+later call and process, whatever else they hold: rerunning plans compiles nothing.
+Each group runs in chunks of a few row counts (``MIN_ROWS`` times powers of
+``ROWS_STEP``); the variant axis is padded to a multiple of the device count and
 split over all devices with ``shard_map``: each device runs its share, vmapped or one
 variant after another (``VECTORIZED``), so one CPU, one GPU or eight run the same
 code. The exact level's slots (tasks and flows under way at once) are sized per
@@ -38,7 +41,7 @@ from xsweep import metrics
 from xsweep.errors import InputError
 from xsweep.evaluator.blocks import block_sizes, block_work, encode_blocks
 from xsweep.evaluator.derived import Derived
-from xsweep.evaluator.encode import encode, metric_index_dims, pad_metric_index
+from xsweep.evaluator.encode import encode, pad_metric_index
 from xsweep.evaluator.executables import DIAGNOSTICS, REUSE_FACTOR, Executables
 from xsweep.evaluator.shapes import (
     BlockShape,
@@ -81,6 +84,9 @@ MERGE_FACTOR = 2.0
 #: Rows of a chunk at least (a multiple of the devices, up to the chunk size): few
 #: distinct row counts, so small calls and large ones share executables.
 MIN_ROWS = {"bound": 8, "exact": 1}
+#: ... growing by this factor up to the chunk size: a group pads its last chunk by at most
+#: this factor, and a shape needs at most a few executables.
+ROWS_STEP = 4
 _SCALARS = ("tokens_per_iteration", "model_flops_per_iteration", "peak_flops_per_s")
 
 
@@ -116,7 +122,7 @@ def _format(level: str, step_cost: int, derived: Derived) -> _Format:
         return block_sizes(programs, [derived.form(p, step_cost) for p in programs])
 
     def encoded(programs, shape, **kwargs):
-        return encode_blocks([derived.layout(p, shape.width) for p in programs], shape, **kwargs)
+        return encode_blocks(derived.layouts(programs, shape.width), shape, **kwargs)
 
     return _Format(BlockShape, sizes, lambda sizes: np.ones(len(sizes)), work, encoded)
 
@@ -132,49 +138,75 @@ class _Config(NamedTuple):
 
 
 def _shape_groups(keys: np.ndarray, load: np.ndarray, work: Callable, max_shapes: int,
-                  fixed: list[tuple[int, ...]]) -> list[tuple[tuple[int, ...], np.ndarray]]:
-    """Variants grouped by the shape they run at: ``(shape key, variant indices)``.
+                  fixed: list[tuple[int, ...]], assigned: dict[tuple, tuple],
+                  ) -> tuple[list[tuple[tuple[int, ...], np.ndarray]], dict[tuple, tuple]]:
+    """Variants grouped by the shape they run at: ``(shape key, variant indices)``, and the
+    shape chosen here for each variant key not in ``assigned``.
 
-    ``keys`` are each variant's own shape key (sizes and slots, each a power of two, so
-    that shapes repeat across calls and processes) and ``load`` its weight in the
-    kernel's time (the variant costs ``load * work(key)``). A variant whose key an
-    already compiled key of ``fixed`` covers at most ``REUSE_FACTOR`` times its work runs
-    there. The rest are grouped by key; two groups are merged (their elementwise largest
-    key) while some merge costs each member at most ``MERGE_FACTOR`` times its work, and
+    ``keys`` are each variant's own shape key (sizes, the metrics' index sizes and slots,
+    each a power of two, so that keys repeat across calls and processes) and ``load`` its
+    weight in the kernel's time (the variant costs ``load * work(key)``). A key
+    ``assigned`` a shape before runs there again, so the same variants always run at the
+    same shapes, whatever else a call holds. A new key that an already compiled or
+    assigned key of ``fixed`` covers at most ``REUSE_FACTOR`` times its work runs there.
+    The rest are grouped by key; two groups are merged (their elementwise largest key)
+    while some merge costs each member at most ``MERGE_FACTOR`` times its work, and
     while more than ``max_shapes`` groups are left, the merge that adds the least work.
     """
     order = np.lexsort(keys.T[::-1])
     unique, first = np.unique(keys[order], axis=0, return_index=True)
     members = np.split(order, first[1:])
     groups: dict[tuple[int, ...], list[np.ndarray]] = {}
-    new_keys, new_members = [], []
+    chosen: dict[tuple, tuple] = {}
+    new_keys, new_members, new_owns = [], [], []
+    fixed = list(dict.fromkeys([*fixed, *assigned.values()]))
     for key, who in zip(unique, members, strict=True):
+        own = tuple(int(n) for n in key)
+        if own in assigned:
+            groups.setdefault(assigned[own], []).append(who)
+            continue
         cost = float(work(key))
-        covering = [k for k in fixed if all(a >= b for a, b in zip(k, key.tolist(), strict=True))
+        covering = [k for k in fixed if len(k) == len(own)
+                    and all(a >= b for a, b in zip(k, own, strict=True))
                     and float(work(np.array(k))) <= REUSE_FACTOR * cost]
         if covering:
-            groups.setdefault(min(covering, key=lambda k: float(work(np.array(k)))), []).append(who)
+            chosen[own] = min(covering, key=lambda k: float(work(np.array(k))))
+            groups.setdefault(chosen[own], []).append(who)
         else:
             new_keys.append(key)
             new_members.append([who])
+            new_owns.append([own])
     while len(new_keys) > 1:
         stacked = np.stack(new_keys)
         weight = np.array([sum(load[w].sum() for w in who) for who in new_members], float)
         merged = np.maximum(stacked[:, None], stacked[None, :])
-        own = work(stacked)
-        extra = work(merged) * (weight[:, None] + weight[None, :]) - (own * weight)[:, None] \
-            - (own * weight)[None, :]
+        own_work = work(stacked)
+        extra = work(merged) * (weight[:, None] + weight[None, :]) \
+            - (own_work * weight)[:, None] - (own_work * weight)[None, :]
         np.fill_diagonal(extra, np.inf)
         i, j = np.unravel_index(np.argmin(extra), extra.shape)
-        ratio = work(merged[i, j]) / min(own[i], own[j])
+        ratio = work(merged[i, j]) / min(own_work[i], own_work[j])
         if ratio > MERGE_FACTOR and len(new_keys) <= max_shapes:
             break
-        new_keys = [k for n, k in enumerate(new_keys) if n not in (i, j)] + [merged[i, j]]
-        new_members = [m for n, m in enumerate(new_members) if n not in (i, j)] + [
-            new_members[i] + new_members[j]]
-    for key, who in zip(new_keys, new_members, strict=True):
-        groups.setdefault(tuple(int(n) for n in key), []).extend(who)
-    return [(key, np.sort(np.concatenate(who))) for key, who in groups.items()]
+        keep = [n for n in range(len(new_keys)) if n not in (i, j)]
+        new_keys = [new_keys[n] for n in keep] + [merged[i, j]]
+        new_members = [new_members[n] for n in keep] + [new_members[i] + new_members[j]]
+        new_owns = [new_owns[n] for n in keep] + [new_owns[i] + new_owns[j]]
+    for key, who, owns in zip(new_keys, new_members, new_owns, strict=True):
+        shape = tuple(int(n) for n in key)
+        groups.setdefault(shape, []).extend(who)
+        chosen.update(dict.fromkeys(owns, shape))
+    return [(key, np.sort(np.concatenate(who))) for key, who in groups.items()], chosen
+
+
+def _rows(count: int, level: str, chunk_size: int, devices: int) -> int:
+    """Rows of the chunks of a group of ``count`` variants: ``MIN_ROWS`` times a power of
+    ``ROWS_STEP``, at most ``chunk_size``, a multiple of the devices (few row counts, so
+    groups of other sizes at one shape share executables)."""
+    rows = MIN_ROWS[level]
+    while rows < min(count, chunk_size):
+        rows *= ROWS_STEP
+    return -(-min(rows, chunk_size) // devices) * devices
 
 
 class _Run:
@@ -215,18 +247,23 @@ class _Run:
         and one number of slots, in chunks of rows."""
         cfg, fmt = self.cfg, self.fmt
         devices = len(self.executables.devices)
-        keys = power_of_two(np.concatenate([sizes[pending], need[pending]], axis=1))
+        dims = np.array([self.derived.metric_dims(programs[i]) for i in pending]
+                        if cfg.with_metrics else np.zeros((len(pending), 0)), np.int64)
+        keys = power_of_two(np.concatenate([sizes[pending], dims.reshape(len(pending), -1),
+                                            need[pending]], axis=1))
         config = (cfg.level, np.dtype(cfg.dtype).name, cfg.max_rounds, cfg.with_metrics)
-        for key, local in _shape_groups(keys, fmt.load(sizes[pending]), fmt.work,
-                                        MAX_SHAPES[cfg.level], self.executables.compiled(config)):
+        groups, chosen = _shape_groups(keys, fmt.load(sizes[pending]), fmt.work,
+                                       MAX_SHAPES[cfg.level], self.executables.compiled(config),
+                                       self.executables.assignments(config))
+        self.executables.assign(config, chosen)
+        num_fields = len(fmt.shape._fields)
+        for key, local in groups:
             run = pending[local]
-            rows = min(chunk_size, max(power_of_two(len(run)), MIN_ROWS[cfg.level]))
-            rows = -(-rows // devices) * devices
+            rows = _rows(len(run), cfg.level, chunk_size, devices)
             self.executables.remember(config, key)
-            metric_dims = (metric_index_dims([self.derived.metric_index(programs[i])
-                                              for i in run]) if cfg.with_metrics else ())
             for begin in range(0, len(run), rows):
-                yield run[begin: begin + rows], (rows, *key[:-2]), metric_dims, key[-2:]
+                yield (run[begin: begin + rows], (rows, *key[:num_fields]), key[num_fields:-2],
+                       key[-2:])
 
 
 def _put(target: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:

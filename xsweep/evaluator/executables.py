@@ -103,6 +103,7 @@ class Executables:
         self._store = KernelStore(store)
         self._kernels: dict[tuple, tuple[_Kernel, NamedSharding]] = {}
         self._shapes: dict[tuple, list[tuple[int, ...]]] = {}
+        self._assigned: dict[tuple, dict[tuple, tuple]] = {}
 
     def kernel(self, level: str, slots: tuple[int, int], max_rounds: int, vectorized: bool,
                with_metrics: bool) -> tuple[_Kernel, NamedSharding]:
@@ -120,6 +121,21 @@ class Executables:
     def compiled(self, config: tuple) -> list[tuple[int, ...]]:
         """The shape keys (sizes, task slots, flow slots) compiled so far for ``config``."""
         return list(self._shapes.get(config, []))
+
+    def assignments(self, config: tuple) -> dict[tuple, tuple]:
+        """The shape key each variant key of ``config`` ran at before, in this process or
+        (through the store) in any other: the same variants run at the same shapes, so a
+        rerun compiles nothing, whatever else its calls hold."""
+        known = self._store.assignments(config, self.devices) | self._assigned.get(config, {})
+        self._assigned[config] = known  # this process's own choices first: compiled here
+        return dict(known)
+
+    def assign(self, config: tuple, new: dict[tuple, tuple]) -> None:
+        """Record that the variant keys of ``new`` run at its shape keys."""
+        new = {own: shape for own, shape in new.items()
+               if own not in self._assigned.setdefault(config, {})}
+        self._assigned[config].update(new)
+        self._store.assign(config, self.devices, new)
 
     def remember(self, config: tuple, key: tuple[int, ...]) -> None:
         """Note that ``key`` is (about to be) compiled for ``config``; past

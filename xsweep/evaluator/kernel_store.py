@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import json
 import os
 import pickle
 import platform
@@ -92,12 +93,36 @@ class KernelStore:
     def __init__(self, directory: Path | None):
         self.directory = directory
 
-    def _path(self, config: tuple, args, devices: tuple) -> Path | None:
+    def _path(self, config: tuple, args, devices: tuple, suffix: str = ".xla") -> Path | None:
         if self.directory is None:
             return None
         key = repr((config, signature(args), [(d.platform, d.device_kind, d.id) for d in devices],
                     jax.__version__, jax.config.jax_enable_x64, code_digest(), host_digest()))
-        return self.directory / (hashlib.sha256(key.encode()).hexdigest()[:40] + ".xla")
+        return self.directory / (hashlib.sha256(key.encode()).hexdigest()[:40] + suffix)
+
+    def assignments(self, config: tuple, devices: tuple) -> dict[tuple, tuple]:
+        """The shape each variant key of ``config`` was assigned to so far, by any process
+        (see :meth:`assign`); empty without a directory or a readable file."""
+        path = self._path(config, (), devices, ".shapes.json")
+        if path is None or not path.exists():
+            return {}
+        try:
+            pairs = json.loads(path.read_text())
+            return {tuple(own): tuple(shape) for own, shape in pairs}
+        except (OSError, ValueError, TypeError):
+            return {}  # damaged: shapes are chosen again, nothing worse
+
+    def assign(self, config: tuple, devices: tuple, new: dict[tuple, tuple]) -> None:
+        """Keep ``new`` assignments of variant keys to compiled shapes beside the kernels,
+        merged with what is there (a key keeps its first assignment), so that later
+        processes run the same variants at the same shapes and load them instead of
+        compiling others."""
+        path = self._path(config, (), devices, ".shapes.json")
+        if path is None or not new:
+            return
+        merged = new | self.assignments(config, devices)
+        text = json.dumps([[list(own), list(shape)] for own, shape in merged.items()])
+        self._write_bytes(path, text.encode())
 
     def compiled(self, jitted: Callable, config: tuple, args, devices: tuple) -> Callable:
         """``jitted``'s executable for ``args``: from disk when kept there, else compiled
@@ -121,16 +146,24 @@ class KernelStore:
             self._write(path, executable)
         return executable
 
-    @staticmethod
-    def _write(path: Path, executable) -> None:
+    @classmethod
+    def _write(cls, path: Path, executable) -> None:
         from jax.experimental.serialize_executable import serialize
 
         try:
             data = pickle.dumps(serialize(executable), protocol=pickle.HIGHEST_PROTOCOL)
+        except (ValueError, TypeError, pickle.PicklingError):
+            return  # not kept: the next process compiles it again, nothing worse
+        cls._write_bytes(path, data)
+
+    @staticmethod
+    def _write_bytes(path: Path, data: bytes) -> None:
+        """``data`` to ``path`` under a temporary name, then renamed (never half a file)."""
+        try:
             path.parent.mkdir(parents=True, exist_ok=True)
             handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".partial")
-        except (OSError, ValueError, TypeError, pickle.PicklingError):
-            return  # not kept: the next process compiles it again, nothing worse
+        except OSError:
+            return  # not kept: the next process chooses or compiles again, nothing worse
         try:
             with os.fdopen(handle, "wb") as out:
                 out.write(data)

@@ -1,0 +1,87 @@
+"""How variants are grouped into compiled shapes: a key keeps the shape it was given,
+whatever else a later call holds, so reruns compile nothing; and those choices reach
+other processes through the kernel store."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from xsweep.evaluator.blocks import block_work
+from xsweep.evaluator.driver import MAX_SHAPES, _rows, _shape_groups
+from xsweep.evaluator.kernel_store import KernelStore
+
+CONFIG = ("bound", "float32", 64, True)
+
+
+def _work(keys):
+    return block_work(np.asarray(keys)[..., :4], 32)
+
+
+def _keys(rng, n):
+    """Block keys (tasks, blocks, width, preds) and one metric size, powers of two."""
+    return np.stack([2 ** rng.integers(6, 12, n), 2 ** rng.integers(4, 10, n),
+                     2 ** rng.integers(0, 4, n), 2 ** rng.integers(0, 3, n),
+                     2 ** rng.integers(2, 6, n), np.ones(n, int), np.ones(n, int)], axis=1)
+
+
+def _shape_of(groups, keys):
+    """The shape each row of ``keys`` runs at."""
+    out = {}
+    for shape, rows in groups:
+        for row in rows:
+            assert all(a >= b for a, b in zip(shape, keys[row], strict=True))  # it fits
+            out[tuple(keys[row].tolist())] = shape
+    return out
+
+
+def test_a_key_keeps_its_shape_whatever_else_the_call_holds():
+    rng = np.random.default_rng(0)
+    keys = _keys(rng, 200)
+    groups, chosen = _shape_groups(keys, np.ones(len(keys)), _work, 3, [], {})
+    first = _shape_of(groups, keys)
+    assert len(groups) <= 3 and first == chosen  # every key was new and got a shape
+    # later calls: a part of the same keys mixed with new ones, with the first call's
+    # shapes compiled and its choices known
+    compiled = [shape for shape, _ in groups]
+    for seed in (1, 2):
+        part = keys[rng.choice(len(keys), 50, replace=False)]
+        mixed = np.concatenate([part, _keys(np.random.default_rng(seed), 30)])
+        groups, chosen = _shape_groups(mixed, np.ones(len(mixed)), _work, 3, compiled, first)
+        again = _shape_of(groups, mixed)
+        for key in map(tuple, part.tolist()):
+            assert again[key] == first[key] and key not in chosen
+        assert set(chosen) == set(again) - set(first)  # only new keys are chosen for
+
+
+def test_without_earlier_choices_a_small_call_merges_less():
+    """The merge depends on the call: why the choices must be kept (the same keys alone
+    would run at other shapes than inside the larger call)."""
+    rng = np.random.default_rng(3)
+    keys = _keys(rng, 300)
+    groups, _ = _shape_groups(keys, np.ones(len(keys)), _work, 2, [], {})
+    first = _shape_of(groups, keys)
+    part = keys[:40]
+    alone = _shape_of(_shape_groups(part, np.ones(len(part)), _work, MAX_SHAPES["bound"],
+                                    [], {})[0], part)
+    assert any(alone[k] != first[k] for k in map(tuple, part.tolist()))
+
+
+def test_rows_come_in_few_sizes():
+    sizes = {_rows(n, "bound", 128, 2) for n in range(1, 1000)}
+    assert sizes == {8, 32, 128}
+    assert {_rows(n, "exact", 64, 2) for n in range(1, 200)} == {2, 4, 16, 64}
+
+
+def test_choices_reach_another_process_through_the_store(tmp_path):
+    devices = tuple(jax.devices()[:1])
+    KernelStore(tmp_path).assign(CONFIG, devices, {(1, 2, 3): (4, 4, 4)})
+    KernelStore(tmp_path).assign(CONFIG, devices, {(1, 2, 3): (8, 8, 8), (5, 6): (8, 8)})
+    store = KernelStore(tmp_path)
+    # a key keeps its first shape; other configurations have choices of their own
+    assert store.assignments(CONFIG, devices) == {(1, 2, 3): (4, 4, 4), (5, 6): (8, 8)}
+    assert store.assignments(("exact", *CONFIG[1:]), devices) == {}
+    (path,) = tmp_path.glob("*.shapes.json")
+    path.write_text("{not json")
+    assert store.assignments(CONFIG, devices) == {}  # damaged: chosen again, nothing worse
+    assert KernelStore(None).assignments(CONFIG, devices) == {}
