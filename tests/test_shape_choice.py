@@ -8,7 +8,7 @@ import jax
 import numpy as np
 
 from xsweep.evaluator.blocks import block_work
-from xsweep.evaluator.driver import MAX_SHAPES, _rows, _shape_groups
+from xsweep.evaluator.driver import MAX_SHAPES, MERGE_FACTOR, _rows, _shape_groups
 from xsweep.evaluator.kernel_store import KernelStore
 
 CONFIG = ("bound", "float32", 64, True)
@@ -85,3 +85,18 @@ def test_choices_reach_another_process_through_the_store(tmp_path):
     path.write_text("{not json")
     assert store.assignments(CONFIG, devices) == {}  # damaged: chosen again, nothing worse
     assert KernelStore(None).assignments(CONFIG, devices) == {}
+
+
+def test_merges_are_judged_by_what_they_cost_each_member():
+    """A chain of keys, each a little costlier than the one before: merging neighbours
+    one at a time must not carry the cheapest keys into shapes far above their own."""
+    keys = np.array([[n, 1] for n in range(10, 200, 10)])
+
+    def work(k):
+        return np.asarray(k)[..., 0].astype(float)
+
+    groups, _ = _shape_groups(keys, np.ones(len(keys)), work, len(keys), [], {})
+    for shape, rows in groups:
+        for row in rows:
+            assert work(shape) <= MERGE_FACTOR * work(keys[row])
+    assert len(groups) < len(keys)  # neighbours did share shapes

@@ -176,6 +176,9 @@ def _shape_groups(keys: np.ndarray, load: np.ndarray, work: Callable, max_shapes
             new_keys.append(key)
             new_members.append([who])
             new_owns.append([own])
+    # the least work of a member's own key, per group: a merge is judged by what it costs
+    # the members, not by the groups' keys, which earlier merges have already raised
+    floors = [float(work(key)) for key in new_keys]
     while len(new_keys) > 1:
         stacked = np.stack(new_keys)
         weight = np.array([sum(load[w].sum() for w in who) for who in new_members], float)
@@ -185,13 +188,14 @@ def _shape_groups(keys: np.ndarray, load: np.ndarray, work: Callable, max_shapes
             - (own_work * weight)[:, None] - (own_work * weight)[None, :]
         np.fill_diagonal(extra, np.inf)
         i, j = np.unravel_index(np.argmin(extra), extra.shape)
-        ratio = work(merged[i, j]) / min(own_work[i], own_work[j])
+        ratio = work(merged[i, j]) / min(floors[i], floors[j])
         if ratio > MERGE_FACTOR and len(new_keys) <= max_shapes:
             break
         keep = [n for n in range(len(new_keys)) if n not in (i, j)]
         new_keys = [new_keys[n] for n in keep] + [merged[i, j]]
         new_members = [new_members[n] for n in keep] + [new_members[i] + new_members[j]]
         new_owns = [new_owns[n] for n in keep] + [new_owns[i] + new_owns[j]]
+        floors = [floors[n] for n in keep] + [min(floors[i], floors[j])]
     for key, who, owns in zip(new_keys, new_members, new_owns, strict=True):
         shape = tuple(int(n) for n in key)
         groups.setdefault(shape, []).extend(who)
