@@ -27,9 +27,10 @@ DIAGNOSTICS = ("status", "steps", "max_active_flows", "waterfill_rounds")
 #: A variant may run at an already compiled shape that costs up to this many times its own.
 REUSE_FACTOR = 2.0
 #: Compiled shapes kept at most; past that the functions compiled here are dropped and
-#: compiled again as needed (each holds code and memory mappings; chunks come in
-#: increasing size, so old shapes are rarely needed again).
-MAX_COMPILED = 32
+#: loaded again as needed (each holds code and memory mappings; one comes back from the
+#: kernel store in about a tenth of a second). A long sweep's shapes, kept per key
+#: (see ``xsweep.evaluator.driver``), stay within this.
+MAX_COMPILED = 64
 
 _AXIS = "variant"
 
