@@ -128,10 +128,8 @@ def structure_key(a: PlanAnalysis) -> tuple:
     virtual stages, the resharding scheme, the ZeRO stage, gradient overlap and buckets,
     and the cluster's shape (``Topology.shape_key``).
     """
-    groups = tuple((g.id, g.ranks, g.stage, g.replica, g.first_layer, g.last_layer,
-                    g.num_micro_batches) for g in a.groups)
     s = a.stack
-    return (a.schedule, a.resharding, a.topology.shape_key(), groups,
+    return (a.schedule, a.resharding, a.topology.shape_key(), a.structure_groups,
             s.virtual_pipeline_stages, s.zero_stage, s.dp_overlap, a.dp_buckets)
 
 
