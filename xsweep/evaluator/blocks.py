@@ -31,15 +31,18 @@ def contention_free_durations(program: Program) -> np.ndarray:
     """float64[T]: each task's duration with every flow alone at its path's bottleneck.
 
     The formula of ``xsweep.kernels.contention_free_durations``, on the program's
-    CSR arrays in float64.
+    arrays in float64, once per class of flows that carry the same numbers and once per
+    set of classes that tasks share (``Program.flow_classes``).
     """
     p = program
     out = p.task_duration_s.astype(np.float64)
     if p.num_flows:
-        bottleneck = np.minimum.reduceat(p.link_capacity[p.path_links], p.path_ptr[:-1])
-        flow_s = p.flow_latency_s + p.flow_bytes / bottleneck
-        has_flows = np.diff(p.flow_ptr) > 0  # reduceat needs non-empty groups
-        out[has_flows] = np.maximum.reduceat(flow_s, p.flow_ptr[:-1][has_flows])
+        c = p.flow_classes()
+        bottleneck = np.append(p.link_capacity, np.inf)[c.paths].min(axis=1)
+        flow_s = p.flow_latency_s[c.flow] + p.flow_bytes[c.flow] / bottleneck
+        set_s = np.maximum.reduceat(flow_s[c.set_classes], c.set_ptr[:-1])
+        has_flows = c.task_set >= 0
+        out[has_flows] = set_s[c.task_set[has_flows]]
     return out
 
 
