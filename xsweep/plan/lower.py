@@ -48,12 +48,14 @@ reference, and compared bit for bit on random plans and numeric variants).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
 
+from xsweep.memo import Memo
 from xsweep.plan.analysis import PlanAnalysis
 from xsweep.plan.collectives import ALLGATHER, ALLREDUCE, REDUCE_SCATTER, pipelined_ring_flow
 from xsweep.plan.groups import chunk_bytes_per_rank
@@ -64,7 +66,8 @@ from xsweep.plan.program import Category, FlowClasses, Program, padded_paths
 # A value key is a tuple (kind, *args); VALUES[kind](analysis, *args) is its number. Group
 # arguments are indices into analysis.groups, DP arguments into analysis.dp_groups; layer
 # spans inside a group are offsets from its first layer, end exclusive. Key 0 is the
-# constant 0 and key 1 the constant 1.
+# constant 0 and key 1 the constant 1. The numbers read nothing of the analysis but its
+# groups, reshardings, DP groups and model (Template.values keeps them by those).
 
 
 def _pass_s(a: PlanAnalysis, gi: int, kind: str, i0: int, i1: int) -> float:
@@ -363,34 +366,55 @@ class Template:
     flow_classes: FlowClasses
     _names: tuple  # per block of tasks: a function that makes their names
     _value_plan: _ValuePlan
+    # numbers by the objects they are read from, and per topology object what the classes'
+    # paths make of its figures: the variants of a sweep repeat either
+    _per_numbers: Memo = field(default_factory=lambda: Memo(4), repr=False, compare=False)
+    _per_topology: weakref.WeakKeyDictionary = field(
+        default_factory=weakref.WeakKeyDictionary, repr=False, compare=False)
+
+    def _path_figures(self, topo) -> tuple[np.ndarray, ...]:
+        """Per class: its path's narrowest capacity, the bus efficiency there, the largest
+        launch latency and the latencies added in path order (as a sequential sum does:
+        the same bits), kept per topology object (variants on the same hardware share it)."""
+        figures = self._per_topology.get(topo)
+        if figures is None:
+            paths = self.flow_classes.paths
+            capacity = np.append(topo.capacity, np.inf)[paths]
+            rows = np.arange(len(paths))
+            narrowest = np.argmin(capacity, axis=1)
+            latency_s = np.zeros(len(paths))
+            for column in np.append(topo.latency_s, 0.0)[paths].T:
+                latency_s += column
+            figures = self._per_topology[topo] = (
+                capacity[rows, narrowest],
+                np.append(topo.bus_efficiency, 1.0)[paths][rows, narrowest],
+                np.append(topo.launch_latency_s, -np.inf)[paths].max(axis=1, initial=0.0),
+                latency_s)
+        return figures
 
     def class_numbers(self, topo, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Bytes and latency of the flows of each class, as
         ``xsweep.plan.transport.flow_numbers`` gives them one flow at a time: the payload
         over the bus efficiency of the path's narrowest link (plus, for a point-to-point
-        send, its launch time at that link's rate), and the path's latency per hop (the
-        links' latencies added in path order, as a sequential sum does: the same bits)
-        plus the launches the flows wait for."""
-        paths = self.flow_classes.paths
-        capacity = np.append(topo.capacity, np.inf)[paths]
-        rows = np.arange(len(paths))
-        narrowest = np.argmin(capacity, axis=1)
-        efficiency = np.append(topo.bus_efficiency, 1.0)[paths][rows, narrowest]
-        launch_s = np.append(topo.launch_latency_s, -np.inf)[paths].max(axis=1, initial=0.0)
-        path_latency_s = np.zeros(len(paths))
-        for column in np.append(topo.latency_s, 0.0)[paths].T:
-            path_latency_s += column
+        send, its launch time at that link's rate), and the path's latency per hop plus the
+        launches the flows wait for."""
+        capacity, efficiency, launch_s, latency_s = self._path_figures(topo)
         wire = values[self.class_bytes_value] / efficiency
-        wire = np.where(self.class_p2p, wire + launch_s * capacity[rows, narrowest], wire)
-        return wire, (values[self.class_hops_value] * path_latency_s
+        wire = np.where(self.class_p2p, wire + launch_s * capacity, wire)
+        return wire, (values[self.class_hops_value] * latency_s
                       + values[self.class_launches_value] * launch_s)
 
     def values(self, a: PlanAnalysis) -> np.ndarray:
-        """float64[len(keys)]: the number behind every value key, for ``a``.
+        """float64[len(keys)]: the number behind every value key, for ``a``, kept for the
+        objects the numbers are read from (:data:`VALUES`): variants that differ only in
+        their network share them."""
+        key = (id(a.groups), id(a.reshards), id(a.dp_groups), id(a.model))
+        return self._per_numbers.get(key, lambda: (
+            a.groups, a.reshards, a.dp_groups, a.model, self._values(a)))[-1]
 
-        Keys of the kinds in ``_BY_COST`` whose groups share a cost object (replicas of a
-        stage) and their span share one number, computed once.
-        """
+    def _values(self, a: PlanAnalysis) -> np.ndarray:
+        """The numbers of :meth:`values`. Keys of the kinds in ``_BY_COST`` whose groups
+        share a cost object (replicas of a stage) and their span share one number."""
         plan, groups = self._value_plan, a.groups
         out = np.empty(len(self.keys))
         if len(plan.shared):
