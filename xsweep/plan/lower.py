@@ -190,7 +190,10 @@ class _Builder:
         self.dep_idx: list[np.ndarray] = []
         self.keys: dict[tuple, int] = {ZERO: 0, ONE: 1}
         self.value: list[np.ndarray] = []
-        self.names: list[Callable[[], list[str]]] = []  # made only when asked for
+        # per extension: its tasks' names, with "{dg<i>}" standing for the id of the i-th
+        # group in ids (formatted only when names are asked for; plain data, no closures,
+        # so that kept templates give the garbage collector little to visit)
+        self.names: list[tuple[tuple[str, ...], tuple[int, ...]]] = []
         self.flow_task: list[np.ndarray] = []
         self.flow_src: list[np.ndarray] = []
         self.flow_dst: list[np.ndarray] = []
@@ -223,7 +226,7 @@ class _Builder:
         """One COMPUTE task without flows."""
         deps = sorted(set(deps))
         return self.extend([(COMPUTE, int(category), stream, *labels)], [len(deps)], deps,
-                           [self.key(value)], lambda: [name], [], [], [], [], [], [], [])
+                           [self.key(value)], ((name,), ()), [], [], [], [], [], [], [])
 
     def collective(self, deps, name, src, dst, nbytes: tuple, hops: tuple) -> int:
         """One DP COMM task: flows ``src[i] -> dst[i]`` carrying ``nbytes`` after ``hops``
@@ -231,7 +234,7 @@ class _Builder:
         deps = sorted(set(deps))
         n = len(src)
         return self.extend([(COMM, int(Category.DP), -1, -1, -1, -1, -1, -1)], [len(deps)],
-                           deps, [0], lambda: [name], np.full(n, self.num_tasks), src, dst,
+                           deps, [0], ((name,), ()), np.full(n, self.num_tasks), src, dst,
                            np.full(n, self.key(nbytes)), np.full(n, self.key(hops)),
                            np.ones(n), np.zeros(n, bool))
 
@@ -281,9 +284,8 @@ def _add_block(out: _Builder, a: PlanAnalysis, replicas: list[tuple[int, ...]], 
     rank_table = np.array([r for gi in members for r in groups[gi].ranks], np.int64)
     offset = np.concatenate([[0], np.cumsum([groups[gi].tp for gi in members])])
     remap = np.array([out.key(_with_groups(k, members, dp)) for k in block.keys], np.int64)
-    fill = {f"dg{st}": groups[gi].id for st, gi in enumerate(members)}
     out.extend(cols, np.bincount(owner, minlength=len(cols)), dep, remap[block.value],
-               lambda: [n.format(**fill) for n in block.names], block.flow_task + base,
+               (block.names, tuple(ids.tolist())), block.flow_task + base,
                rank_table[offset[block.flow_src[:, 0]] + block.flow_src[:, 1]],
                rank_table[offset[block.flow_dst[:, 0]] + block.flow_dst[:, 1]],
                remap[block.flow_bytes], remap[block.flow_hops], remap[block.flow_launches],
@@ -364,7 +366,7 @@ class Template:
     class_launches_value: np.ndarray  # int32[C]: NCCL operations the flows wait for
     class_p2p: np.ndarray  # bool[C]: point-to-point sends (their launch occupies the path)
     flow_classes: FlowClasses
-    _names: tuple  # per block of tasks: a function that makes their names
+    _names: tuple  # per block of tasks: their names, as _Builder.names keeps them
     _value_plan: _ValuePlan
     # numbers by the objects they are read from, and per topology object what the classes'
     # paths make of its figures: the variants of a sweep repeat either
@@ -435,7 +437,11 @@ class Template:
         return out
 
     def task_names(self) -> tuple[str, ...]:
-        return tuple(name for make in self._names for name in make())
+        names = []
+        for formats, ids in self._names:
+            fill = {f"dg{st}": gid for st, gid in enumerate(ids)}
+            names += [n.format(**fill) for n in formats] if ids else formats
+        return tuple(names)
 
     def fill(self, a: PlanAnalysis, *, names: bool = False) -> Program:
         """The program of ``a``: this structure with ``a``'s numbers.
