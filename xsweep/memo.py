@@ -15,15 +15,18 @@ entry lives. Every memo is bounded by count and by an estimate of its bytes;
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+F = TypeVar("F", bound=Callable)
 
 _MISSING = object()
 _MEMOS: weakref.WeakSet[Memo] = weakref.WeakSet()
+_CACHED: list = []  # the functions of cached()
 
 
 def _one(key: object, value: object) -> int:
@@ -62,7 +65,19 @@ class Memo(Generic[K, V]):
         self._bytes = 0
 
 
+def cached(size: int) -> Callable[[F], F]:
+    """``functools.lru_cache(maxsize=size)`` for a pure function of hashable arguments,
+    emptied by :func:`clear_memos` too."""
+    def wrap(function: F) -> F:
+        memoized = functools.lru_cache(maxsize=size)(function)
+        _CACHED.append(memoized)
+        return memoized  # type: ignore[return-value]
+    return wrap
+
+
 def clear_memos() -> None:
-    """Empty every memo of the process."""
+    """Empty every memo of the process (those of :func:`cached` too)."""
     for memo in list(_MEMOS):
         memo.clear()
+    for function in _CACHED:
+        function.cache_clear()

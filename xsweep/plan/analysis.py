@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from xsweep.memo import Memo
+from xsweep.memo import Memo, cached
 from xsweep.plan import groups as groups_mod
 from xsweep.plan import reshard as reshard_mod
 from xsweep.plan.buckets import bucket_params, bucket_starts
@@ -130,14 +130,14 @@ class PlanAnalysis:
 # Memos of the pure functions an analysis calls: variants of a sweep repeat their
 # arguments (the same GPU, TP degree and layers; the same cluster), and each result is
 # an immutable value. Bounded, so a long search does not grow them without end.
-_stage_cost = functools.lru_cache(maxsize=16384)(stage_cost)
-_memory_per_gpu = functools.lru_cache(maxsize=16384)(memory_per_gpu)
-_optimizer_time_s = functools.lru_cache(maxsize=16384)(optimizer_time_s)
-_build_topology = functools.lru_cache(maxsize=1024)(build_topology)
-_iteration_model_flops = functools.lru_cache(maxsize=1024)(iteration_model_flops)
-_segment_grad_bytes = functools.lru_cache(maxsize=16384)(segment_grad_bytes)
-_reshard = functools.lru_cache(maxsize=16384)(reshard_mod.reshard)
-_bucket_starts = functools.lru_cache(maxsize=16384)(bucket_starts)
+_stage_cost = cached(16384)(stage_cost)
+_memory_per_gpu = cached(16384)(memory_per_gpu)
+_optimizer_time_s = cached(16384)(optimizer_time_s)
+_build_topology = cached(1024)(build_topology)
+_iteration_model_flops = cached(1024)(iteration_model_flops)
+_segment_grad_bytes = cached(16384)(segment_grad_bytes)
+_reshard = cached(16384)(reshard_mod.reshard)
+_bucket_starts = cached(16384)(bucket_starts)
 
 
 # Memos of the parts of an analysis (``xsweep.memo``), by the bytes of the plan's parts,
@@ -149,7 +149,7 @@ _MODELS: Memo = Memo(256)
 #: training bytes -> Stack, one object per value (training options that differ elsewhere,
 #: such as the batch size, share it and what is kept by its id)
 _STACKS: Memo = Memo(1024)
-_interned = functools.lru_cache(maxsize=256)(lambda stack: stack)
+_interned = cached(256)(lambda stack: stack)
 #: (cluster bytes, catalog id) -> (catalog, entries the nodes name, Topology, GPU of each
 #: rank, GPU of each node)
 _TOPOLOGIES: Memo = Memo(1024, 256 * 2**20, lambda key, value: 1024 * len(value[3]))
@@ -163,7 +163,7 @@ _GROUPS: Memo = Memo(4096, 256 * 2**20, lambda key, value: 1024 * len(value[5]) 
 _DP: Memo = Memo(4096)
 
 
-@functools.lru_cache(maxsize=4096)
+@cached(4096)
 def _dp_groups(spans: tuple[groups_mod.GroupSpan, ...]) -> tuple:
     return tuple(groups_mod.dp_groups(spans))
 

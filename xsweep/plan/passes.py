@@ -36,13 +36,13 @@ inputs exist, so every task comes after its predecessors.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from xsweep.memo import cached
 from xsweep.plan.collectives import ALLGATHER, REDUCE_SCATTER
 from xsweep.plan.program import Category, TaskKind
 from xsweep.plan.reshard import reshard
@@ -366,4 +366,4 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
         waits=tuple(waits), finals=finals)
 
 
-cached_block = functools.lru_cache(maxsize=256)(build_block)
+cached_block = cached(256)(build_block)
