@@ -39,6 +39,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -55,6 +56,16 @@ ZERO, ONE = ("zero",), ("one",)  # the value keys of the constants 0 and 1
 Stage = tuple[int, int, int, int]
 
 
+class FlowGroup(NamedTuple):
+    """The flows of one COMM task as arrays, shared by every task that moves the same flows
+    (a stream's TP ring for one span, a transfer phase, a DP group's collective)."""
+
+    src: np.ndarray  # int64[n, 2]: (stream, TP index)
+    dst: np.ndarray  # int64[n, 2]
+    keys: np.ndarray  # int64[n, 3]: the payload, hops and launches keys (indices)
+    p2p: np.ndarray  # bool[n]: point-to-point sends
+
+
 class Tasks:
     """Columns of tasks, flows and value keys as they are appended (a growing structure)."""
 
@@ -64,20 +75,40 @@ class Tasks:
         self.keys: dict[tuple, int] = {}  # distinct value keys, numbered as they come
         self.value: list[int] = []  # duration key per task
         self.names: list[str] = []
-        self.flows: list[tuple] = []  # (task, src, dst, bytes, hops and launches keys, p2p)
+        self.flow_tasks: list[int] = []  # COMM tasks with flows, in order...
+        self.flow_groups: list[FlowGroup] = []  # ... and their flows
 
     def key(self, value: tuple) -> int:
         return self.keys.setdefault(value, len(self.keys))
 
-    def add(self, kind, category, stream, deps, value, labels, name, flows=()) -> int:
+    def flow_group(self, flows) -> FlowGroup:
+        """Flows ``(src, dst, bytes, hops, launches, p2p)`` (value keys as tuples) as arrays."""
+        return FlowGroup(np.array([f[0] for f in flows], np.int64).reshape(-1, 2),
+                         np.array([f[1] for f in flows], np.int64).reshape(-1, 2),
+                         np.array([[self.key(k) for k in f[2:5]] for f in flows],
+                                  np.int64).reshape(-1, 3),
+                         np.array([f[5] for f in flows], bool))
+
+    def add(self, kind, category, stream, deps, value, labels, name,
+            flows: FlowGroup | None = None) -> int:
         t = len(self.cols)
         self.cols.append((kind, int(category), stream, *labels))
         self.deps.append(tuple(sorted({d for d in deps if d is not None})))
         self.value.append(self.key(value))
         self.names.append(name)
-        self.flows.extend((t, src, dst, self.key(nbytes), self.key(hops), self.key(launches),
-                           p2p) for src, dst, nbytes, hops, launches, p2p in flows)
+        if flows is not None:
+            self.flow_tasks.append(t)
+            self.flow_groups.append(flows)
         return t
+
+    def flow_arrays(self) -> tuple[np.ndarray, ...]:
+        """Task, source, destination, the three keys and p2p of every flow, in task order."""
+        groups = self.flow_groups or [self.flow_group([])]  # no flows: arrays of none
+        keys = np.concatenate([g.keys for g in groups])
+        return (np.repeat(np.array(self.flow_tasks, np.int64),
+                          [len(g.p2p) for g in self.flow_groups]),
+                np.concatenate([g.src for g in groups]), np.concatenate([g.dst for g in groups]),
+                keys[:, 0], keys[:, 1], keys[:, 2], np.concatenate([g.p2p for g in groups]))
 
 
 @dataclass(frozen=True)
@@ -209,6 +240,8 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
     def labels(st, mb, phase=-1):
         return (where[st][1], mb, st, st, phase)
 
+    tp_rings: dict[tuple, FlowGroup] = {}  # (stream, span) -> its TP ring's flows
+
     def on_stream(st, kind, lo, hi, deps, mb, name):
         tp_k, first = streams[st][0], streams[st][1]
         span = (kind, lo - first, hi - first)
@@ -217,9 +250,12 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
                             labels(st, mb), name)
         t = compute
         if tp_k > 1:
-            flows = [((st, i), (st, (i + 1) % tp_k), ("tp_bytes", st, *span),
-                      ("tp_hops", st, *span), ("tp_launches", st, *span), False)
-                     for i in range(tp_k)]
+            flows = tp_rings.get((st, span))
+            if flows is None:
+                flows = tp_rings[st, span] = tasks.flow_group([
+                    ((st, i), (st, (i + 1) % tp_k), ("tp_bytes", st, *span),
+                     ("tp_hops", st, *span), ("tp_launches", st, *span), False)
+                    for i in range(tp_k)])
             t = tasks.add(COMM, Category.TP, st, [t], ZERO, labels(st, mb), f"tp {name}", flows)
         last[st] = t
         return compute, t
@@ -238,7 +274,7 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
             for i, tr in enumerate(moves):
                 by_phase.setdefault(tr.phase, []).append(
                     (local(tr.src), local(tr.dst), ("transfer_bytes", a, b, i), ONE, ZERO, True))
-            phases[a, b] = [by_phase[k] for k in sorted(by_phase)]
+            phases[a, b] = [tasks.flow_group(by_phase[k]) for k in sorted(by_phase)]
 
     def transfer(src, dst, mb, chunk, after, backward):
         category = Category.PP if streams[src][0] == streams[dst][0] else Category.RESHARD
@@ -267,9 +303,15 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
     ends: list[list[int]] = [[] for _ in streams]
     reached: dict[int, list[int]] = {s: [] for s in range(len(fsdp))}  # members past piece i
 
+    rings: dict[tuple[int, int, int], FlowGroup] = {}  # (stage, layer, passes) -> flows
+
     def collective(s, ring, layer, passes):
-        return [(src, dst, ("ring_bytes", s, layer, layer, passes), ("ring_hops", s, passes),
-                 ONE, False) for src, dst in ring]
+        flows = rings.get((s, layer, passes))
+        if flows is None:
+            flows = rings[s, layer, passes] = tasks.flow_group([
+                (src, dst, ("ring_bytes", s, layer, layer, passes), ("ring_hops", s, passes),
+                 ONE, False) for src, dst in ring])
+        return flows
 
     def gathered(st, i):
         """All-gather ``i`` of the stream's DP group, issued now if it can be; else None."""
@@ -349,19 +391,15 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
         if not progressed:
             raise AssertionError("pipeline schedule deadlocked")
     counts = [len(d) for d in tasks.deps]
-    flows = tasks.flows
+    flow_task, flow_src, flow_dst, flow_bytes, flow_hops, flow_launches, flow_p2p = \
+        tasks.flow_arrays()
     return Block(
         cols=np.array(tasks.cols, np.int64).reshape(-1, 8),
         dep_ptr=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
         dep_idx=np.array([d for ds in tasks.deps for d in ds], np.int64),
         keys=tuple(tasks.keys), value=np.array(tasks.value, np.int64), names=tuple(tasks.names),
-        flow_task=np.array([f[0] for f in flows], np.int64),
-        flow_src=np.array([f[1] for f in flows], np.int64).reshape(-1, 2),
-        flow_dst=np.array([f[2] for f in flows], np.int64).reshape(-1, 2),
-        flow_bytes=np.array([f[3] for f in flows], np.int64),
-        flow_hops=np.array([f[4] for f in flows], np.int64),
-        flow_launches=np.array([f[5] for f in flows], np.int64),
-        flow_p2p=np.array([f[6] for f in flows], bool),
+        flow_task=flow_task, flow_src=flow_src, flow_dst=flow_dst, flow_bytes=flow_bytes,
+        flow_hops=flow_hops, flow_launches=flow_launches, flow_p2p=flow_p2p,
         last=tuple(-1 if t is None else t for t in last), piece_end=piece_end,
         waits=tuple(waits), finals=finals)
 
