@@ -71,7 +71,7 @@ class Tasks:
 
     def __init__(self) -> None:
         self.cols: list[tuple] = []  # (kind, category, stream, stage, mb, dg, replica, phase)
-        self.deps: list[tuple[int, ...]] = []
+        self.deps: list[list[int]] = []  # as given: -1 (none) and repeats are dropped at the end
         self.keys: dict[tuple, int] = {}  # distinct value keys, numbered as they come
         self.value: list[int] = []  # duration key per task
         self.names: list[str] = []
@@ -89,17 +89,28 @@ class Tasks:
                                   np.int64).reshape(-1, 3),
                          np.array([f[5] for f in flows], bool))
 
-    def add(self, kind, category, stream, deps, value, labels, name,
+    def add(self, kind, category, stream, deps: list[int], value: int, labels, name,
             flows: FlowGroup | None = None) -> int:
+        """Append a task; ``value``: the index of its duration's key (:meth:`key`)."""
         t = len(self.cols)
-        self.cols.append((kind, int(category), stream, *labels))
-        self.deps.append(tuple(sorted({d for d in deps if d is not None})))
-        self.value.append(self.key(value))
+        self.cols.append((kind, category, stream, *labels))
+        self.deps.append(deps)
+        self.value.append(value)
         self.names.append(name)
         if flows is not None:
             self.flow_tasks.append(t)
             self.flow_groups.append(flows)
         return t
+
+    def dep_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """CSR of every task's predecessors, ascending, each once."""
+        num_tasks = len(self.deps)
+        counts = [len(d) for d in self.deps]
+        dep = np.fromiter(itertools.chain.from_iterable(self.deps), np.int64, sum(counts))
+        owner = np.repeat(np.arange(num_tasks), counts)
+        owner, dep = np.divmod(np.unique(owner[dep >= 0] * num_tasks + dep[dep >= 0]),
+                               max(num_tasks, 1))
+        return np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=num_tasks))]), dep
 
     def flow_arrays(self) -> tuple[np.ndarray, ...]:
         """Task, source, destination, the three keys and p2p of every flow, in task order."""
@@ -232,7 +243,8 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
     where = [(r, s) for r, rep in enumerate(replicas) for s in range(len(rep))]
     first_stream = [0, *itertools.accumulate(len(rep) for rep in replicas)]
     tasks = Tasks()
-    last: list[int | None] = [None] * len(streams)
+    zero = tasks.key(ZERO)
+    last = [-1] * len(streams)  # the last task on each stream (-1: none yet)
     piece_end: dict[tuple[int, int], int] = {}
     waits: list[tuple[int, int, int]] = []
     finals: dict[int, int] = {}
@@ -240,23 +252,24 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
     def labels(st, mb, phase=-1):
         return (where[st][1], mb, st, st, phase)
 
-    tp_rings: dict[tuple, FlowGroup] = {}  # (stream, span) -> its TP ring's flows
+    pieces_of: dict[tuple, tuple] = {}  # (stream, kind, lo, hi) -> duration key, TP flows
 
     def on_stream(st, kind, lo, hi, deps, mb, name):
-        tp_k, first = streams[st][0], streams[st][1]
-        span = (kind, lo - first, hi - first)
+        piece = pieces_of.get((st, kind, lo, hi))
+        if piece is None:
+            tp_k, first = streams[st][0], streams[st][1]
+            span = (kind, lo - first, hi - first)
+            ring = tasks.flow_group([
+                ((st, i), (st, (i + 1) % tp_k), ("tp_bytes", st, *span), ("tp_hops", st, *span),
+                 ("tp_launches", st, *span), False) for i in range(tp_k)]) if tp_k > 1 else None
+            piece = pieces_of[st, kind, lo, hi] = (tasks.key(("pass_s", st, *span)), ring)
         category = Category.FORWARD if kind == "F" else Category.BACKWARD
-        compute = tasks.add(COMPUTE, category, st, [last[st], *deps], ("pass_s", st, *span),
-                            labels(st, mb), name)
+        compute = tasks.add(COMPUTE, category, st, [last[st], *deps], piece[0], labels(st, mb),
+                            name)
         t = compute
-        if tp_k > 1:
-            flows = tp_rings.get((st, span))
-            if flows is None:
-                flows = tp_rings[st, span] = tasks.flow_group([
-                    ((st, i), (st, (i + 1) % tp_k), ("tp_bytes", st, *span),
-                     ("tp_hops", st, *span), ("tp_launches", st, *span), False)
-                    for i in range(tp_k)])
-            t = tasks.add(COMM, Category.TP, st, [t], ZERO, labels(st, mb), f"tp {name}", flows)
+        if piece[1] is not None:
+            t = tasks.add(COMM, Category.TP, st, [t], zero, labels(st, mb), f"tp {name}",
+                          piece[1])
         last[st] = t
         return compute, t
 
@@ -282,7 +295,7 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
         direction = "grad" if backward else "act"
         suffix = f" c{chunk}" if v > 1 else ""
         for phase, flows in enumerate(phases[src, dst]):
-            t = tasks.add(COMM, category, -1, [t], ZERO, labels(src, mb, phase),
+            t = tasks.add(COMM, category, -1, [t], zero, labels(src, mb, phase),
                           f"{direction} {{dg{src}}}->{{dg{dst}}} mb{mb}{suffix} p{phase}", flows)
         return t
 
@@ -298,7 +311,7 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
         for m in ms:
             members_of[m] = (s, ms, flows)
     gathers: dict[int, list[int]] = {s: [] for s in range(len(fsdp))}
-    scatter: dict[int, int | None] = dict.fromkeys(range(len(fsdp)))
+    scatter = dict.fromkeys(range(len(fsdp)), -1)  # each DP group's last reduce-scatter
     computes: list[list[int]] = [[] for _ in streams]
     ends: list[list[int]] = [[] for _ in streams]
     reached: dict[int, list[int]] = {s: [] for s in range(len(fsdp))}  # members past piece i
@@ -322,7 +335,7 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
             return None
         kind, mb, _, lo, *_ = plans[st][i]
         deps = gathers[s][-1:] + ([computes[m][i - 2] for m in ms] if i >= 2 else [])
-        t = tasks.add(COMM, Category.DP, -1, deps, ZERO, (s, mb, -1, -1, -1),
+        t = tasks.add(COMM, Category.DP, -1, deps, zero, (s, mb, -1, -1, -1),
                       f"ag L{lo} {kind} mb{mb}", collective(s, ring, lo, ALLGATHER))
         gathers[s].append(t)
         return t
@@ -337,9 +350,9 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
         final = i == len(plans[st]) - 1
         if final:
             spec = streams[st]
-            deps = [tasks.add(COMPUTE, Category.BARRIER, -1, deps, ZERO, (-1, -1, -1, -1, -1),
+            deps = [tasks.add(COMPUTE, Category.BARRIER, -1, deps, zero, (-1, -1, -1, -1, -1),
                               f"dp barrier L{spec[1]}-{spec[2]}")]
-        t = tasks.add(COMM, Category.DP, -1, [*deps, scatter[s]], ZERO, (s, mb, -1, -1, -1),
+        t = tasks.add(COMM, Category.DP, -1, [*deps, scatter[s]], zero, (s, mb, -1, -1, -1),
                       f"rs L{lo} mb{mb}", collective(s, ring, lo, REDUCE_SCATTER))
         scatter[s] = t
         if final:
@@ -390,17 +403,15 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
                 progressed = True
         if not progressed:
             raise AssertionError("pipeline schedule deadlocked")
-    counts = [len(d) for d in tasks.deps]
+    dep_ptr, dep_idx = tasks.dep_arrays()
     flow_task, flow_src, flow_dst, flow_bytes, flow_hops, flow_launches, flow_p2p = \
         tasks.flow_arrays()
     return Block(
-        cols=np.array(tasks.cols, np.int64).reshape(-1, 8),
-        dep_ptr=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
-        dep_idx=np.array([d for ds in tasks.deps for d in ds], np.int64),
+        cols=np.array(tasks.cols, np.int64).reshape(-1, 8), dep_ptr=dep_ptr, dep_idx=dep_idx,
         keys=tuple(tasks.keys), value=np.array(tasks.value, np.int64), names=tuple(tasks.names),
         flow_task=flow_task, flow_src=flow_src, flow_dst=flow_dst, flow_bytes=flow_bytes,
         flow_hops=flow_hops, flow_launches=flow_launches, flow_p2p=flow_p2p,
-        last=tuple(-1 if t is None else t for t in last), piece_end=piece_end,
+        last=tuple(last), piece_end=piece_end,
         waits=tuple(waits), finals=finals)
 
 
