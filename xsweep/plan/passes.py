@@ -70,11 +70,10 @@ class Tasks:
     """Columns of tasks, flows and value keys as they are appended (a growing structure)."""
 
     def __init__(self) -> None:
-        self.cols: list[tuple] = []  # (kind, category, stream, stage, mb, dg, replica, phase)
+        #: (kind, category, stream, stage, mb, dg, replica, phase, duration key index, name)
+        self.records: list[tuple] = []
         self.deps: list[list[int]] = []  # as given: -1 (none) and repeats are dropped at the end
         self.keys: dict[tuple, int] = {}  # distinct value keys, numbered as they come
-        self.value: list[int] = []  # duration key per task
-        self.names: list[str] = []
         self.flow_tasks: list[int] = []  # COMM tasks with flows, in order...
         self.flow_groups: list[FlowGroup] = []  # ... and their flows
 
@@ -89,14 +88,12 @@ class Tasks:
                                   np.int64).reshape(-1, 3),
                          np.array([f[5] for f in flows], bool))
 
-    def add(self, kind, category, stream, deps: list[int], value: int, labels, name,
-            flows: FlowGroup | None = None) -> int:
-        """Append a task; ``value``: the index of its duration's key (:meth:`key`)."""
-        t = len(self.cols)
-        self.cols.append((kind, category, stream, *labels))
+    def add(self, record: tuple, deps: list[int], flows: FlowGroup | None = None) -> int:
+        """Append a task (``record`` as :attr:`records` holds it, its duration's key as an
+        index: :meth:`key`); return its id."""
+        t = len(self.records)
+        self.records.append(record)
         self.deps.append(deps)
-        self.value.append(value)
-        self.names.append(name)
         if flows is not None:
             self.flow_tasks.append(t)
             self.flow_groups.append(flows)
@@ -249,9 +246,6 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
     waits: list[tuple[int, int, int]] = []
     finals: dict[int, int] = {}
 
-    def labels(st, mb, phase=-1):
-        return (where[st][1], mb, st, st, phase)
-
     pieces_of: dict[tuple, tuple] = {}  # (stream, kind, lo, hi) -> duration key, TP flows
 
     def on_stream(st, kind, lo, hi, deps, mb, name):
@@ -264,12 +258,13 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
                  ("tp_launches", st, *span), False) for i in range(tp_k)]) if tp_k > 1 else None
             piece = pieces_of[st, kind, lo, hi] = (tasks.key(("pass_s", st, *span)), ring)
         category = Category.FORWARD if kind == "F" else Category.BACKWARD
-        compute = tasks.add(COMPUTE, category, st, [last[st], *deps], piece[0], labels(st, mb),
-                            name)
+        stage = where[st][1]
+        compute = tasks.add((COMPUTE, category, st, stage, mb, st, st, -1, piece[0], name),
+                            [last[st], *deps])
         t = compute
         if piece[1] is not None:
-            t = tasks.add(COMM, Category.TP, st, [t], zero, labels(st, mb), f"tp {name}",
-                          piece[1])
+            t = tasks.add((COMM, Category.TP, st, stage, mb, st, st, -1, zero, f"tp {name}"),
+                          [t], piece[1])
         last[st] = t
         return compute, t
 
@@ -295,8 +290,9 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
         direction = "grad" if backward else "act"
         suffix = f" c{chunk}" if v > 1 else ""
         for phase, flows in enumerate(phases[src, dst]):
-            t = tasks.add(COMM, category, -1, [t], zero, labels(src, mb, phase),
-                          f"{direction} {{dg{src}}}->{{dg{dst}}} mb{mb}{suffix} p{phase}", flows)
+            t = tasks.add((COMM, category, -1, where[src][1], mb, src, src, phase, zero,
+                           f"{direction} {{dg{src}}}->{{dg{dst}}} mb{mb}{suffix} p{phase}"),
+                          [t], flows)
         return t
 
     plans = [pieces(schedule, s, len(replicas[r]), streams[st], v, cuts, gather, bool(fsdp))
@@ -335,8 +331,8 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
             return None
         kind, mb, _, lo, *_ = plans[st][i]
         deps = gathers[s][-1:] + ([computes[m][i - 2] for m in ms] if i >= 2 else [])
-        t = tasks.add(COMM, Category.DP, -1, deps, zero, (s, mb, -1, -1, -1),
-                      f"ag L{lo} {kind} mb{mb}", collective(s, ring, lo, ALLGATHER))
+        t = tasks.add((COMM, Category.DP, -1, s, mb, -1, -1, -1, zero, f"ag L{lo} {kind} mb{mb}"),
+                      deps, collective(s, ring, lo, ALLGATHER))
         gathers[s].append(t)
         return t
 
@@ -350,10 +346,10 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
         final = i == len(plans[st]) - 1
         if final:
             spec = streams[st]
-            deps = [tasks.add(COMPUTE, Category.BARRIER, -1, deps, zero, (-1, -1, -1, -1, -1),
-                              f"dp barrier L{spec[1]}-{spec[2]}")]
-        t = tasks.add(COMM, Category.DP, -1, [*deps, scatter[s]], zero, (s, mb, -1, -1, -1),
-                      f"rs L{lo} mb{mb}", collective(s, ring, lo, REDUCE_SCATTER))
+            deps = [tasks.add((COMPUTE, Category.BARRIER, -1, -1, -1, -1, -1, -1, zero,
+                               f"dp barrier L{spec[1]}-{spec[2]}"), deps)]
+        t = tasks.add((COMM, Category.DP, -1, s, mb, -1, -1, -1, zero, f"rs L{lo} mb{mb}"),
+                      [*deps, scatter[s]], collective(s, ring, lo, REDUCE_SCATTER))
         scatter[s] = t
         if final:
             finals.update(dict.fromkeys(ms, t))
@@ -406,9 +402,11 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
     dep_ptr, dep_idx = tasks.dep_arrays()
     flow_task, flow_src, flow_dst, flow_bytes, flow_hops, flow_launches, flow_p2p = \
         tasks.flow_arrays()
+    columns = list(zip(*tasks.records, strict=True)) or [()] * 10
     return Block(
-        cols=np.array(tasks.cols, np.int64).reshape(-1, 8), dep_ptr=dep_ptr, dep_idx=dep_idx,
-        keys=tuple(tasks.keys), value=np.array(tasks.value, np.int64), names=tuple(tasks.names),
+        cols=np.array(columns[:8], np.int64).reshape(8, -1).T.copy(), dep_ptr=dep_ptr,
+        dep_idx=dep_idx, keys=tuple(tasks.keys), value=np.array(columns[8], np.int64),
+        names=columns[9],
         flow_task=flow_task, flow_src=flow_src, flow_dst=flow_dst, flow_bytes=flow_bytes,
         flow_hops=flow_hops, flow_launches=flow_launches, flow_p2p=flow_p2p,
         last=tuple(last), piece_end=piece_end,
