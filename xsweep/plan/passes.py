@@ -105,8 +105,8 @@ class Tasks:
         counts = [len(d) for d in self.deps]
         dep = np.fromiter(itertools.chain.from_iterable(self.deps), np.int64, sum(counts))
         owner = np.repeat(np.arange(num_tasks), counts)
-        owner, dep = np.divmod(np.unique(owner[dep >= 0] * num_tasks + dep[dep >= 0]),
-                               max(num_tasks, 1))
+        pairs = np.sort(owner[dep >= 0] * num_tasks + dep[dep >= 0])  # by task, then predecessor
+        owner, dep = np.divmod(pairs[np.diff(pairs, prepend=-1) != 0], max(num_tasks, 1))
         return np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=num_tasks))]), dep
 
     def flow_arrays(self) -> tuple[np.ndarray, ...]:
