@@ -284,7 +284,7 @@ def analyze(plan, catalog, *, profile=None) -> PlanAnalysis:
     return PlanAnalysis(
         name=plan.name, model=model, schedule=schedule, resharding=scheme, stack=stack,
         global_batch_size=int(training.global_batch_size), groups=groups,
-        replicas=layout.replicas, dp_groups=layout.dp_groups, dp_segment_bytes=segment_bytes,
+        replicas=dict(layout.replicas), dp_groups=layout.dp_groups, dp_segment_bytes=segment_bytes,
         dp_buckets=buckets, reshards=reshards, topology=topology,
         tokens_per_iteration=float(training.global_batch_size * model.seq_length),
         model_flops_per_iteration=float(
