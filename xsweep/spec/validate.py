@@ -29,6 +29,8 @@ from xsweep.spec.program_size import estimate_program_size
 # them, and a part checked once with the same inputs passes again. Failures are not kept.
 #: (model bytes, preset entry id) -> (preset entry, attention heads, layers)
 _MODELS: Memo = Memo(256)
+#: training bytes -> None (the options passed)
+_TRAININGS: Memo = Memo(1024)
 #: (cluster bytes, catalog id, GPU limit) -> (catalog, its entries the nodes name, GPUs
 #: of each node)
 _CLUSTERS: Memo = Memo(4096, 64 * 2**20, lambda key, value: len(key[0]))
@@ -53,7 +55,7 @@ def validate_plan(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str |
                          (FABRIC, plan.cluster.fabric.kind), (MLP, plan.model.mlp)):
         enum_name(table, value, file)
     heads, layers = _checked_model(plan, catalog, file)
-    _check_training(training, file)
+    _TRAININGS.get(training.SerializeToString(), lambda: _check_training(training, file))
     gpus_per_node = _checked_cluster(plan, catalog, file, limits)
     key = (groups_bytes(plan), gpus_per_node, heads, layers, training.global_batch_size,
            training.virtual_pipeline_stages, training.schedule, training.zero_stage,
