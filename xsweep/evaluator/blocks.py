@@ -31,61 +31,28 @@ def contention_free_durations(program: Program) -> np.ndarray:
     """float64[T]: each task's duration with every flow alone at its path's bottleneck.
 
     The formula of ``xsweep.kernels.contention_free_durations``, on the program's
-    CSR arrays in float64.
+    arrays in float64, once per class of flows that carry the same numbers and once per
+    set of classes that tasks share (``Program.flow_classes``).
     """
-    return structure_durations([program], duration_index(program))[0]
+    return structure_durations([program])[0]
 
 
-class DurationIndex(NamedTuple):
-    """Where a structure's contention-free durations gather from, built once per structure.
-
-    Flows of a program run along few distinct paths (the links between a few pairs of
-    GPUs), so a path's narrowest link is found once per distinct path, not per flow.
-    """
-
-    paths: np.ndarray  # int64[U, H]: the links of each distinct path, L (no link) pad
-    flow_path: np.ndarray  # int64[F]: each flow's distinct path
-    comm_tasks: np.ndarray  # int64[C]: the tasks with flows
-    task_flows: np.ndarray  # int64[C, K]: their flows, F (no flow) pad
-
-
-def duration_index(program: Program) -> DurationIndex:
-    """The :class:`DurationIndex` of ``program``'s structure."""
-    p = program
-    hops = np.diff(p.path_ptr).astype(np.int64)
-    owner, place = owners_and_places(hops)
-    padded = np.full((p.num_flows, int(hops.max(initial=0))), p.num_links, np.int64)
-    padded[owner, place] = p.path_links
-    if (p.num_links + 1) ** padded.shape[1] < 2**62:  # each path as one number: quick to sort
-        code = padded @ (p.num_links + 1) ** np.arange(padded.shape[1], dtype=np.int64)
-        _, first, flow_path = np.unique(code, return_index=True, return_inverse=True)
-        paths = padded[first]
-    else:
-        paths, flow_path = np.unique(padded, axis=0, return_inverse=True)
-    flows = np.diff(p.flow_ptr).astype(np.int64)
-    comm_tasks = np.flatnonzero(flows)
-    owner, place = owners_and_places(flows[comm_tasks])
-    task_flows = np.full((len(comm_tasks), int(flows.max(initial=0))), p.num_flows, np.int64)
-    task_flows[owner, place] = np.arange(p.num_flows)
-    return DurationIndex(paths, flow_path.reshape(-1), comm_tasks, task_flows)
-
-
-def structure_durations(programs: Sequence[Program], index: DurationIndex) -> np.ndarray:
+def structure_durations(programs: Sequence[Program]) -> np.ndarray:
     """float64[N, T]: :func:`contention_free_durations` of programs of one structure (the
-    numeric variants of one plan shape, which share their tasks, flows and paths), all
-    in one pass over their stacked numbers; ``index`` is the structure's
-    :func:`duration_index`. ``min`` and ``max`` are exact, so the result does not
-    depend on how the flows are grouped."""
-    n = len(programs)
+    numeric variants of one plan shape, which share their tasks, flows and classes of
+    flows), in one pass over their stacked numbers."""
+    n, p = len(programs), programs[0]
     out = np.stack([q.task_duration_s for q in programs]).astype(np.float64)
-    if programs[0].num_flows:
+    if p.num_flows:
+        c = p.flow_classes()
         capacity = np.concatenate([np.stack([q.link_capacity for q in programs]),
                                    np.full((n, 1), np.inf)], axis=1)
-        bottleneck = capacity[:, index.paths].min(axis=2)[:, index.flow_path]
-        flow_s = np.concatenate([np.stack([q.flow_latency_s for q in programs])
-                                 + np.stack([q.flow_bytes for q in programs]) / bottleneck,
-                                 np.full((n, 1), -np.inf)], axis=1)
-        out[:, index.comm_tasks] = flow_s[:, index.task_flows].max(axis=2)
+        bottleneck = capacity[:, c.paths].min(axis=2)
+        flow_s = (np.stack([q.flow_latency_s[c.flow] for q in programs])
+                  + np.stack([q.flow_bytes[c.flow] for q in programs]) / bottleneck)
+        set_s = np.maximum.reduceat(flow_s[:, c.set_classes], c.set_ptr[:-1], axis=1)
+        has_flows = c.task_set >= 0
+        out[:, has_flows] = set_s[:, c.task_set[has_flows]]
     return out
 
 
@@ -195,15 +162,13 @@ def block_slots(program: Program, width: int,
             slot[: program.num_tasks])
 
 
-def block_durations(programs: Sequence[Program], slot_pred: np.ndarray, task_slot: np.ndarray,
-                    index: DurationIndex | None = None) -> np.ndarray:
+def block_durations(programs: Sequence[Program], slot_pred: np.ndarray,
+                    task_slot: np.ndarray) -> np.ndarray:
     """float64[N, B, W]: the contention-free duration of each slot's task (0 elsewhere),
-    for programs of one structure laid out as ``slot_pred`` and ``task_slot`` (``index``:
-    the structure's :func:`duration_index`, if already known)."""
+    for programs of one structure laid out as ``slot_pred`` and ``task_slot``."""
     blocks, width, _ = slot_pred.shape
     duration_s = np.zeros((len(programs), 1 + blocks * width))
-    index = index if index is not None else duration_index(programs[0])
-    duration_s[:, task_slot] = structure_durations(programs, index)
+    duration_s[:, task_slot] = structure_durations(programs)
     return duration_s[:, 1:].reshape(len(programs), blocks, width)
 
 

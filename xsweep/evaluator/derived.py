@@ -62,10 +62,7 @@ class Derived:
             slot_pred, task_slot = self._structural(
                 first, ("slots", width),
                 lambda first=first: blocks.block_slots(first, width, self.nodes(first)))
-            index = self._structural(first, ("durations",),
-                                     lambda first=first: blocks.duration_index(first))
-            durations = blocks.block_durations([programs[i] for i in rows], slot_pred, task_slot,
-                                               index)
+            durations = blocks.block_durations([programs[i] for i in rows], slot_pred, task_slot)
             for i, duration_s in zip(rows, durations, strict=True):
                 out[i] = BlockedProgram(slot_pred, duration_s, task_slot)
                 self._memo.setdefault(programs[i], {})[("layout", width)] = out[i]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from xsweep.memo import Memo, cached
 from xsweep.plan import groups as groups_mod
 from xsweep.plan import reshard as reshard_mod
 from xsweep.plan.buckets import bucket_params, bucket_starts
@@ -21,7 +22,9 @@ from xsweep.plan.workload import (
 )
 from xsweep.spec.catalog import GpuSpec, ModelSpec
 from xsweep.spec.plan_io import (
+    cluster_entries,
     fabric_name,
+    groups_bytes,
     recompute_name,
     resharding_name,
     resolve_model,
@@ -87,6 +90,9 @@ class PlanAnalysis:
     model_flops_per_iteration: float
     peak_flops_per_s: float
     total_tokens: float
+    #: the groups as the program's structure sees them (``xsweep.plan.lower.structure_key``):
+    #: (id, ranks, stage, replica, first layer, last layer, micro-batches) of each
+    structure_groups: tuple
 
     @property
     def fsdp(self) -> bool:
@@ -124,17 +130,40 @@ class PlanAnalysis:
 # Memos of the pure functions an analysis calls: variants of a sweep repeat their
 # arguments (the same GPU, TP degree and layers; the same cluster), and each result is
 # an immutable value. Bounded, so a long search does not grow them without end.
-_stage_cost = functools.lru_cache(maxsize=16384)(stage_cost)
-_memory_per_gpu = functools.lru_cache(maxsize=16384)(memory_per_gpu)
-_optimizer_time_s = functools.lru_cache(maxsize=16384)(optimizer_time_s)
-_build_topology = functools.lru_cache(maxsize=1024)(build_topology)
-_iteration_model_flops = functools.lru_cache(maxsize=1024)(iteration_model_flops)
-_segment_grad_bytes = functools.lru_cache(maxsize=16384)(segment_grad_bytes)
-_reshard = functools.lru_cache(maxsize=16384)(reshard_mod.reshard)
-_bucket_starts = functools.lru_cache(maxsize=16384)(bucket_starts)
+_stage_cost = cached(16384)(stage_cost)
+_memory_per_gpu = cached(16384)(memory_per_gpu)
+_optimizer_time_s = cached(16384)(optimizer_time_s)
+_build_topology = cached(1024)(build_topology)
+_iteration_model_flops = cached(1024)(iteration_model_flops)
+_segment_grad_bytes = cached(16384)(segment_grad_bytes)
+_reshard = cached(16384)(reshard_mod.reshard)
+_bucket_starts = cached(16384)(bucket_starts)
 
 
-@functools.lru_cache(maxsize=4096)
+# Memos of the parts of an analysis (``xsweep.memo``), by the bytes of the plan's parts,
+# and by the ids of the values made from them (kept alive by the entries that use them):
+# the variants of a sweep repeat the model, the training options, the cluster or its
+# GPUs, and the device groups.
+#: (model bytes, preset entry id, plan name without a preset) -> (preset entry, model)
+_MODELS: Memo = Memo(256)
+#: training bytes -> Stack, one object per value (training options that differ elsewhere,
+#: such as the batch size, share it and what is kept by its id)
+_STACKS: Memo = Memo(1024)
+_interned = cached(256)(lambda stack: stack)
+#: (cluster bytes, catalog id) -> (catalog, entries the nodes name, Topology, GPU of each
+#: rank, GPU of each node)
+_TOPOLOGIES: Memo = Memo(1024, 256 * 2**20, lambda key, value: 1024 * len(value[3]))
+#: device-group bytes -> _Layout
+_LAYOUTS: Memo = Memo(4096, 256 * 2**20, lambda key, value: 64 * len(key))
+#: (layout, node GPUs, model, stack, schedule, scheme, profile) -> (what the key's ids name,
+#: GroupInfos, Reshards, peak FLOP/s)
+_GROUPS: Memo = Memo(4096, 256 * 2**20, lambda key, value: 1024 * len(value[5]) + 256 * sum(
+    len(r.transfers) + len(r.transfers_back) for r in value[6]))
+#: (layout, model, DP options) -> (layout, model, gradient bytes and buckets per DP group)
+_DP: Memo = Memo(4096)
+
+
+@cached(4096)
 def _dp_groups(spans: tuple[groups_mod.GroupSpan, ...]) -> tuple:
     return tuple(groups_mod.dp_groups(spans))
 
@@ -167,7 +196,47 @@ def training_stack(plan) -> Stack:
     )
 
 
-def _topology(plan, catalog) -> tuple[Topology, list[GpuSpec]]:
+@dataclass(frozen=True, eq=False)
+class _Layout:
+    """What a plan's device groups alone determine, kept by their bytes."""
+
+    facts: tuple[tuple, ...]  # (id, ranks, stage, replica, first, last, micro-batch size,
+    # micro-batches) of each group, ordered by (replica, stage)
+    stages: tuple[int, ...]  # of each group: the pipeline stages of its replica
+    dp_size: tuple[int, ...]  # of each group: the replicas its ZeRO sharding spreads over
+    dp_groups: tuple  # groups.DpGroup
+    replicas: dict[int, tuple[int, ...]]  # replica -> group indices by stage
+    #: (source, destination) group indices of each resharding: consecutive stages, and
+    #: under interleaving (second entry) the last stage back to the first
+    pairs: tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]
+    structure: tuple  # the groups as the program structure sees them (lower.structure_key)
+
+
+def _layout(plan) -> _Layout:
+    dgs = sorted(plan.device_groups, key=lambda d: (d.dp_replica, d.pp_stage))
+    facts = tuple((d.id, tuple(d.ranks), d.pp_stage, d.dp_replica, d.first_layer, d.last_layer,
+                   d.micro_batch_size, d.num_micro_batches) for d in dgs)
+    replicas: dict[int, list[int]] = {}
+    for i, f in enumerate(facts):
+        replicas.setdefault(f[3], []).append(i)
+    dp = _dp_groups(tuple(groups_mod.GroupSpan(f[0], f[4], f[5], f[1]) for f in facts))
+    replicas_over = {f[0]: 1 for f in facts}
+    for g in dp:
+        for gid in g.device_groups:
+            replicas_over[gid] = max(replicas_over[gid], len(g.device_groups))
+    plain, interleaved = [], []
+    for members in replicas.values():
+        pairs = list(zip(members, members[1:], strict=False))
+        plain += pairs
+        interleaved += pairs + ([(members[-1], members[0])] if len(members) > 2 else [])
+    return _Layout(
+        facts, tuple(len(replicas[f[3]]) for f in facts),
+        tuple(replicas_over[f[0]] for f in facts), dp,
+        {r: tuple(v) for r, v in replicas.items()}, (tuple(plain), tuple(interleaved)),
+        tuple((f[0], f[1], f[2], f[3], f[4], f[5], f[7]) for f in facts))
+
+
+def _topology(plan, catalog) -> tuple[Topology, list[GpuSpec], tuple[GpuSpec, ...]]:
     nodes, rank_gpu = [], []
     for node in plan.cluster.nodes:
         gpu = catalog.gpu(node.gpu)
@@ -193,91 +262,99 @@ def _topology(plan, catalog) -> tuple[Topology, list[GpuSpec]]:
     if fab.HasField("inter_cluster"):
         kwargs["inter_cluster_gbps"] = fab.inter_cluster.bandwidth_gbps
         kwargs["inter_cluster_latency_ns"] = fab.inter_cluster.latency_ns
-    return _build_topology(tuple(nodes), FabricHw(kind=fabric_name(plan), **kwargs)), rank_gpu
+    return (_build_topology(tuple(nodes), FabricHw(kind=fabric_name(plan), **kwargs)), rank_gpu,
+            tuple(node.gpu for node in nodes))
 
 
 def analyze(plan, catalog, *, profile=None) -> PlanAnalysis:
     """Resolve a validated plan against the catalog (and an optional measured profile)."""
-    model = resolve_model(plan, catalog)
-    schedule, scheme = schedule_name(plan), resharding_name(plan)
     training = plan.training
-    stack = training_stack(plan)
-    topology, rank_gpu = _topology(plan, catalog)
+    model = _model(plan, catalog)
+    schedule, scheme = schedule_name(plan), resharding_name(plan)
+    stack = _STACKS.get(training.SerializeToString(), lambda: _interned(training_stack(plan)))
+    topology, rank_gpu, node_gpus = _hardware(plan, catalog)
+    layout = _LAYOUTS.get(groups_bytes(plan), lambda: _layout(plan))
+    key = (id(layout), tuple(map(id, node_gpus)), id(model), id(stack), schedule, scheme,
+           id(profile))
+    groups, reshards, peak = _GROUPS.get(key, lambda: (
+        layout, node_gpus, model, stack, profile,
+        *_groups(layout, rank_gpu, model, stack, schedule, scheme, profile)))[5:]
+    key = (id(layout), id(model), stack.dp_overlap, stack.zero_stage, stack.dp_bucket_params)
+    segment_bytes, buckets = _DP.get(key, lambda: (layout, model, *_dp(layout, model, stack)))[2:]
+    return PlanAnalysis(
+        name=plan.name, model=model, schedule=schedule, resharding=scheme, stack=stack,
+        global_batch_size=int(training.global_batch_size), groups=groups,
+        replicas=dict(layout.replicas), dp_groups=layout.dp_groups, dp_segment_bytes=segment_bytes,
+        dp_buckets=buckets, reshards=reshards, topology=topology,
+        tokens_per_iteration=float(training.global_batch_size * model.seq_length),
+        model_flops_per_iteration=float(
+            _iteration_model_flops(model, int(training.global_batch_size), recompute=False)),
+        peak_flops_per_s=peak, total_tokens=float(training.total_tokens),
+        structure_groups=layout.structure)
 
-    dgs = sorted(plan.device_groups, key=lambda d: (d.dp_replica, d.pp_stage))
-    stages_of = {}
-    for d in dgs:
-        stages_of.setdefault(d.dp_replica, []).append(d)
-    spans = tuple(groups_mod.GroupSpan(d.id, d.first_layer, d.last_layer, tuple(d.ranks))
-                  for d in dgs)
-    dp = _dp_groups(spans)
-    replicas_over = {d.id: 1 for d in dgs}
-    for g in dp:
-        for gid in g.device_groups:
-            replicas_over[gid] = max(replicas_over[gid], len(g.device_groups))
 
+def _model(plan, catalog) -> ModelSpec:
+    """The plan's model (:func:`xsweep.spec.plan_io.resolve_model`), kept by the model's
+    bytes, its preset's entry and (without a preset, which names it) the plan's name."""
+    preset = plan.model.preset
+    entry = catalog.lookup("models", preset) if preset else None
+    key = (plan.model.SerializeToString(), id(entry), plan.name if entry is None else None)
+    return _MODELS.get(key, lambda: (entry, resolve_model(plan, catalog)))[1]
+
+
+def _hardware(plan, catalog) -> tuple[Topology, list[GpuSpec], tuple[GpuSpec, ...]]:
+    """The plan's topology, the GPU of every rank and of every node, kept by the cluster's
+    bytes while the catalog entries its nodes name stay the same."""
+    key = (plan.cluster.SerializeToString(), id(catalog))
+
+    def make() -> tuple:
+        return catalog, cluster_entries(plan.cluster, catalog), *_topology(plan, catalog)
+
+    _, entries, *hardware = _TOPOLOGIES.get(key, make)
+    if all(catalog.lookup(section, name) is entry for section, name, entry in entries):
+        return tuple(hardware)
+    return tuple(make()[2:])  # the catalog changed since
+
+
+def _groups(layout: _Layout, rank_gpu: list[GpuSpec], model: ModelSpec, stack: Stack,
+            schedule: str, scheme: str, profile) -> tuple[tuple, tuple, float]:
+    """Every group resolved, the reshardings between stages, and the peak FLOP/s."""
     infos = []
     # replicas repeat their stages: figures by (GPU, TP, layers, ...) once per plan, so the
     # memos above (whose keys hash the model and GPU) are asked once per distinct stage
     figures: dict[tuple, tuple] = {}
-    for d in dgs:
-        gpu = rank_gpu[d.ranks[0]]
-        tp = len(d.ranks)
-        p = len(stages_of[d.dp_replica])
-        dp_size = replicas_over[d.id]
-        key = (id(gpu), tp, d.micro_batch_size, d.first_layer, d.last_layer, d.pp_stage, p,
-               d.num_micro_batches, dp_size)
+    for (gid, ranks, stage, replica, first, last, size, m), p, dp_size in zip(
+            layout.facts, layout.stages, layout.dp_size, strict=True):
+        gpu = rank_gpu[ranks[0]]
+        tp = len(ranks)
+        key = (id(gpu), tp, size, first, last, stage, p, m, dp_size)
         if key not in figures:
-            mem = _memory_per_gpu(
-                model, gpu, tp, d.micro_batch_size, d.first_layer, d.last_layer,
-                stage_index=d.pp_stage, num_stages=p, schedule=schedule,
-                num_micro_batches=d.num_micro_batches, stack=stack, dp=dp_size)
+            mem = _memory_per_gpu(model, gpu, tp, size, first, last, stage_index=stage,
+                                  num_stages=p, schedule=schedule, num_micro_batches=m,
+                                  stack=stack, dp=dp_size)
             figures[key] = (
-                _stage_cost(model, gpu, tp, d.micro_batch_size, d.first_layer, d.last_layer,
-                            stack=stack, profile=profile),
+                _stage_cost(model, gpu, tp, size, first, last, stack=stack, profile=profile),
                 mem, fits(mem, gpu),
-                _optimizer_time_s(model, gpu, tp, d.first_layer, d.last_layer, dp_size,
-                                  stack.zero_stage))
+                _optimizer_time_s(model, gpu, tp, first, last, dp_size, stack.zero_stage))
         cost, mem, fit, optimizer_s = figures[key]
         infos.append(GroupInfo(
-            id=d.id, ranks=tuple(d.ranks), stage=d.pp_stage, replica=d.dp_replica,
-            first_layer=d.first_layer, last_layer=d.last_layer,
-            micro_batch_size=d.micro_batch_size, num_micro_batches=d.num_micro_batches,
-            gpu=gpu, cost=cost, memory=mem, fits=fit, optimizer_time_s=optimizer_s))
-    replicas = {}
-    for i, g in enumerate(infos):
-        replicas.setdefault(g.replica, []).append(i)
-
+            id=gid, ranks=ranks, stage=stage, replica=replica, first_layer=first,
+            last_layer=last, micro_batch_size=size, num_micro_batches=m, gpu=gpu, cost=cost,
+            memory=mem, fits=fit, optimizer_time_s=optimizer_s))
     reshards = []
-    for members in replicas.values():
-        pairs = list(zip(members, members[1:], strict=False))
-        if stack.virtual_pipeline_stages > 1 and len(members) > 2:
-            pairs.append((members[-1], members[0]))  # interleaving: chunk c to chunk c + 1
-        for a, b in pairs:
-            src, dst = infos[a], infos[b]
-            nbytes = src.cost.activation_bytes
-            forward = _reshard(scheme, src.ranks, dst.ranks, nbytes)
-            back = _reshard(scheme, dst.ranks, src.ranks, dst.cost.activation_bytes)
-            reshards.append(Reshard(src.id, dst.id, scheme, nbytes, tuple(forward), tuple(back),
-                                    tp_equal=src.tp == dst.tp))
+    for a, b in layout.pairs[stack.virtual_pipeline_stages > 1]:
+        src, dst = infos[a], infos[b]
+        nbytes = src.cost.activation_bytes
+        forward = _reshard(scheme, src.ranks, dst.ranks, nbytes)
+        back = _reshard(scheme, dst.ranks, src.ranks, dst.cost.activation_bytes)
+        reshards.append(Reshard(src.id, dst.id, scheme, nbytes, tuple(forward), tuple(back),
+                                tp_equal=src.tp == dst.tp))
+    return (tuple(infos), tuple(reshards),
+            float(sum(g.gpu.peak_flops * g.tp for g in infos)))
 
-    seq = model.seq_length
-    return PlanAnalysis(
-        name=plan.name, model=model, schedule=schedule, resharding=scheme, stack=stack,
-        global_batch_size=int(training.global_batch_size),
-        groups=tuple(infos), replicas={r: tuple(v) for r, v in replicas.items()},
-        dp_groups=tuple(dp),
-        dp_segment_bytes=tuple(
-            float(_segment_grad_bytes(model, g.first_layer, g.last_layer, model.num_layers))
-            for g in dp
-        ),
-        dp_buckets=tuple(_dp_buckets(model, stack, g) for g in dp),
-        reshards=tuple(reshards), topology=topology,
-        tokens_per_iteration=float(training.global_batch_size * seq),
-        model_flops_per_iteration=float(
-            _iteration_model_flops(model, int(training.global_batch_size), recompute=False)
-        ),
-        peak_flops_per_s=float(sum(g.gpu.peak_flops * g.tp for g in infos)),
-        total_tokens=float(training.total_tokens),
-    )
 
+def _dp(layout: _Layout, model: ModelSpec, stack: Stack) -> tuple[tuple, tuple]:
+    """The gradient bytes and the buckets of every DP group."""
+    return (tuple(float(_segment_grad_bytes(model, g.first_layer, g.last_layer,
+                                            model.num_layers)) for g in layout.dp_groups),
+            tuple(_dp_buckets(model, stack, g) for g in layout.dp_groups))

@@ -51,20 +51,23 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
+from xsweep.memo import Memo
 from xsweep.plan.analysis import PlanAnalysis
 from xsweep.plan.collectives import ALLGATHER, ALLREDUCE, REDUCE_SCATTER, pipelined_ring_flow
 from xsweep.plan.groups import chunk_bytes_per_rank
 from xsweep.plan.passes import COMM, COMPUTE, ONE, ZERO, cached_block
-from xsweep.plan.program import Category, Program
+from xsweep.plan.program import Category, FlowClasses, Program, padded_paths
 
 # -- value keys --------------------------------------------------------------------------
 # A value key is a tuple (kind, *args); VALUES[kind](analysis, *args) is its number. Group
 # arguments are indices into analysis.groups, DP arguments into analysis.dp_groups; layer
 # spans inside a group are offsets from its first layer, end exclusive. Key 0 is the
-# constant 0 and key 1 the constant 1.
+# constant 0 and key 1 the constant 1. The numbers read nothing of the analysis but its
+# groups, reshardings, DP groups and model (Template.values keeps them by those).
 
 
 def _pass_s(a: PlanAnalysis, gi: int, kind: str, i0: int, i1: int) -> float:
@@ -118,6 +121,32 @@ _STREAM_ARGS = {"pass_s": (1,), "tp_bytes": (1,), "tp_hops": (1,), "tp_launches"
 _DP_ARGS = {"ring_bytes": (1,), "ring_hops": (1,)}
 
 
+class _ValuePlan(NamedTuple):
+    """A template's value keys sorted by how :meth:`Template.values` computes them."""
+
+    shared: np.ndarray  # int64[n]: keys of the kinds in _BY_COST
+    shared_group: np.ndarray  # int64[n]: their group
+    shared_slot: np.ndarray  # int64[n]: their kind and span, an index into slots
+    slots: tuple[tuple, ...]  # (kind, *span)
+    optimizer: np.ndarray  # int64[m]: the optimizer steps' keys
+    optimizer_group: np.ndarray  # int64[m]: their group
+    rest: tuple[tuple[int, str, tuple], ...]  # (key index, kind, arguments) of the others
+
+
+def _value_plan(keys: tuple[tuple, ...]) -> _ValuePlan:
+    shared, optimizer, rest, slots = [], [], [], {}
+    for i, key in enumerate(keys):
+        if key[0] in _BY_COST:
+            shared.append((i, key[1], slots.setdefault((key[0], *key[2:]), len(slots))))
+        elif key[0] == "optimizer_s":
+            optimizer.append((i, key[1]))
+        else:
+            rest.append((i, key[0], key[1:]))
+    shared_cols = np.array(shared, np.int64).reshape(-1, 3).T
+    optimizer_cols = np.array(optimizer, np.int64).reshape(-1, 2).T
+    return _ValuePlan(*shared_cols, tuple(slots), *optimizer_cols, tuple(rest))
+
+
 # -- the structure -----------------------------------------------------------------------
 
 
@@ -128,10 +157,8 @@ def structure_key(a: PlanAnalysis) -> tuple:
     virtual stages, the resharding scheme, the ZeRO stage, gradient overlap and buckets,
     and the cluster's shape (``Topology.shape_key``).
     """
-    groups = tuple((g.id, g.ranks, g.stage, g.replica, g.first_layer, g.last_layer,
-                    g.num_micro_batches) for g in a.groups)
     s = a.stack
-    return (a.schedule, a.resharding, a.topology.shape_key(), groups,
+    return (a.schedule, a.resharding, a.topology.shape_key(), a.structure_groups,
             s.virtual_pipeline_stages, s.zero_stage, s.dp_overlap, a.dp_buckets)
 
 
@@ -163,7 +190,10 @@ class _Builder:
         self.dep_idx: list[np.ndarray] = []
         self.keys: dict[tuple, int] = {ZERO: 0, ONE: 1}
         self.value: list[np.ndarray] = []
-        self.names: list[Callable[[], list[str]]] = []  # made only when asked for
+        # per extension: its tasks' names, with "{dg<i>}" standing for the id of the i-th
+        # group in ids (formatted only when names are asked for; plain data, no closures,
+        # so that kept templates give the garbage collector little to visit)
+        self.names: list[tuple[tuple[str, ...], tuple[int, ...]]] = []
         self.flow_task: list[np.ndarray] = []
         self.flow_src: list[np.ndarray] = []
         self.flow_dst: list[np.ndarray] = []
@@ -196,7 +226,7 @@ class _Builder:
         """One COMPUTE task without flows."""
         deps = sorted(set(deps))
         return self.extend([(COMPUTE, int(category), stream, *labels)], [len(deps)], deps,
-                           [self.key(value)], lambda: [name], [], [], [], [], [], [], [])
+                           [self.key(value)], ((name,), ()), [], [], [], [], [], [], [])
 
     def collective(self, deps, name, src, dst, nbytes: tuple, hops: tuple) -> int:
         """One DP COMM task: flows ``src[i] -> dst[i]`` carrying ``nbytes`` after ``hops``
@@ -204,7 +234,7 @@ class _Builder:
         deps = sorted(set(deps))
         n = len(src)
         return self.extend([(COMM, int(Category.DP), -1, -1, -1, -1, -1, -1)], [len(deps)],
-                           deps, [0], lambda: [name], np.full(n, self.num_tasks), src, dst,
+                           deps, [0], ((name,), ()), np.full(n, self.num_tasks), src, dst,
                            np.full(n, self.key(nbytes)), np.full(n, self.key(hops)),
                            np.ones(n), np.zeros(n, bool))
 
@@ -254,9 +284,8 @@ def _add_block(out: _Builder, a: PlanAnalysis, replicas: list[tuple[int, ...]], 
     rank_table = np.array([r for gi in members for r in groups[gi].ranks], np.int64)
     offset = np.concatenate([[0], np.cumsum([groups[gi].tp for gi in members])])
     remap = np.array([out.key(_with_groups(k, members, dp)) for k in block.keys], np.int64)
-    fill = {f"dg{st}": groups[gi].id for st, gi in enumerate(members)}
     out.extend(cols, np.bincount(owner, minlength=len(cols)), dep, remap[block.value],
-               lambda: [n.format(**fill) for n in block.names], block.flow_task + base,
+               (block.names, tuple(ids.tolist())), block.flow_task + base,
                rank_table[offset[block.flow_src[:, 0]] + block.flow_src[:, 1]],
                rank_table[offset[block.flow_dst[:, 0]] + block.flow_dst[:, 1]],
                remap[block.flow_bytes], remap[block.flow_hops], remap[block.flow_launches],
@@ -322,80 +351,97 @@ class Template:
     """The structure of a plan's program, with a value key for every number.
 
     ``fill(analysis)`` makes the program of any analysis whose :func:`structure_key`
-    equals the one this was built from.
+    equals the one this was built from. Flows with the same value keys and the same path
+    carry the same numbers in every program of the structure: they form one class
+    (``flow_classes``), whose numbers are computed once and spread to its flows.
     """
 
     key: tuple
     arrays: dict  # the structural fields of Program
     keys: tuple[tuple, ...]  # distinct value keys; index 0 is ("zero",), 1 is ("one",)
     task_value: np.ndarray  # int32[T]: duration key of each task
-    flow_bytes_value: np.ndarray  # int32[F]: the payload
-    flow_hops_value: np.ndarray  # int32[F]
-    flow_launches_value: np.ndarray  # int32[F]: NCCL operations the flow waits for
-    flow_p2p: np.ndarray  # bool[F]: a point-to-point send (its launch occupies the path)
-    path_matrix: np.ndarray  # int64[F, longest path]: each flow's links, L (none) after them
-    _names: tuple  # per block of tasks: a function that makes their names
-    # what the flows' paths make of a topology's figures, per topology object: variants on
-    # the same hardware (a cached topology) compute it once
+    flow_class: np.ndarray  # int64[F]: the class of each flow
+    class_bytes_value: np.ndarray  # int32[C]: the payload
+    class_hops_value: np.ndarray  # int32[C]
+    class_launches_value: np.ndarray  # int32[C]: NCCL operations the flows wait for
+    class_p2p: np.ndarray  # bool[C]: point-to-point sends (their launch occupies the path)
+    flow_classes: FlowClasses
+    _names: tuple  # per block of tasks: their names, as _Builder.names keeps them
+    _value_plan: _ValuePlan
+    # numbers by the objects they are read from, and per topology object what the classes'
+    # paths make of its figures: the variants of a sweep repeat either
+    _per_numbers: Memo = field(default_factory=lambda: Memo(4), repr=False, compare=False)
     _per_topology: weakref.WeakKeyDictionary = field(
         default_factory=weakref.WeakKeyDictionary, repr=False, compare=False)
 
-    def _along_paths(self, per_link: np.ndarray, pad: float) -> np.ndarray:
-        """float64[F, longest path]: a per-link figure at each hop of each flow."""
-        return np.append(per_link, pad)[self.path_matrix]
-
-    def path_latency_s(self, latency_s: np.ndarray) -> np.ndarray:
-        """float64[F]: the sum of the latencies along each flow's path, added link by link
-        in path order (as a sequential sum does: the same bits)."""
-        total = np.zeros(len(self.path_matrix))
-        for column in self._along_paths(latency_s, 0.0).T:
-            total += column
-        return total
-
     def _path_figures(self, topo) -> tuple[np.ndarray, ...]:
-        """Per flow: its path's narrowest capacity, the bus efficiency there, the largest
-        launch latency and the latency sum, kept per topology object."""
+        """Per class: its path's narrowest capacity, the bus efficiency there, the largest
+        launch latency and the latencies added in path order (as a sequential sum does:
+        the same bits), kept per topology object (variants on the same hardware share it)."""
         figures = self._per_topology.get(topo)
         if figures is None:
-            capacity = self._along_paths(topo.capacity, np.inf)
-            rows = np.arange(len(capacity))
+            paths = self.flow_classes.paths
+            capacity = np.append(topo.capacity, np.inf)[paths]
+            rows = np.arange(len(paths))
             narrowest = np.argmin(capacity, axis=1)
+            latency_s = np.zeros(len(paths))
+            for column in np.append(topo.latency_s, 0.0)[paths].T:
+                latency_s += column
             figures = self._per_topology[topo] = (
                 capacity[rows, narrowest],
-                self._along_paths(topo.bus_efficiency, 1.0)[rows, narrowest],
-                self._along_paths(topo.launch_latency_s, -np.inf).max(axis=1, initial=0.0),
-                self.path_latency_s(topo.latency_s))
+                np.append(topo.bus_efficiency, 1.0)[paths][rows, narrowest],
+                np.append(topo.launch_latency_s, -np.inf)[paths].max(axis=1, initial=0.0),
+                latency_s)
         return figures
 
-    def flow_numbers(self, topo, payload: np.ndarray, hops: np.ndarray,
-                     launches: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Bytes and latency of every flow, as ``xsweep.plan.transport.flow_numbers`` gives
-        them one flow at a time: the payload over the bus efficiency of the path's
-        narrowest link (plus, for a point-to-point send, its launch time at that link's
-        rate), and the path's latency per hop plus the launches it waits for."""
+    def class_numbers(self, topo, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Bytes and latency of the flows of each class, as
+        ``xsweep.plan.transport.flow_numbers`` gives them one flow at a time: the payload
+        over the bus efficiency of the path's narrowest link (plus, for a point-to-point
+        send, its launch time at that link's rate), and the path's latency per hop plus the
+        launches the flows wait for."""
         capacity, efficiency, launch_s, latency_s = self._path_figures(topo)
-        wire = payload / efficiency
-        wire = np.where(self.flow_p2p, wire + launch_s * capacity, wire)
-        return wire, hops * latency_s + launches * launch_s
+        wire = values[self.class_bytes_value] / efficiency
+        wire = np.where(self.class_p2p, wire + launch_s * capacity, wire)
+        return wire, (values[self.class_hops_value] * latency_s
+                      + values[self.class_launches_value] * launch_s)
 
     def values(self, a: PlanAnalysis) -> np.ndarray:
-        """float64[len(keys)]: the number behind every value key, for ``a``."""
-        groups, shared = a.groups, {}
+        """float64[len(keys)]: the number behind every value key, for ``a``, kept for the
+        objects the numbers are read from (:data:`VALUES`): variants that differ only in
+        their network share them."""
+        key = (id(a.groups), id(a.reshards), id(a.dp_groups), id(a.model))
+        return self._per_numbers.get(key, lambda: (
+            a.groups, a.reshards, a.dp_groups, a.model, self._values(a)))[-1]
+
+    def _values(self, a: PlanAnalysis) -> np.ndarray:
+        """The numbers of :meth:`values`. Keys of the kinds in ``_BY_COST`` whose groups
+        share a cost object (replicas of a stage) and their span share one number."""
+        plan, groups = self._value_plan, a.groups
         out = np.empty(len(self.keys))
-        for i, key in enumerate(self.keys):
-            kind = key[0]
-            if kind in _BY_COST:
-                memo = (kind, id(groups[key[1]].cost), key[2:])
-                value = shared.get(memo)
-                if value is None:
-                    value = shared[memo] = VALUES[kind](a, *key[1:])
-            else:
-                value = VALUES[kind](a, *key[1:])
-            out[i] = value
+        if len(plan.shared):
+            index: dict[int, int] = {}
+            cost_class = np.array([index.setdefault(id(g.cost), len(index)) for g in groups])
+            _, first, which = np.unique(
+                cost_class[plan.shared_group] * len(plan.slots) + plan.shared_slot,
+                return_index=True, return_inverse=True)
+            numbers = [VALUES[plan.slots[slot][0]](a, gi, *plan.slots[slot][1:])
+                       for gi, slot in zip(plan.shared_group[first].tolist(),
+                                           plan.shared_slot[first].tolist(), strict=True)]
+            out[plan.shared] = np.array(numbers, np.float64)[which.reshape(-1)]
+        if len(plan.optimizer):
+            out[plan.optimizer] = np.array([g.optimizer_time_s for g in groups],
+                                           np.float64)[plan.optimizer_group]
+        for i, kind, args in plan.rest:
+            out[i] = VALUES[kind](a, *args)
         return out
 
     def task_names(self) -> tuple[str, ...]:
-        return tuple(name for make in self._names for name in make())
+        names = []
+        for formats, ids in self._names:
+            fill = {f"dg{st}": gid for st, gid in enumerate(ids)}
+            names += [n.format(**fill) for n in formats] if ids else formats
+        return tuple(names)
 
     def fill(self, a: PlanAnalysis, *, names: bool = False) -> Program:
         """The program of ``a``: this structure with ``a``'s numbers.
@@ -405,14 +451,13 @@ class Template:
         """
         values = self.values(a)
         topo = a.topology
-        flow_bytes, flow_latency_s = self.flow_numbers(
-            topo, values[self.flow_bytes_value], values[self.flow_hops_value],
-            values[self.flow_launches_value])
+        class_bytes, class_latency_s = self.class_numbers(topo, values)
         return Program(
             link_capacity=topo.capacity, link_latency_s=topo.latency_s,
             link_names=topo.names,
             task_duration_s=values[self.task_value],
-            flow_bytes=flow_bytes, flow_latency_s=flow_latency_s,
+            flow_bytes=class_bytes[self.flow_class],
+            flow_latency_s=class_latency_s[self.flow_class],
             tokens_per_iteration=a.tokens_per_iteration,
             model_flops_per_iteration=a.model_flops_per_iteration,
             peak_flops_per_s=a.peak_flops_per_s,
@@ -473,17 +518,57 @@ def _freeze(a: PlanAnalysis, out: _Builder) -> Template:
         flow_ptr=ptr(np.bincount(flow_task, minlength=num_tasks)),
         flow_src=src.astype(np.int32), flow_dst=dst.astype(np.int32),
         path_ptr=path_ptr.astype(np.int32), path_links=path_links.astype(np.int32))
-    lengths = np.diff(path_ptr)
-    # at least one column, so that a program without flows still takes the vector path
-    path_matrix = np.full((len(lengths), int(lengths.max(initial=1))), topo.num_links, np.int64)
-    owner = np.repeat(np.arange(len(lengths)), lengths)
-    path_matrix[owner, np.arange(len(owner)) - path_ptr[:-1][owner]] = path_links
+    # a class: the flows of equal value keys (payload, hops, launches), kind and ranks (so
+    # equal paths)
+    flow_class, first = _factorize(
+        np.concatenate(out.flow_bytes), np.concatenate(out.flow_hops),
+        np.concatenate(out.flow_launches), np.concatenate(out.flow_p2p), src, dst)
+    paths = padded_paths(path_ptr, path_links, topo.num_links)[first]
     return Template(structure_key(a), arrays, tuple(out.keys),
-                    np.concatenate(out.value).astype(np.int32),
-                    np.concatenate(out.flow_bytes).astype(np.int32),
-                    np.concatenate(out.flow_hops).astype(np.int32),
-                    np.concatenate(out.flow_launches).astype(np.int32),
-                    np.concatenate(out.flow_p2p), path_matrix, tuple(out.names))
+                    np.concatenate(out.value).astype(np.int32), flow_class,
+                    np.concatenate(out.flow_bytes)[first].astype(np.int32),
+                    np.concatenate(out.flow_hops)[first].astype(np.int32),
+                    np.concatenate(out.flow_launches)[first].astype(np.int32),
+                    np.concatenate(out.flow_p2p)[first],
+                    _flow_classes(first, paths, flow_task, flow_class, num_tasks),
+                    tuple(out.names), _value_plan(tuple(out.keys)))
+
+
+def _factorize(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of equal non-negative integer columns as one id: int64[N] the id of each row,
+    and int64[ids] the first row of each."""
+    key, span = np.zeros(len(columns[0]), np.int64), 1
+    for column in columns:  # one mixed-radix key, renumbered where it could overflow
+        width = int(np.max(column, initial=0)) + 1
+        if span * width >= 2**62:
+            _, key = np.unique(key, return_inverse=True)
+            span = int(key.max(initial=0)) + 1
+        key, span = key * width + np.asarray(column, np.int64), span * width
+    _, first, ids = np.unique(key, return_index=True, return_inverse=True)
+    return ids.reshape(-1), first
+
+
+def _flow_classes(first: np.ndarray, paths: np.ndarray, flow_task: np.ndarray,
+                  flow_class: np.ndarray, num_tasks: int) -> FlowClasses:
+    """The classes (their first flows and paths) and each task's set of classes (tasks with
+    equal sets share one: sets of each size are found as equal rows)."""
+    width = max(len(first), 1)
+    pairs = np.sort(flow_task * width + flow_class)  # (task, class), each once, in order
+    task, cls = np.divmod(pairs[np.diff(pairs, prepend=-1) != 0], width)
+    starts = np.flatnonzero(np.diff(task, prepend=-1))
+    sizes = np.diff(starts, append=len(task))
+    task_set = np.full(num_tasks, -1, np.int64)
+    members, counts = [], []
+    for size in sorted(set(sizes.tolist())):
+        tasks = np.flatnonzero(sizes == size)
+        rows = cls[starts[tasks][:, None] + np.arange(size)]
+        which, first_row = _factorize(*rows.T)
+        task_set[task[starts[tasks]]] = len(counts) + which
+        members.append(rows[first_row].ravel())
+        counts += [size] * len(first_row)
+    return FlowClasses(first, paths, task_set,
+                       np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+                       np.concatenate(members or [np.zeros(0, np.int64)]))
 
 
 #: Bytes of template arrays a cache keeps at most: a 512-GPU structure holds megabytes,
@@ -493,9 +578,8 @@ TEMPLATE_BYTES = 256 * 2**20
 
 
 def _nbytes(template: Template) -> int:
-    arrays = [*template.arrays.values(), template.task_value, template.flow_bytes_value,
-              template.flow_hops_value, template.flow_launches_value, template.flow_p2p,
-              template.path_matrix]
+    arrays = [*template.arrays.values(), template.task_value, template.flow_class,
+              *template.flow_classes]
     return sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
 
 

@@ -36,13 +36,14 @@ inputs exist, so every task comes after its predecessors.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
+from xsweep.memo import cached
 from xsweep.plan.collectives import ALLGATHER, REDUCE_SCATTER
 from xsweep.plan.program import Category, TaskKind
 from xsweep.plan.reshard import reshard
@@ -55,29 +56,67 @@ ZERO, ONE = ("zero",), ("one",)  # the value keys of the constants 0 and 1
 Stage = tuple[int, int, int, int]
 
 
+class FlowGroup(NamedTuple):
+    """The flows of one COMM task as arrays, shared by every task that moves the same flows
+    (a stream's TP ring for one span, a transfer phase, a DP group's collective)."""
+
+    src: np.ndarray  # int64[n, 2]: (stream, TP index)
+    dst: np.ndarray  # int64[n, 2]
+    keys: np.ndarray  # int64[n, 3]: the payload, hops and launches keys (indices)
+    p2p: np.ndarray  # bool[n]: point-to-point sends
+
+
 class Tasks:
     """Columns of tasks, flows and value keys as they are appended (a growing structure)."""
 
     def __init__(self) -> None:
-        self.cols: list[tuple] = []  # (kind, category, stream, stage, mb, dg, replica, phase)
-        self.deps: list[tuple[int, ...]] = []
+        #: (kind, category, stream, stage, mb, dg, replica, phase, duration key index, name)
+        self.records: list[tuple] = []
+        self.deps: list[list[int]] = []  # as given: -1 (none) and repeats are dropped at the end
         self.keys: dict[tuple, int] = {}  # distinct value keys, numbered as they come
-        self.value: list[int] = []  # duration key per task
-        self.names: list[str] = []
-        self.flows: list[tuple] = []  # (task, src, dst, bytes, hops and launches keys, p2p)
+        self.flow_tasks: list[int] = []  # COMM tasks with flows, in order...
+        self.flow_groups: list[FlowGroup] = []  # ... and their flows
 
     def key(self, value: tuple) -> int:
         return self.keys.setdefault(value, len(self.keys))
 
-    def add(self, kind, category, stream, deps, value, labels, name, flows=()) -> int:
-        t = len(self.cols)
-        self.cols.append((kind, int(category), stream, *labels))
-        self.deps.append(tuple(sorted({d for d in deps if d is not None})))
-        self.value.append(self.key(value))
-        self.names.append(name)
-        self.flows.extend((t, src, dst, self.key(nbytes), self.key(hops), self.key(launches),
-                           p2p) for src, dst, nbytes, hops, launches, p2p in flows)
+    def flow_group(self, flows) -> FlowGroup:
+        """Flows ``(src, dst, bytes, hops, launches, p2p)`` (value keys as tuples) as arrays."""
+        return FlowGroup(np.array([f[0] for f in flows], np.int64).reshape(-1, 2),
+                         np.array([f[1] for f in flows], np.int64).reshape(-1, 2),
+                         np.array([[self.key(k) for k in f[2:5]] for f in flows],
+                                  np.int64).reshape(-1, 3),
+                         np.array([f[5] for f in flows], bool))
+
+    def add(self, record: tuple, deps: list[int], flows: FlowGroup | None = None) -> int:
+        """Append a task (``record`` as :attr:`records` holds it, its duration's key as an
+        index: :meth:`key`); return its id."""
+        t = len(self.records)
+        self.records.append(record)
+        self.deps.append(deps)
+        if flows is not None:
+            self.flow_tasks.append(t)
+            self.flow_groups.append(flows)
         return t
+
+    def dep_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """CSR of every task's predecessors, ascending, each once."""
+        num_tasks = len(self.deps)
+        counts = [len(d) for d in self.deps]
+        dep = np.fromiter(itertools.chain.from_iterable(self.deps), np.int64, sum(counts))
+        owner = np.repeat(np.arange(num_tasks), counts)
+        pairs = np.sort(owner[dep >= 0] * num_tasks + dep[dep >= 0])  # by task, then predecessor
+        owner, dep = np.divmod(pairs[np.diff(pairs, prepend=-1) != 0], max(num_tasks, 1))
+        return np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=num_tasks))]), dep
+
+    def flow_arrays(self) -> tuple[np.ndarray, ...]:
+        """Task, source, destination, the three keys and p2p of every flow, in task order."""
+        groups = self.flow_groups or [self.flow_group([])]  # no flows: arrays of none
+        keys = np.concatenate([g.keys for g in groups])
+        return (np.repeat(np.array(self.flow_tasks, np.int64),
+                          [len(g.p2p) for g in self.flow_groups]),
+                np.concatenate([g.src for g in groups]), np.concatenate([g.dst for g in groups]),
+                keys[:, 0], keys[:, 1], keys[:, 2], np.concatenate([g.p2p for g in groups]))
 
 
 @dataclass(frozen=True)
@@ -201,26 +240,31 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
     where = [(r, s) for r, rep in enumerate(replicas) for s in range(len(rep))]
     first_stream = [0, *itertools.accumulate(len(rep) for rep in replicas)]
     tasks = Tasks()
-    last: list[int | None] = [None] * len(streams)
+    zero = tasks.key(ZERO)
+    last = [-1] * len(streams)  # the last task on each stream (-1: none yet)
     piece_end: dict[tuple[int, int], int] = {}
     waits: list[tuple[int, int, int]] = []
     finals: dict[int, int] = {}
 
-    def labels(st, mb, phase=-1):
-        return (where[st][1], mb, st, st, phase)
+    pieces_of: dict[tuple, tuple] = {}  # (stream, kind, lo, hi) -> duration key, TP flows
 
     def on_stream(st, kind, lo, hi, deps, mb, name):
-        tp_k, first = streams[st][0], streams[st][1]
-        span = (kind, lo - first, hi - first)
+        piece = pieces_of.get((st, kind, lo, hi))
+        if piece is None:
+            tp_k, first = streams[st][0], streams[st][1]
+            span = (kind, lo - first, hi - first)
+            ring = tasks.flow_group([
+                ((st, i), (st, (i + 1) % tp_k), ("tp_bytes", st, *span), ("tp_hops", st, *span),
+                 ("tp_launches", st, *span), False) for i in range(tp_k)]) if tp_k > 1 else None
+            piece = pieces_of[st, kind, lo, hi] = (tasks.key(("pass_s", st, *span)), ring)
         category = Category.FORWARD if kind == "F" else Category.BACKWARD
-        compute = tasks.add(COMPUTE, category, st, [last[st], *deps], ("pass_s", st, *span),
-                            labels(st, mb), name)
+        stage = where[st][1]
+        compute = tasks.add((COMPUTE, category, st, stage, mb, st, st, -1, piece[0], name),
+                            [last[st], *deps])
         t = compute
-        if tp_k > 1:
-            flows = [((st, i), (st, (i + 1) % tp_k), ("tp_bytes", st, *span),
-                      ("tp_hops", st, *span), ("tp_launches", st, *span), False)
-                     for i in range(tp_k)]
-            t = tasks.add(COMM, Category.TP, st, [t], ZERO, labels(st, mb), f"tp {name}", flows)
+        if piece[1] is not None:
+            t = tasks.add((COMM, Category.TP, st, stage, mb, st, st, -1, zero, f"tp {name}"),
+                          [t], piece[1])
         last[st] = t
         return compute, t
 
@@ -238,7 +282,7 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
             for i, tr in enumerate(moves):
                 by_phase.setdefault(tr.phase, []).append(
                     (local(tr.src), local(tr.dst), ("transfer_bytes", a, b, i), ONE, ZERO, True))
-            phases[a, b] = [by_phase[k] for k in sorted(by_phase)]
+            phases[a, b] = [tasks.flow_group(by_phase[k]) for k in sorted(by_phase)]
 
     def transfer(src, dst, mb, chunk, after, backward):
         category = Category.PP if streams[src][0] == streams[dst][0] else Category.RESHARD
@@ -246,8 +290,9 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
         direction = "grad" if backward else "act"
         suffix = f" c{chunk}" if v > 1 else ""
         for phase, flows in enumerate(phases[src, dst]):
-            t = tasks.add(COMM, category, -1, [t], ZERO, labels(src, mb, phase),
-                          f"{direction} {{dg{src}}}->{{dg{dst}}} mb{mb}{suffix} p{phase}", flows)
+            t = tasks.add((COMM, category, -1, where[src][1], mb, src, src, phase, zero,
+                           f"{direction} {{dg{src}}}->{{dg{dst}}} mb{mb}{suffix} p{phase}"),
+                          [t], flows)
         return t
 
     plans = [pieces(schedule, s, len(replicas[r]), streams[st], v, cuts, gather, bool(fsdp))
@@ -262,14 +307,20 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
         for m in ms:
             members_of[m] = (s, ms, flows)
     gathers: dict[int, list[int]] = {s: [] for s in range(len(fsdp))}
-    scatter: dict[int, int | None] = dict.fromkeys(range(len(fsdp)))
+    scatter = dict.fromkeys(range(len(fsdp)), -1)  # each DP group's last reduce-scatter
     computes: list[list[int]] = [[] for _ in streams]
     ends: list[list[int]] = [[] for _ in streams]
     reached: dict[int, list[int]] = {s: [] for s in range(len(fsdp))}  # members past piece i
 
+    rings: dict[tuple[int, int, int], FlowGroup] = {}  # (stage, layer, passes) -> flows
+
     def collective(s, ring, layer, passes):
-        return [(src, dst, ("ring_bytes", s, layer, layer, passes), ("ring_hops", s, passes),
-                 ONE, False) for src, dst in ring]
+        flows = rings.get((s, layer, passes))
+        if flows is None:
+            flows = rings[s, layer, passes] = tasks.flow_group([
+                (src, dst, ("ring_bytes", s, layer, layer, passes), ("ring_hops", s, passes),
+                 ONE, False) for src, dst in ring])
+        return flows
 
     def gathered(st, i):
         """All-gather ``i`` of the stream's DP group, issued now if it can be; else None."""
@@ -280,8 +331,8 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
             return None
         kind, mb, _, lo, *_ = plans[st][i]
         deps = gathers[s][-1:] + ([computes[m][i - 2] for m in ms] if i >= 2 else [])
-        t = tasks.add(COMM, Category.DP, -1, deps, ZERO, (s, mb, -1, -1, -1),
-                      f"ag L{lo} {kind} mb{mb}", collective(s, ring, lo, ALLGATHER))
+        t = tasks.add((COMM, Category.DP, -1, s, mb, -1, -1, -1, zero, f"ag L{lo} {kind} mb{mb}"),
+                      deps, collective(s, ring, lo, ALLGATHER))
         gathers[s].append(t)
         return t
 
@@ -295,10 +346,10 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
         final = i == len(plans[st]) - 1
         if final:
             spec = streams[st]
-            deps = [tasks.add(COMPUTE, Category.BARRIER, -1, deps, ZERO, (-1, -1, -1, -1, -1),
-                              f"dp barrier L{spec[1]}-{spec[2]}")]
-        t = tasks.add(COMM, Category.DP, -1, [*deps, scatter[s]], ZERO, (s, mb, -1, -1, -1),
-                      f"rs L{lo} mb{mb}", collective(s, ring, lo, REDUCE_SCATTER))
+            deps = [tasks.add((COMPUTE, Category.BARRIER, -1, -1, -1, -1, -1, -1, zero,
+                               f"dp barrier L{spec[1]}-{spec[2]}"), deps)]
+        t = tasks.add((COMM, Category.DP, -1, s, mb, -1, -1, -1, zero, f"rs L{lo} mb{mb}"),
+                      [*deps, scatter[s]], collective(s, ring, lo, REDUCE_SCATTER))
         scatter[s] = t
         if final:
             finals.update(dict.fromkeys(ms, t))
@@ -348,22 +399,18 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
                 progressed = True
         if not progressed:
             raise AssertionError("pipeline schedule deadlocked")
-    counts = [len(d) for d in tasks.deps]
-    flows = tasks.flows
+    dep_ptr, dep_idx = tasks.dep_arrays()
+    flow_task, flow_src, flow_dst, flow_bytes, flow_hops, flow_launches, flow_p2p = \
+        tasks.flow_arrays()
+    columns = list(zip(*tasks.records, strict=True)) or [()] * 10
     return Block(
-        cols=np.array(tasks.cols, np.int64).reshape(-1, 8),
-        dep_ptr=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
-        dep_idx=np.array([d for ds in tasks.deps for d in ds], np.int64),
-        keys=tuple(tasks.keys), value=np.array(tasks.value, np.int64), names=tuple(tasks.names),
-        flow_task=np.array([f[0] for f in flows], np.int64),
-        flow_src=np.array([f[1] for f in flows], np.int64).reshape(-1, 2),
-        flow_dst=np.array([f[2] for f in flows], np.int64).reshape(-1, 2),
-        flow_bytes=np.array([f[3] for f in flows], np.int64),
-        flow_hops=np.array([f[4] for f in flows], np.int64),
-        flow_launches=np.array([f[5] for f in flows], np.int64),
-        flow_p2p=np.array([f[6] for f in flows], bool),
-        last=tuple(-1 if t is None else t for t in last), piece_end=piece_end,
+        cols=np.array(columns[:8], np.int64).reshape(8, -1).T.copy(), dep_ptr=dep_ptr,
+        dep_idx=dep_idx, keys=tuple(tasks.keys), value=np.array(columns[8], np.int64),
+        names=columns[9],
+        flow_task=flow_task, flow_src=flow_src, flow_dst=flow_dst, flow_bytes=flow_bytes,
+        flow_hops=flow_hops, flow_launches=flow_launches, flow_p2p=flow_p2p,
+        last=tuple(last), piece_end=piece_end,
         waits=tuple(waits), finals=finals)
 
 
-cached_block = functools.lru_cache(maxsize=256)(build_block)
+cached_block = cached(256)(build_block)

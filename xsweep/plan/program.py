@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import NamedTuple
 
 import numpy as np
 
@@ -61,6 +62,28 @@ class Category(IntEnum):
     BARRIER = 7
 
 
+
+
+class FlowClasses(NamedTuple):
+    """Flows that carry the same numbers (bytes, latency, path), and tasks whose flows fall
+    into the same classes: what is computed per flow or per task from a program's numbers
+    is computed once per class or per set."""
+
+    flow: np.ndarray  # int64[C]: one flow of each class
+    paths: np.ndarray  # int64[C, longest path]: the links of each class, L (none) after them
+    task_set: np.ndarray  # int64[T]: the set of classes of each task, -1 without flows
+    set_ptr: np.ndarray  # int64[S+1]: CSR into set_classes
+    set_classes: np.ndarray  # int64[sum of set sizes]: the classes of each set
+
+
+def padded_paths(path_ptr: np.ndarray, path_links: np.ndarray, num_links: int) -> np.ndarray:
+    """int64[F, longest path]: the CSR paths as rows, ``num_links`` (no link) after each
+    path; at least one column, so that code on the rows needs no case without flows."""
+    lengths = np.diff(path_ptr)
+    matrix = np.full((len(lengths), int(lengths.max(initial=1))), num_links, np.int64)
+    owner = np.repeat(np.arange(len(lengths)), lengths)
+    matrix[owner, np.arange(len(owner)) - path_ptr[:-1][owner]] = path_links
+    return matrix
 
 
 @dataclass(frozen=True, eq=False)
@@ -107,7 +130,8 @@ class Program:
     task_names: tuple[str, ...] = field(default=())  # optional, for traces
     #: Programs with the same (non-None) ``structure`` share every field but the numbers
     #: (durations, bytes, latencies, capacities, the scalars): what is derived from the
-    #: structure alone may be kept per structure.
+    #: structure alone may be kept per structure. A structure has ``flow_classes``
+    #: (:class:`FlowClasses`): flows of one class carry equal numbers in all its programs.
     structure: object = field(default=None, repr=False)
 
     @property
@@ -125,6 +149,18 @@ class Program:
     @property
     def num_streams(self) -> int:
         return int(self.stream_device_group.shape[0])
+
+    def flow_classes(self) -> FlowClasses:
+        """The structure's classes of flows; without a structure, each flow its own class."""
+        if self.structure is not None:
+            return self.structure.flow_classes
+        has_flows = np.diff(self.flow_ptr) > 0
+        task_set = np.full(self.num_tasks, -1, np.int64)
+        task_set[has_flows] = np.arange(int(has_flows.sum()))
+        return FlowClasses(np.arange(self.num_flows), padded_paths(
+            self.path_ptr, self.path_links, self.num_links), task_set,
+            np.append(self.flow_ptr[:-1][has_flows], self.num_flows).astype(np.int64),
+            np.arange(self.num_flows))
 
     def deps(self, t: int) -> np.ndarray:
         return self.dep_idx[self.dep_ptr[t] : self.dep_ptr[t + 1]]

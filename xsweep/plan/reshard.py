@@ -24,12 +24,13 @@ boundaries compare equal as floats.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
+
+from xsweep.memo import cached
 
 Interval = tuple[Fraction, Fraction]  # a part of the tensor, as fractions of its size
 
@@ -111,7 +112,7 @@ def reshard(scheme: Scheme | str, src_ranks: Sequence[int], dst_ranks: Sequence[
             for s, d, phase, size, pieces in _moves(Scheme(scheme), len(src), len(dst))]
 
 
-@functools.lru_cache(maxsize=1024)
+@cached(1024)
 def _moves(scheme: Scheme, t_s: int, t_d: int) -> tuple:
     """The moves of ``scheme`` between TP degrees ``t_s`` and ``t_d``, by position: sources
     ``0..t_s-1``, destinations ``t_s..t_s+t_d-1``; ordered by phase, phases numbered from 0.

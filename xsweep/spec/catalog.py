@@ -133,6 +133,13 @@ class Catalog:
     models: dict[str, ModelSpec]
     _tables: dict[str, _Table] = field(repr=False, compare=False)
 
+    def lookup(self, section: str, name: str) -> Any:
+        """The entry of ``section`` (``"gpus"``, ``"nics"``, ``"links"``, ``"models"``) called
+        ``name`` (any case, or an alias), or None."""
+        table = self._tables[section]
+        canonical = table.find(name)
+        return None if canonical is None else table.entries.get(canonical)
+
     def gpu(self, name: str, *, file: str | None = None, field: str | None = None) -> GpuSpec:
         """The GPU called ``name``; InputError (naming ``file``/``field``) if unknown."""
         return self._tables["gpus"].get(name, file, field)

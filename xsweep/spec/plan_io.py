@@ -159,6 +159,29 @@ def fabric_name(plan: DeploymentPlan, file: str | None = None) -> str:
     return enum_name(FABRIC, plan.cluster.fabric.kind, file)
 
 
+def groups_bytes(plan: DeploymentPlan) -> bytes:
+    """The plan's device groups, serialized: a key that equal groups share (memos use it)."""
+    groups = DeploymentPlan()
+    groups.CopyFrom(plan)  # one copy in C, then the other parts go: no walk over groups
+    for name in ("name", "model", "training", "cluster"):
+        groups.ClearField(name)
+    return groups.SerializeToString()
+
+
+def cluster_entries(cluster: xsweep_pb2.Cluster, catalog: Catalog) -> tuple[tuple, ...]:
+    """(section, name, entry) of every catalog entry the nodes of a valid cluster name or
+    imply (GPU, NIC, scale-up and PCIe link kinds), once each."""
+    entries: dict[tuple[str, str], object] = {}
+    for node in cluster.nodes:
+        gpu = catalog.gpu(node.gpu)
+        for section, name in (("gpus", node.gpu), ("nics", node.nic or gpu.default_nic),
+                              ("links", node.scale_up.link or gpu.scale_up_link),
+                              ("links", gpu.pcie_link)):
+            if (section, name) not in entries:
+                entries[section, name] = catalog.lookup(section, name)
+    return tuple((section, name, entry) for (section, name), entry in entries.items())
+
+
 def rank_layout(plan: DeploymentPlan, catalog: Catalog, file: str | None = None) -> list[RankPlace]:
     """For each global rank, in order: (node index, local index, GpuSpec, NicSpec).
 

@@ -15,8 +15,14 @@ import bisect
 import math
 from collections import Counter, defaultdict
 
+from xsweep.memo import Memo
 from xsweep.spec import xsweep_pb2
 from xsweep.spec.enums import RESHARDING, enum_name
+from xsweep.spec.plan_io import groups_bytes
+
+#: Estimates by (device-group bytes, the training fields they read): validation and the
+#: evaluator's host chunks both ask, and the variants of a sweep share their groups.
+_SIZES: Memo = Memo(16384, 64 * 2**20, lambda key, value: len(key[0]))
 
 
 def estimate_program_size(plan: xsweep_pb2.DeploymentPlan) -> int:
@@ -25,6 +31,13 @@ def estimate_program_size(plan: xsweep_pb2.DeploymentPlan) -> int:
     The plan must have passed the structural checks of ``validate_plan`` (each
     replica's stages cover the layers once, in order).
     """
+    t = plan.training
+    key = (groups_bytes(plan), t.virtual_pipeline_stages, t.zero_stage, t.dp_overlap,
+           t.resharding)
+    return _SIZES.get(key, lambda: _estimate(plan))
+
+
+def _estimate(plan: xsweep_pb2.DeploymentPlan) -> int:
     training = plan.training
     v = max(1, training.virtual_pipeline_stages)
     fsdp, zero1 = training.zero_stage == 3, training.zero_stage == 1

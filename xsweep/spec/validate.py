@@ -5,7 +5,9 @@ mapping, a message built in memory): ``load_plan``, ``xsweep.evaluate`` and ever
 command run it before anything is analysed, so the analysis and the network
 model may assume a valid plan. Checks run from the cheapest to the most
 expensive, and sizes are bounded (``xsweep.spec.limits``) before anything is
-built per GPU, per group or per task.
+built per GPU, per group or per task. The parts of a plan that passed (model,
+cluster, device groups) are remembered by their bytes (``xsweep.memo``), so the
+variants of a sweep, which repeat them, are checked in microseconds.
 """
 
 from __future__ import annotations
@@ -14,12 +16,27 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from xsweep.errors import InputError
+from xsweep.memo import Memo
 from xsweep.spec import ranges, xsweep_pb2
-from xsweep.spec.catalog import Catalog, ModelSpec
+from xsweep.spec.catalog import Catalog
 from xsweep.spec.enums import FABRIC, MLP, RECOMPUTE, RESHARDING, SCHEDULE, enum_name
 from xsweep.spec.limits import Limits, active_limits, check_limit
-from xsweep.spec.plan_io import rank_layout, resolve_model
+from xsweep.spec.plan_io import cluster_entries, groups_bytes, rank_layout, resolve_model
 from xsweep.spec.program_size import estimate_program_size
+
+# Parts of plans that passed their checks, keyed by their bytes and by everything else the
+# checks read (catalog entries, limits, fields of other parts): the plans of a sweep share
+# them, and a part checked once with the same inputs passes again. Failures are not kept.
+#: (model bytes, preset entry id) -> (preset entry, attention heads, layers)
+_MODELS: Memo = Memo(256)
+#: training bytes -> None (the options passed)
+_TRAININGS: Memo = Memo(1024)
+#: (cluster bytes, catalog id, GPU limit) -> (catalog, its entries the nodes name, GPUs
+#: of each node)
+_CLUSTERS: Memo = Memo(4096, 64 * 2**20, lambda key, value: len(key[0]))
+#: (device-group bytes, GPUs of each node, model and training fields, limits) -> program
+#: size estimate
+_GROUPS: Memo = Memo(16384, 64 * 2**20, lambda key, value: len(key[0]))
 
 
 def validate_plan(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str | None = None,
@@ -32,21 +49,58 @@ def validate_plan(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str |
     if not isinstance(plan, xsweep_pb2.DeploymentPlan):
         raise InputError(file, None, type(plan).__name__, "expected a DeploymentPlan message")
     limits = limits if limits is not None else active_limits()
-    for table, value in ((SCHEDULE, plan.training.schedule),
-                         (RESHARDING, plan.training.resharding),
-                         (RECOMPUTE, plan.training.recompute),
+    training = plan.training
+    for table, value in ((SCHEDULE, training.schedule), (RESHARDING, training.resharding),
+                         (RECOMPUTE, training.recompute),
                          (FABRIC, plan.cluster.fabric.kind), (MLP, plan.model.mlp)):
         enum_name(table, value, file)
-    model = _check_model(plan, catalog, file)
-    _check_training(plan.training, file)
-    node_of_rank = _check_cluster(plan, catalog, file, limits)
-    _check_groups(plan, model, node_of_rank, file, limits)
+    heads, layers = _checked_model(plan, catalog, file)
+    _TRAININGS.get(training.SerializeToString(), lambda: _check_training(training, file))
+    gpus_per_node = _checked_cluster(plan, catalog, file, limits)
+    key = (groups_bytes(plan), gpus_per_node, heads, layers, training.global_batch_size,
+           training.virtual_pipeline_stages, training.schedule, training.zero_stage,
+           training.dp_overlap, training.resharding, limits)
+    _GROUPS.get(key, lambda: _check_structure(plan, heads, layers, gpus_per_node, file, limits))
+
+
+def _checked_model(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog,
+                   file: str | None) -> tuple[int, int]:
+    """The model's attention heads and layers, once it passed :func:`_check_model`."""
+    preset = plan.model.preset
+    entry = catalog.model(preset, file=file, field="model.preset") if preset else None
+    key = (plan.model.SerializeToString(), id(entry))
+    return _MODELS.get(key, lambda: (entry, *_check_model(plan, catalog, file)))[1:]
+
+
+def _checked_cluster(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str | None,
+                     limits: Limits) -> tuple[int, ...]:
+    """The GPUs of each node, once the cluster passed :func:`_check_cluster`: a cluster
+    checked before passes again while the catalog entries its nodes name are the same."""
+    key = (plan.cluster.SerializeToString(), id(catalog), limits.gpus)
+
+    def check() -> tuple:
+        gpus_per_node = _check_cluster(plan, catalog, file, limits)
+        return catalog, cluster_entries(plan.cluster, catalog), gpus_per_node
+
+    _, entries, gpus_per_node = _CLUSTERS.get(key, check)
+    if all(catalog.lookup(section, name) is entry for section, name, entry in entries):
+        return gpus_per_node
+    return check()[2]  # the catalog changed since the cluster was checked
+
+
+def _check_structure(plan: xsweep_pb2.DeploymentPlan, heads: int, layers: int,
+                     gpus_per_node: tuple[int, ...], file: str | None, limits: Limits) -> int:
+    """Check the device groups against the model, the cluster and the training options;
+    return the program size estimate."""
+    node_of_rank = [node for node, gpus in enumerate(gpus_per_node) for _ in range(gpus)]
+    _check_groups(plan, heads, layers, node_of_rank, file, limits)
     _check_virtual_stages(plan, file)
     _check_fsdp(plan, file)
     size = estimate_program_size(plan)
     check_limit(size, limits, "program_size",
                 "the plan's program (tasks and flows of one iteration, estimated)", file,
                 "device_groups")
+    return size
 
 
 def _positive(value: float, file: str | None, field: str) -> None:
@@ -60,7 +114,8 @@ def _not_negative(value: float, file: str | None, field: str) -> None:
 
 
 def _check_model(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog,
-                 file: str | None) -> ModelSpec:
+                 file: str | None) -> tuple[int, int]:
+    """Check the model's dimensions; return its attention heads and layers."""
     model = resolve_model(plan, catalog, file)
     for name, bounds in ranges.MODEL.items():
         bounds.check(getattr(model, name), file, f"model.{name}")
@@ -71,7 +126,7 @@ def _check_model(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog,
         raise InputError(file, "model.num_attention_heads", model.num_attention_heads,
                          f"must divide hidden_size ({model.hidden_size}): every head has "
                          "hidden_size / num_attention_heads channels")
-    return model
+    return model.num_attention_heads, model.num_layers
 
 
 def _check_training(training: xsweep_pb2.Training, file: str | None) -> None:
@@ -134,8 +189,8 @@ def _check_fsdp(plan: xsweep_pb2.DeploymentPlan, file: str | None) -> None:
 
 
 def _check_cluster(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str | None,
-                   limits: Limits) -> list[int]:
-    """Check nodes and fabric; return the node index of every global rank."""
+                   limits: Limits) -> tuple[int, ...]:
+    """Check nodes and fabric; return the GPUs of each node."""
     cluster = plan.cluster
     if not cluster.nodes:
         raise InputError(file, "cluster.nodes", None, "a plan needs at least one node")
@@ -164,11 +219,12 @@ def _check_cluster(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str 
                          fabric.inter_cluster.bandwidth_gbps,
                          f"nodes sit in {sites} clusters, so the link between them needs a "
                          "positive bandwidth")
-    return [place.node for place in rank_layout(plan, catalog, file)]
+    rank_layout(plan, catalog, file)  # every node's GPU, NIC and link kind is known
+    return tuple(node.num_gpus for node in cluster.nodes)
 
 
-def _check_groups(plan: xsweep_pb2.DeploymentPlan, model: ModelSpec, node_of_rank: list[int],
-                  file: str | None, limits: Limits) -> None:
+def _check_groups(plan: xsweep_pb2.DeploymentPlan, heads: int, num_layers: int,
+                  node_of_rank: list[int], file: str | None, limits: Limits) -> None:
     groups = plan.device_groups
     if not groups:
         raise InputError(file, "device_groups", None, "a plan needs at least one device group")
@@ -183,15 +239,15 @@ def _check_groups(plan: xsweep_pb2.DeploymentPlan, model: ModelSpec, node_of_ran
             raise InputError(file, f"{path}.id", group.id,
                              f"already used by device_groups[{ids[group.id]}]")
         ids[group.id] = index
-        _check_ranks(group, path, owner, index, node_of_rank, model.num_attention_heads, file)
+        _check_ranks(group, path, owner, index, node_of_rank, heads, file)
         _positive(group.first_layer, file, f"{path}.first_layer")
         _positive(group.last_layer, file, f"{path}.last_layer")
         if group.last_layer < group.first_layer:
             raise InputError(file, f"{path}.last_layer", group.last_layer,
                              f"is before first_layer ({group.first_layer})")
-        if group.last_layer > model.num_layers:
+        if group.last_layer > num_layers:
             raise InputError(file, f"{path}.last_layer", group.last_layer,
-                             f"the model has {model.num_layers} layers")
+                             f"the model has {num_layers} layers")
         ranges.PLAN["micro_batch_size"].check(group.micro_batch_size, file,
                                               f"{path}.micro_batch_size")
         _positive(group.num_micro_batches, file, f"{path}.num_micro_batches")
@@ -205,7 +261,7 @@ def _check_groups(plan: xsweep_pb2.DeploymentPlan, model: ModelSpec, node_of_ran
                          "replicas must be numbered 0..R-1 without holes")
     sequences = 0
     for replica in sorted(replicas):
-        sequences += _check_replica(groups, replica, replicas[replica], model.num_layers, file)
+        sequences += _check_replica(groups, replica, replicas[replica], num_layers, file)
     if sequences != plan.training.global_batch_size:
         raise InputError(file, "training.global_batch_size", plan.training.global_batch_size,
                          f"replicas process {sequences} sequences per iteration "

@@ -1,0 +1,199 @@
+"""What the host keeps between plans never changes a result or an error.
+
+Validation, analysis, lowering and the bound's durations keep what they computed for
+parts of plans (``xsweep.memo``, templates, per-structure classes of flows). Two plans
+identical but for one number must come out exactly as each does in a process that has
+seen nothing: compared here with the memos emptied, and with a real new process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO_ROOT
+from tests.plan.test_lower_identity import assert_identical
+from xsweep.errors import InputError
+from xsweep.evaluator.blocks import contention_free_durations
+from xsweep.memo import clear_memos
+from xsweep.plan.analysis import PlanAnalysis, analyze
+from xsweep.plan.builder import random_plan
+from xsweep.plan.lower import TemplateCache, lower
+from xsweep.spec import load_catalog, validate_plan
+from xsweep.spec import xsweep_pb2 as pb
+from xsweep.spec.plan_io import plan_from_text, plan_to_text
+from xsweep.spec.program_size import estimate_program_size
+
+
+def _set(path: str, value):
+    """A change of the number at a dotted path (``cluster.nodes.0.gpu``)."""
+    def change(plan: pb.DeploymentPlan) -> None:
+        *parents, last = path.split(".")
+        target = plan
+        for part in parents:
+            target = target[int(part)] if part.isdigit() else getattr(target, part)
+        setattr(target, last, value)
+    return change
+
+
+def _micro_batch_size(size: int):
+    def change(plan: pb.DeploymentPlan) -> None:
+        for group in plan.device_groups:
+            group.micro_batch_size = size
+        plan.training.global_batch_size = size * sum(
+            g.num_micro_batches for g in plan.device_groups if g.pp_stage == 0)
+    return change
+
+
+#: One number each: GPU and NIC models, recompute, sequence parallelism, ZeRO's
+#: buckets, oversubscription, a node's scale-up bandwidth, the model's sequence, the
+#: micro-batch size (with the batch it makes), the run's tokens.
+CHANGES = {
+    "gpu": _set("cluster.nodes.0.gpu", "H200"),
+    "nic": _set("cluster.nodes.0.nic", "cx8"),
+    "recompute": _set("training.recompute", pb.FULL),
+    "sequence_parallel": _set("training.sequence_parallel", False),
+    "buckets": _set("training.dp_bucket_params", 20_000_000),
+    "oversubscription": _set("cluster.fabric.oversubscription", 3.0),
+    "scale_up": _set("cluster.nodes.0.scale_up.bandwidth_gbps", 1200.0),
+    "sequence": _set("model.seq_length", 2048),
+    "micro_batch_size": _micro_batch_size(3),
+    "tokens": _set("training.total_tokens", 2e9),
+}
+
+
+def changed(plan: pb.DeploymentPlan, name: str) -> pb.DeploymentPlan:
+    out = pb.DeploymentPlan()
+    out.CopyFrom(plan)
+    CHANGES[name](out)
+    return out
+
+
+def assert_same_analysis(got: PlanAnalysis, want: PlanAnalysis) -> None:
+    for field in dataclasses.fields(PlanAnalysis):
+        a, b = getattr(got, field.name), getattr(want, field.name)
+        if field.name == "topology":  # compared by identity: compare what it holds
+            for name in ("capacity", "latency_s", "bus_efficiency", "launch_latency_s"):
+                np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+            assert a.names == b.names and a.shape_key() == b.shape_key()
+        else:
+            assert a == b, field.name
+
+
+def prepare(plan, catalog, templates):
+    validate_plan(plan, catalog)
+    a = analyze(plan, catalog)
+    return a, lower(a, templates=templates), estimate_program_size(plan)
+
+
+def assert_same(got, want) -> None:
+    assert_same_analysis(got[0], want[0])
+    assert_identical(got[1], want[1])
+    np.testing.assert_array_equal(contention_free_durations(got[1]),
+                                  contention_free_durations(want[1]))
+    assert got[2] == want[2]
+
+
+def _numbers(prepared) -> tuple:
+    a, program, _ = prepared
+    return (program.task_duration_s.tobytes(), program.flow_bytes.tobytes(),
+            program.flow_latency_s.tobytes(), a.total_tokens,
+            tuple(g.memory for g in a.groups), a.dp_buckets)
+
+
+def test_one_number_apart_as_in_a_fresh_process(catalog):
+    moved = dict.fromkeys(CHANGES, False)
+    for seed in range(3):
+        base = random_plan(300 + seed, max_gpus=32)
+        pairs = [(base, changed(base, name)) for name in CHANGES]
+        warm = TemplateCache()
+        kept = [(prepare(a, catalog, warm), prepare(b, catalog, warm)) for a, b in pairs]
+        for name, (a, b), (got_a, got_b) in zip(CHANGES, pairs, kept, strict=True):
+            clear_memos()
+            assert_same(got_b, prepare(b, catalog, TemplateCache()))
+            clear_memos()
+            assert_same(got_a, prepare(a, catalog, TemplateCache()))
+            moved[name] |= _numbers(got_a) != _numbers(got_b)
+    # each change reaches the numbers of some plan: the comparisons above are not idle
+    assert all(moved.values()), moved
+
+
+def test_the_same_plans_in_a_new_process(catalog, tmp_path):
+    """Programs prepared after their neighbours equal those a new process makes."""
+    base = random_plan(311, max_gpus=32)
+    plans = [base] + [changed(base, name) for name in ("gpu", "nic", "recompute", "sequence")]
+    warm = TemplateCache()
+    programs = [prepare(plan, catalog, warm)[1] for plan in plans]
+    for i, plan in enumerate(plans):
+        (tmp_path / f"{i}.pbtxt").write_text(plan_to_text(plan))
+    script = (
+        "import sys, numpy as np\n"
+        "from xsweep.pipeline import prepare\n"
+        "from xsweep.evaluator.blocks import contention_free_durations\n"
+        "for path in sys.argv[1:]:\n"
+        "    p = prepare(path).program\n"
+        "    np.savez(path + '.npz', durations=p.task_duration_s, bytes=p.flow_bytes,\n"
+        "             latency=p.flow_latency_s, capacity=p.link_capacity,\n"
+        "             bound=contention_free_durations(p))\n")
+    paths = [str(tmp_path / f"{i}.pbtxt") for i in range(len(plans))]
+    subprocess.run([sys.executable, "-c", script, *paths], cwd=REPO_ROOT, check=True,
+                   timeout=120)
+    for path, program in zip(paths, programs, strict=True):
+        fresh = np.load(path + ".npz")
+        for name, got in (("durations", program.task_duration_s), ("bytes", program.flow_bytes),
+                          ("latency", program.flow_latency_s),
+                          ("capacity", program.link_capacity),
+                          ("bound", contention_free_durations(program))):
+            np.testing.assert_array_equal(got, fresh[name], err_msg=name)
+
+
+@pytest.mark.parametrize(("path", "value", "field"), [
+    ("cluster.nodes.0.gpu", "H900", "cluster.nodes[0].gpu"),
+    ("cluster.nodes.0.num_gpus", 0, "cluster.nodes[0].num_gpus"),
+    ("model.num_layers", 2, "device_groups[0].last_layer"),
+    ("training.global_batch_size", 7, "training.global_batch_size"),
+    ("device_groups.0.micro_batch_size", 0, "device_groups[0].micro_batch_size"),
+])
+def test_a_plan_broken_after_its_valid_twin_gets_the_fresh_error(catalog, path, value, field):
+    plan = plan_from_text(plan_to_text(random_plan(320, max_gpus=16)))
+    validate_plan(plan, catalog, "p.pbtxt")  # every part of it now kept as valid
+    _set(path, value)(plan)  # the same message object, one number broken
+    with pytest.raises(InputError) as kept:
+        validate_plan(plan, catalog, "p.pbtxt")
+    clear_memos()
+    with pytest.raises(InputError) as fresh:
+        validate_plan(plan, catalog, "p.pbtxt")
+    assert str(kept.value) == str(fresh.value)
+    assert kept.value.field == field
+
+
+def test_a_catalog_entry_replaced_after_use_is_read_again():
+    catalog = load_catalog()
+    plan = random_plan(330, max_gpus=16)
+    gpu = plan.cluster.nodes[0].gpu
+    validate_plan(plan, catalog)
+    before = analyze(plan, catalog)
+    canonical = catalog.lookup("gpus", gpu).name
+    catalog.gpus[canonical] = dataclasses.replace(catalog.gpus[canonical],
+                                                  peak_bf16_tflops=1.0, hbm_gib=1e5)
+    validate_plan(plan, catalog)
+    after = analyze(plan, catalog)
+    assert after.peak_flops_per_s != before.peak_flops_per_s
+    clear_memos()
+    assert_same_analysis(after, analyze(plan, catalog))
+
+
+def test_bound_durations_by_class_equal_those_flow_by_flow(catalog):
+    """The contention-free durations per class of flows (a program's structure) equal
+    those of the same program without one (every flow its own class)."""
+    templates = TemplateCache()
+    for seed in range(12):
+        program = lower(analyze(random_plan(340 + seed, max_gpus=64), catalog),
+                        templates=templates)
+        alone = dataclasses.replace(program, structure=None)
+        np.testing.assert_array_equal(contention_free_durations(program),
+                                      contention_free_durations(alone))

@@ -1,0 +1,83 @@
+"""Bounded memos of what the host computes again and again for the variants of a sweep.
+
+The plans of a sweep repeat their parts: the same device groups under other GPU
+models, the same cluster under other recompute settings. What a pure function makes
+of one part is kept here, keyed by that part (its serialized bytes, which hash once
+and compare as fast as memory does), so the next plan with an equal part pays a
+lookup. A memo keeps only results, never errors: an invalid input runs its check
+again and raises what it raised the first time.
+
+Keys may hold ``id()`` of immutable objects (catalog entries, a model, a stack) that
+the stored value keeps alive, so no other object can take the same id while the
+entry lives. Every memo is bounded by count and by an estimate of its bytes;
+:func:`clear_memos` empties them all (a fresh process's state, for comparisons).
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+F = TypeVar("F", bound=Callable)
+
+_MISSING = object()
+_MEMOS: weakref.WeakSet[Memo] = weakref.WeakSet()
+_CACHED: list = []  # the functions of cached()
+
+
+def _one(key: object, value: object) -> int:
+    return 1
+
+
+class Memo(Generic[K, V]):
+    """Values by key, at most ``size`` of them and ``max_bytes`` as ``weigh(key, value)``
+    counts them (least recently used go first)."""
+
+    def __init__(self, size: int, max_bytes: int | None = None,
+                 weigh: Callable[[K, V], int] = _one) -> None:
+        self.size, self.max_bytes, self.weigh = size, max_bytes, weigh
+        self._values: dict[K, tuple[V, int]] = {}
+        self._bytes = 0
+        _MEMOS.add(self)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def get(self, key: K, make: Callable[[], V]) -> V:
+        """The value of ``key``, made by ``make()`` the first time (and kept)."""
+        entry = self._values.pop(key, _MISSING)
+        if entry is _MISSING:
+            value = make()
+            entry = (value, self.weigh(key, value) if self.max_bytes is not None else 0)
+            self._bytes += entry[1]
+            while self._values and (len(self._values) >= self.size or (
+                    self.max_bytes is not None and self._bytes > self.max_bytes)):
+                self._bytes -= self._values.pop(next(iter(self._values)))[1]
+        self._values[key] = entry  # most recently used last
+        return entry[0]
+
+    def clear(self) -> None:
+        self._values.clear()
+        self._bytes = 0
+
+
+def cached(size: int) -> Callable[[F], F]:
+    """``functools.lru_cache(maxsize=size)`` for a pure function of hashable arguments,
+    emptied by :func:`clear_memos` too."""
+    def wrap(function: F) -> F:
+        memoized = functools.lru_cache(maxsize=size)(function)
+        _CACHED.append(memoized)
+        return memoized  # type: ignore[return-value]
+    return wrap
+
+
+def clear_memos() -> None:
+    """Empty every memo of the process (those of :func:`cached` too)."""
+    for memo in list(_MEMOS):
+        memo.clear()
+    for function in _CACHED:
+        function.cache_clear()
