@@ -16,6 +16,7 @@ entry lives. Every memo is bounded by count and by an estimate of its bytes;
 from __future__ import annotations
 
 import functools
+import threading
 import weakref
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
@@ -42,27 +43,38 @@ class Memo(Generic[K, V]):
         self.size, self.max_bytes, self.weigh = size, max_bytes, weigh
         self._values: dict[K, tuple[V, int]] = {}
         self._bytes = 0
+        self._lock = threading.Lock()
         _MEMOS.add(self)
 
     def __len__(self) -> int:
         return len(self._values)
 
     def get(self, key: K, make: Callable[[], V]) -> V:
-        """The value of ``key``, made by ``make()`` the first time (and kept)."""
-        entry = self._values.pop(key, _MISSING)
-        if entry is _MISSING:
-            value = make()
-            entry = (value, self.weigh(key, value) if self.max_bytes is not None else 0)
-            self._bytes += entry[1]
+        """The value of ``key``, made by ``make()`` the first time (and kept).
+
+        Safe to call from several threads: the table changes under a lock, ``make`` runs
+        outside it (two threads may both make a missing value; both are the same).
+        """
+        with self._lock:
+            entry = self._values.pop(key, _MISSING)
+            if entry is not _MISSING:
+                self._values[key] = entry  # most recently used last
+                return entry[0]
+        value = make()
+        weight = self.weigh(key, value) if self.max_bytes is not None else 0
+        with self._lock:
+            made = self._values.pop(key, None)  # by another thread meanwhile: keep one
+            self._bytes += weight - (made[1] if made is not None else 0)
             while self._values and (len(self._values) >= self.size or (
                     self.max_bytes is not None and self._bytes > self.max_bytes)):
                 self._bytes -= self._values.pop(next(iter(self._values)))[1]
-        self._values[key] = entry  # most recently used last
-        return entry[0]
+            self._values[key] = (value, weight)
+        return value
 
     def clear(self) -> None:
-        self._values.clear()
-        self._bytes = 0
+        with self._lock:
+            self._values.clear()
+            self._bytes = 0
 
 
 def cached(size: int) -> Callable[[F], F]:
