@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from xsweep.evaluator.compiles import compile_count
-from xsweep.evaluator.kernel_store import KernelStore
+from xsweep.evaluator.kernel_store import KernelStore, traced_modules
 
 #: A constant new to every test run: the programs compiled here are then new to JAX's own
 #: persistent cache too (an executable JAX loads from its cache is used but not kept).
@@ -64,3 +64,16 @@ def test_without_a_folder_nothing_is_kept(tmp_path):
     executable, _, _ = _compile(KernelStore(None), jnp.arange(2.0))
     np.testing.assert_array_equal(executable(jnp.arange(2.0)), [NONCE, 2 + NONCE])
     assert not list(tmp_path.iterdir())
+
+
+def test_the_key_covers_the_source_kernels_are_traced_from_and_no_more():
+    modules = traced_modules()
+    # what the jitted calls run: the kernels, the metrics, and what those import
+    for module in ("xsweep.evaluator.executables", "xsweep.kernels.exact", "xsweep.kernels.bound",
+                   "xsweep.kernels.waterfill", "xsweep.timeline", "xsweep.metrics",
+                   "xsweep.plan.program"):
+        assert module in modules, module
+    # planning and validation change no compiled kernel: editing them keeps the store
+    for module in ("xsweep.spec.validate", "xsweep.plan.lower", "xsweep.plan.analysis",
+                   "xsweep.evaluator.driver", "xsweep"):
+        assert module not in modules, module

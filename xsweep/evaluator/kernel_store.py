@@ -7,8 +7,9 @@ new process and every worker before its first result. A :class:`KernelStore` kee
 the compiled executable itself (``jax.experimental.serialize_executable``) under a key
 made without tracing: the kernel's configuration, the shapes and dtypes of its
 arguments, the devices, the JAX version, the host (CPU extensions, XLA flags) and a
-digest of xsweep's own source (any code change is a new key). Loading one takes about
-a tenth of a second.
+digest of the source the kernels are traced from (the kernels, the metrics, the
+modules they import: a change there is a new key; a change to planning or validation
+is not, and costs no process its kernels). Loading one takes about a tenth of a second.
 
 Only executables this process compiled are written: one that JAX itself loaded from
 its persistent cache does not survive serialization whole on CPU (it runs, once
@@ -21,8 +22,10 @@ user's own: loading an executable runs what it holds.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
+import importlib.util
 import json
 import os
 import pickle
@@ -36,20 +39,60 @@ import jax
 
 from xsweep.evaluator.compiles import compile_count
 
-_PACKAGES = ("xsweep", "xsweep.kernels")  # the kernels are a package of their own
+#: The module the kernels' jitted calls are defined in: a compiled kernel depends on the
+#: source of it and of the xsweep modules it imports, directly or not.
+_TRACED_ROOT = "xsweep.evaluator.executables"
 _code_digest: str | None = None
 
 
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, AttributeError, ValueError):
+        return False  # a name inside a module, not a module
+
+
+def _imports(module: str) -> set[str]:
+    """The xsweep modules ``module``'s source takes names from (read, not run): for
+    ``from package import module`` the module, not the package's ``__init__``."""
+    spec = importlib.util.find_spec(module)
+    tree = ast.parse(Path(spec.origin).read_text())
+    package = module if spec.origin.endswith("__init__.py") else module.rpartition(".")[0]
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = (importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+                    if node.level else node.module)
+            for alias in node.names:
+                inner = f"{base}.{alias.name}"
+                names.add(inner if base.startswith("xsweep") and _is_module(inner) else base)
+    return {name for name in names if name.split(".")[0] == "xsweep" and _is_module(name)}
+
+
+def traced_modules() -> list[str]:
+    """The modules a compiled kernel is traced from: the kernels' calls and every xsweep
+    module they import, directly or not."""
+    seen, todo = set(), [_TRACED_ROOT]
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo.extend(_imports(module) - seen)
+    return sorted(seen)
+
+
 def code_digest() -> str:
-    """A digest of the source of xsweep and its kernels (what a kernel is traced from)."""
+    """A digest of the source a kernel is traced from (:func:`traced_modules`): a change
+    there is a new key; a change elsewhere in xsweep (planning, validation) is not, so it
+    costs no process a compilation."""
     global _code_digest
     if _code_digest is None:
         digest = hashlib.sha256()
-        for package in _PACKAGES:
-            root = Path(importlib.import_module(package).__file__).resolve().parent
-            for path in sorted(root.rglob("*.py")):
-                digest.update(str(path.relative_to(root)).encode())
-                digest.update(path.read_bytes())
+        for module in traced_modules():
+            digest.update(module.encode())
+            digest.update(Path(importlib.util.find_spec(module).origin).read_bytes())
         _code_digest = digest.hexdigest()
     return _code_digest
 
