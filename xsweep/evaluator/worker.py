@@ -8,6 +8,7 @@ standard output with the result tables and timings of
 
 from __future__ import annotations
 
+import gc
 import sys
 import traceback
 
@@ -22,6 +23,10 @@ def serve() -> None:
     requests, answers = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing else may write on the answer stream
     evaluator = Evaluator(processes=1, **receive(requests))
+    # the interpreter's collector scans every object it tracks, a few hundred thousand
+    # after JAX and xarray load, in each full collection (about 0.2 s, every few thousand
+    # plans); what is loaded by now lives as long as the worker, so it is left out
+    gc.freeze()
     while True:
         try:
             plans, level, options = receive(requests)
