@@ -372,8 +372,10 @@ def run_programs(programs: Sequence[Program], level: str, *, executables: Execut
 def _initial_slots(programs: Sequence[Program], executables: Executables,
                    derived: Derived) -> np.ndarray:
     """Starting (task, flow) slots of every variant, int[N, 2], sized from its bound
-    schedule."""
+    schedule. The bound runs with its metrics, as the bound level does: the same keys at
+    the same shapes, so variants bounded before (a sweep's funnel, say) compile nothing
+    here."""
     bound = run_programs(programs, "bound", executables=executables, derived=derived,
-                         with_metrics=False, task_times=True)
+                         with_metrics=True, task_times=True)
     return np.array([exact_slots(p, bound["start_s"][i], bound["end_s"][i])
                      for i, p in enumerate(programs)], np.int64).reshape(-1, 2)
