@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import REPO_ROOT
+from tests.invalid_plans import _set
 from tests.plan.test_lower_identity import assert_identical
 from xsweep.errors import InputError
 from xsweep.evaluator.blocks import contention_free_durations
@@ -27,17 +28,6 @@ from xsweep.spec import load_catalog, validate_plan
 from xsweep.spec import xsweep_pb2 as pb
 from xsweep.spec.plan_io import plan_from_text, plan_to_text
 from xsweep.spec.program_size import estimate_program_size
-
-
-def _set(path: str, value):
-    """A change of the number at a dotted path (``cluster.nodes.0.gpu``)."""
-    def change(plan: pb.DeploymentPlan) -> None:
-        *parents, last = path.split(".")
-        target = plan
-        for part in parents:
-            target = target[int(part)] if part.isdigit() else getattr(target, part)
-        setattr(target, last, value)
-    return change
 
 
 def _micro_batch_size(size: int):
