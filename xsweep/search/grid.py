@@ -10,7 +10,8 @@ dimensions of the dataset.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -72,3 +73,45 @@ class Grid:
         """``[start, stop)`` ranges of at most ``chunk_size`` points covering the grid."""
         return [(start, min(start + chunk_size, self.size))
                 for start in range(0, self.size, chunk_size)]
+
+    def walk(self, fastest: Callable[[str], bool]) -> Walk:
+        """The points in the order where the axes that ``fastest`` picks vary fastest (each
+        group of axes in schema order)."""
+        first = [i for i, path in enumerate(self.paths) if not fastest(path)]
+        last = [i for i, path in enumerate(self.paths) if fastest(path)]
+        return Walk(self.shape, tuple(first + last), math.prod(self.shape[i] for i in last))
+
+
+@dataclass(frozen=True)
+class Walk:
+    """An order of a grid's points: position ``k`` of the walk is a point index.
+
+    The grid's axes are taken in the order ``axes`` (the last varies fastest), so the
+    points that differ only in the fastest axes, ``run`` of them, are neighbours. Work
+    cut into ranges of whole runs keeps each run in one range (a sweep's bound phase:
+    points that differ in per-point fields only share their program's structure).
+    """
+
+    shape: tuple[int, ...]  # the grid's
+    axes: tuple[int, ...]  # a permutation of the grid's axes, slowest first
+    run: int  # points that differ in the fastest axes only
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def points(self, start: int, stop: int) -> np.ndarray:
+        """int64[stop - start]: the point indices at positions ``start .. stop-1``."""
+        if not 0 <= start <= stop <= self.size:
+            raise IndexError(f"positions {start}..{stop} outside 0..{self.size}")
+        where = np.unravel_index(np.arange(start, stop), tuple(self.shape[i] for i in self.axes))
+        columns = [None] * len(self.shape)
+        for axis, column in zip(self.axes, where, strict=True):
+            columns[axis] = column
+        return np.ravel_multi_index(columns, self.shape).astype(np.int64)
+
+    def chunks(self, chunk_size: int) -> list[tuple[int, int]]:
+        """``[start, stop)`` position ranges covering the walk: whole runs of at most
+        ``chunk_size`` points each (one run, if a run is larger)."""
+        step = max(chunk_size // self.run, 1) * self.run
+        return [(start, min(start + step, self.size)) for start in range(0, self.size, step)]

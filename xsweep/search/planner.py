@@ -106,6 +106,14 @@ class _Stage:
 PER_POINT_AXES = re.compile(r"cluster\.pools\[\d+\]\.nic|training\.resharding|cluster\.fabric"
                             r"|cluster\.oversubscription|cost\.pricing"
                             r"|training\.dp_overlap|training\.dp_bucket_params")
+
+
+def per_point(path: str) -> bool:
+    """Whether axis ``path`` is one of :data:`PER_POINT_AXES`: points that differ in these
+    alone share a layout, and so their programs' structure."""
+    return PER_POINT_AXES.fullmatch(path) is not None
+
+
 #: Layouts kept at most (a sweep's fastest axes revisit a few hundred at a time).
 MAX_CACHED_LAYOUTS = 4096
 
@@ -120,7 +128,7 @@ class Planner:
         self.catalog = catalog
         self._gpus = [catalog.gpu(pool.gpu) for pool in sweep.cluster.pools]
         self._layouts: dict[tuple, _Template | Infeasible] = {}
-        self._layout_axes = tuple(path for path in sweep.axes() if not PER_POINT_AXES.fullmatch(path))
+        self._layout_axes = tuple(path for path in sweep.axes() if not per_point(path))
 
     def cost_model(self, point: Point) -> CostModel:
         c = self.sweep.cost

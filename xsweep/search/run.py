@@ -35,7 +35,7 @@ from xsweep.search.progress import Progress, eta
 from xsweep.search.results import answer, exact_feasible, to_dataset
 from xsweep.search.store import SweepFolder
 from xsweep.search.table import Table, concat, update
-from xsweep.search.tasks import Job, bound_chunk, exact_batch, plan_key, plan_name
+from xsweep.search.tasks import Job, bound_chunk, bound_walk, exact_batch, plan_key, plan_name
 from xsweep.spec import load_catalog, load_sweep, plan_to_text
 from xsweep.spec.catalog import Catalog
 
@@ -96,7 +96,7 @@ def run_sweep(path: str | Path, options: Options = Options(),
     folder = SweepFolder(options.out_dir or Path("results") / sweep.name)
     job = Job(sweep, catalog, options.dtype)
     manifest = {
-        "format": 1, "sweep_sha256": hashlib.sha256(text.encode()).hexdigest(),
+        "format": 2, "sweep_sha256": hashlib.sha256(text.encode()).hexdigest(),
         "catalog_version": job.catalog_version, "xsweep_version": xsweep.__version__,
         "chunk_size": options.chunk_size, "max_round": options.max_round,
         "exact_batch": options.exact_batch, "exhaustive": options.exhaustive,
@@ -161,8 +161,9 @@ def _add(timings: dict, more: dict) -> None:
 
 def _bound_phase(grid: Grid, folder: SweepFolder, job: Job, executor, options: Options,
                  timings: dict, show: Callable) -> Table:
-    chunks = grid.chunks(options.chunk_size)
-    found = {c: folder.load_bound(*c) for c in chunks}
+    walk = bound_walk(job.sweep)
+    chunks = walk.chunks(options.chunk_size)
+    found = {c: folder.load_bound(*c, walk.points(*c)) for c in chunks}
     todo = [(c, c) for c in chunks if found[c] is None]
     reused = len(chunks) - len(todo)
     if reused:
@@ -181,7 +182,8 @@ def _bound_phase(grid: Grid, folder: SweepFolder, job: Job, executor, options: O
         show(f"planned and bounded {grid.size - left + done_points:,}/{grid.size:,} points "
              f"({buildable:,} buildable), {done_points / elapsed:,.0f} points/s, "
              f"ETA {eta(done_points, left, elapsed)}", final=done_points == left)
-    return concat([found[c] for c in chunks])
+    table = concat([found[c] for c in chunks])  # in the walk's order: back to the grid's
+    return {name: values[np.argsort(table["point"])] for name, values in table.items()}
 
 
 def _exact_phase(table: Table, sweep, folder: SweepFolder, job: Job, executor,

@@ -4,6 +4,7 @@ Layout of ``results/<name>/`` (or the folder given with ``-o``)::
 
     work/manifest.json          what was run (hashes of the sweep file and catalog, settings)
     work/bound/<start>-<stop>.npz     one finished chunk of planned and bounded points
+                                      (positions in the bound walk, ``tasks.bound_walk``)
     work/exact/r<round>-b<batch>.npz  one finished batch of exactly evaluated points
     sweep.zarr   pareto.csv   pareto.png   summary.json   plans/
 
@@ -82,9 +83,11 @@ class SweepFolder:
     def _exact_file(self, round_: int, batch: int) -> Path:
         return self.work / "exact" / f"r{round_:05d}-b{batch:05d}.npz"
 
-    def load_bound(self, start: int, stop: int) -> Table | None:
-        """The finished chunk ``start .. stop-1``, or None."""
-        return _load(self._bound_file(start, stop), np.arange(start, stop))
+    def load_bound(self, start: int, stop: int, points: np.ndarray | None = None) -> Table | None:
+        """The finished chunk ``start .. stop-1`` if it holds ``points`` (by default the
+        points ``start .. stop-1``), or None."""
+        return _load(self._bound_file(start, stop),
+                     np.arange(start, stop) if points is None else points)
 
     def save_bound(self, start: int, stop: int, table: Table) -> None:
         tables.save(table, self._bound_file(start, stop))

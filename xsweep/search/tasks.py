@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from xsweep import metrics
-from xsweep.search.grid import Grid, Point
-from xsweep.search.planner import Built, Planner
+from xsweep.search.grid import Grid, Point, Walk
+from xsweep.search.planner import Built, Planner, per_point
 from xsweep.search.table import Table, blank, from_rows
 from xsweep.spec.catalog import Catalog
 from xsweep.spec.sweep import Sweep
@@ -118,9 +118,17 @@ def plan_name(sweep: Sweep, index: int) -> str:
     return f"{sweep.name}-p{index}"
 
 
+def bound_walk(sweep: Sweep) -> Walk:
+    """The order the bound phase visits a sweep's points in: points that differ only in
+    per-point fields (NICs, pricing, ...) side by side, so that the numeric variants of one
+    program structure share a chunk, and so a process that builds the structure once."""
+    return Grid(sweep).walk(per_point)
+
+
 def bound_chunk(job: Job, start: int, stop: int) -> tuple[Table, dict[str, float]]:
-    """Plan points ``start .. stop-1`` and evaluate the buildable ones at the bound level."""
-    return _evaluate(job, np.arange(start, stop), "bound")
+    """Plan the points at positions ``start .. stop-1`` of :func:`bound_walk` and evaluate
+    the buildable ones at the bound level (rows in that order)."""
+    return _evaluate(job, bound_walk(job.sweep).points(start, stop), "bound")
 
 
 def exact_batch(job: Job, indices: np.ndarray) -> tuple[Table, dict[str, float]]:
