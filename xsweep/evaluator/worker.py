@@ -12,7 +12,7 @@ import gc
 import sys
 import traceback
 
-from xsweep.evaluator.workers import receive, send
+from xsweep.pipes import receive, send
 
 
 def serve() -> None:

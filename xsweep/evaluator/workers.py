@@ -19,33 +19,13 @@ or a notebook can use them. Plans travel as serialized protobuf messages.
 from __future__ import annotations
 
 import os
-import pickle
 import queue
-import struct
 import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 
-_LENGTH = struct.Struct("<Q")
-
-
-def send(stream, message: object) -> None:
-    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_LENGTH.pack(len(data)) + data)
-    stream.flush()
-
-
-def receive(stream) -> object:
-    header = stream.read(_LENGTH.size)
-    if len(header) < _LENGTH.size:
-        raise EOFError("the worker process ended")
-    (length,) = _LENGTH.unpack(header)
-    return pickle.loads(stream.read(length))
-
-
-class WorkerError(RuntimeError):
-    """A worker process failed; the message holds its traceback."""
+from xsweep.pipes import WorkerError, receive, send
 
 
 class WorkerPool:

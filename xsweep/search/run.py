@@ -24,6 +24,7 @@ import numpy as np
 import xsweep
 from xsweep.errors import InputError
 from xsweep.metrics import jsonable
+from xsweep.runtime import usable_cores
 from xsweep.search import report
 from xsweep.search.distributed import DaskExecutor, LocalExecutor
 from xsweep.search.funnel import Funnel
@@ -31,6 +32,7 @@ from xsweep.search.grid import Grid, check_grid_size
 from xsweep.search.pareto import objective_matrix
 from xsweep.search.planner import Built, Infeasible, Planner
 from xsweep.search.plot import pareto_png
+from xsweep.search.processes import ProcessExecutor
 from xsweep.search.progress import Progress, eta
 from xsweep.search.results import answer, exact_feasible, to_dataset
 from xsweep.search.store import SweepFolder
@@ -170,18 +172,28 @@ def _bound_phase(grid: Grid, folder: SweepFolder, job: Job, executor, options: O
         show(f"resuming: {reused} of {len(chunks)} chunks already planned and bounded", final=True)
     started, done_points = time.perf_counter(), 0
     left = sum(stop - start for (start, stop), _ in todo)
-    for (start, stop), (table, spent) in executor.run(bound_chunk, job, todo):
-        saving = time.perf_counter()
-        folder.save_bound(start, stop, table)
-        found[(start, stop)] = table
-        _add(timings, spent | {"writing_s": time.perf_counter() - saving,
-                               "points_bounded": stop - start})
-        done_points += stop - start
-        elapsed = time.perf_counter() - started
-        buildable = sum(int(np.sum(t["level"] != "none")) for t in found.values() if t is not None)
-        show(f"planned and bounded {grid.size - left + done_points:,}/{grid.size:,} points "
-             f"({buildable:,} buildable), {done_points / elapsed:,.0f} points/s, "
-             f"ETA {eta(done_points, left, elapsed)}", final=done_points == left)
+    units = executor
+    if isinstance(executor, LocalExecutor) and min(len(todo), usable_cores()) > 1:
+        # whole chunks on a worker process per core: planning runs in parallel too, and
+        # no chunk waits for another's slowest share
+        units = ProcessExecutor(min(len(todo), usable_cores()))
+    try:
+        for (start, stop), (table, spent) in units.run(bound_chunk, job, todo):
+            saving = time.perf_counter()
+            folder.save_bound(start, stop, table)
+            found[(start, stop)] = table
+            _add(timings, spent | {"writing_s": time.perf_counter() - saving,
+                                   "points_bounded": stop - start})
+            done_points += stop - start
+            elapsed = time.perf_counter() - started
+            buildable = sum(int(np.sum(t["level"] != "none"))
+                            for t in found.values() if t is not None)
+            show(f"planned and bounded {grid.size - left + done_points:,}/{grid.size:,} "
+                 f"points ({buildable:,} buildable), {done_points / elapsed:,.0f} points/s, "
+                 f"ETA {eta(done_points, left, elapsed)}", final=done_points == left)
+    finally:
+        if units is not executor:
+            units.close()
     table = concat([found[c] for c in chunks])  # in the walk's order: back to the grid's
     return {name: values[np.argsort(table["point"])] for name, values in table.items()}
 

@@ -74,10 +74,12 @@ class Session:
     """What one process keeps between units: an Evaluator and the results of the plans it
     evaluated, by plan, pricing, level, dtype and catalog."""
 
-    def __init__(self):
-        from xsweep.evaluator import default_evaluator  # JAX loads only where it evaluates
+    def __init__(self, evaluator=None):
+        if evaluator is None:
+            from xsweep.evaluator import default_evaluator  # JAX loads only where it evaluates
 
-        self.evaluator = default_evaluator()
+            evaluator = default_evaluator()
+        self.evaluator = evaluator
         self._results: dict[tuple, dict[str, object]] = {}
 
     def results(self, job: Job, plans: dict[bytes, object], cost, level: str,
@@ -111,6 +113,13 @@ def session() -> Session:
     if _session is None:
         _session = Session()
     return _session
+
+
+def start_session(evaluator) -> None:
+    """Make this process's session one that evaluates with ``evaluator`` (a worker
+    process: a single-process evaluator)."""
+    global _session
+    _session = Session(evaluator)
 
 
 def plan_name(sweep: Sweep, index: int) -> str:

@@ -1,0 +1,37 @@
+"""The process executor runs units on real worker processes: results as in this process,
+errors with the worker's traceback, and workers that stop when told."""
+
+from __future__ import annotations
+
+import operator
+
+import pytest
+
+from xsweep.pipes import WorkerError
+from xsweep.search.distributed import LocalExecutor
+from xsweep.search.processes import ProcessExecutor
+
+
+def test_units_give_what_they_give_in_this_process():
+    items = [(k, (k,)) for k in range(1, 9)]
+    executor = ProcessExecutor(2)
+    try:
+        found = dict(executor.run(operator.mul, 3, items))
+        assert found == dict(LocalExecutor().run(operator.mul, 3, items))
+        assert found == {k: 3 * k for k in range(1, 9)}
+        workers = list(executor._workers)
+        assert len(workers) == 2 and all(w.poll() is None for w in workers)  # kept warm
+        assert dict(executor.run(operator.sub, 10, items[:2])) == {1: 9, 2: 8}  # another job
+    finally:
+        executor.close()
+    assert all(w.returncode == 0 for w in workers)  # they ended when their input closed
+
+
+def test_a_failing_unit_raises_with_the_workers_traceback():
+    executor = ProcessExecutor(2)
+    try:
+        with pytest.raises(WorkerError, match="ZeroDivisionError"):
+            dict(executor.run(operator.truediv, 1, [("a", (1,)), ("b", (0,)), ("c", (2,))]))
+        assert executor._workers == []  # stopped: their other answers are lost
+    finally:
+        executor.close()
