@@ -135,6 +135,7 @@ class KernelStore:
 
     def __init__(self, directory: Path | None):
         self.directory = directory
+        self._read: dict[Path, tuple[tuple, dict]] = {}  # shape files as last read
 
     def _path(self, config: tuple, args, devices: tuple, suffix: str = ".xla") -> Path | None:
         if self.directory is None:
@@ -147,13 +148,23 @@ class KernelStore:
         """The shape each variant key of ``config`` was assigned to so far, by any process
         (see :meth:`assign`); empty without a directory or a readable file."""
         path = self._path(config, (), devices, ".shapes.json")
-        if path is None or not path.exists():
+        try:
+            stat = path.stat() if path is not None else None
+        except OSError:
             return {}
+        if stat is None:
+            return {}
+        version = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+        known = self._read.get(path)
+        if known is not None and known[0] == version:  # unchanged since read: not parsed again
+            return dict(known[1])
         try:
             pairs = json.loads(path.read_text())
-            return {tuple(own): tuple(shape) for own, shape in pairs}
+            found = {tuple(own): tuple(shape) for own, shape in pairs}
         except (OSError, ValueError, TypeError):
             return {}  # damaged: shapes are chosen again, nothing worse
+        self._read[path] = (version, found)
+        return dict(found)
 
     def assign(self, config: tuple, devices: tuple, new: dict[tuple, tuple]) -> None:
         """Keep ``new`` assignments of variant keys to compiled shapes beside the kernels,

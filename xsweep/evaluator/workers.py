@@ -48,24 +48,32 @@ class WorkerPool:
             done: Callable[[int], None] | None = None) -> Iterator[tuple[list[dict], dict]]:
         """Each piece's ``(tables, seconds)``, in order; ``done(n)`` as pieces of ``n``
         plans finish."""
-        if not self._workers:
+        first_call = not self._workers
+        if first_call:
             self._start()
-        # Worker w takes pieces w, w + W, w + 2W, ... in order: which kernel shapes a worker
-        # compiles depends on what it evaluated before, so a fixed assignment makes a rerun
-        # of the same plans ask for the same shapes, which it then finds on disk.
-        count = len(self._workers)
-        todo = [[(index, [plan.SerializeToString() for plan in pieces[index]])
-                 for index in range(w, len(pieces), count)] for w in range(count)]
+        # Pieces go to whichever worker is free, in order, so the workers stay busy however
+        # uneven the pieces are (which shape a plan runs at is kept per shape key, on disk,
+        # so it does not depend on which worker evaluates it).
+        todo: queue.Queue = queue.Queue()
+        for index, piece in enumerate(pieces):
+            todo.put((index, [plan.SerializeToString() for plan in piece]))
         results: dict[int, object] = {}
         finished: queue.Queue = queue.Queue()
-        # the others start once the first piece is back: what it compiled, they then load
-        # from the disk cache instead of compiling the same kernels at the same time
+        # On the pool's first call the others start once the first piece is back: what it
+        # compiled, they then load from the disk cache instead of compiling the same
+        # kernels at the same time. Later calls find most of their shapes compiled.
         first_back = threading.Event()
+        if not first_call:
+            first_back.set()
 
-        def serve(worker: subprocess.Popen, mine: list, first: bool) -> None:
+        def serve(worker: subprocess.Popen, first: bool) -> None:
             if not first:
                 first_back.wait()
-            for index, plans in mine:
+            while True:
+                try:
+                    index, plans = todo.get_nowait()
+                except queue.Empty:
+                    return
                 try:
                     send(worker.stdin, (plans, level, options))
                     results[index] = receive(worker.stdout)
@@ -74,7 +82,7 @@ class WorkerPool:
                 first_back.set()
                 finished.put(index)
 
-        threads = [threading.Thread(target=serve, args=(w, todo[n], n == 0), daemon=True)
+        threads = [threading.Thread(target=serve, args=(w, n == 0), daemon=True)
                    for n, w in enumerate(self._workers)]
         for thread in threads:
             thread.start()
