@@ -22,7 +22,10 @@ cache directory already given to JAX (``JAX_COMPILATION_CACHE_DIR``) is left alo
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 #: Environment variable read (never written): CPU devices to split a host into; 0 keeps
@@ -107,3 +110,20 @@ def use_compile_cache(path: str | Path | None = None) -> Path | None:
     jax.config.update("jax_compilation_cache_dir", str(directory))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     return directory
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector (if it runs) for a stretch of code that
+    allocates many small containers and makes no reference cycles (building a program's
+    structure: tens of thousands of tuples and lists). Each collection of the youngest
+    objects would otherwise scan them, and every few a full one scans all that a
+    process with JAX loaded holds (measured: a third of the time of building 512-GPU
+    structures)."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()

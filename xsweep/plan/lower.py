@@ -61,6 +61,7 @@ from xsweep.plan.collectives import ALLGATHER, ALLREDUCE, REDUCE_SCATTER, pipeli
 from xsweep.plan.groups import chunk_bytes_per_rank
 from xsweep.plan.passes import COMM, COMPUTE, ONE, ZERO, cached_block
 from xsweep.plan.program import Category, FlowClasses, Program, padded_paths
+from xsweep.runtime import collector_paused
 
 # -- value keys --------------------------------------------------------------------------
 # A value key is a tuple (kind, *args); VALUES[kind](analysis, *args) is its number. Group
@@ -467,6 +468,11 @@ class Template:
 
 def build_template(a: PlanAnalysis) -> Template:
     """Lower the structure of ``a`` once (see the module's description)."""
+    with collector_paused():
+        return _build_template(a)
+
+
+def _build_template(a: PlanAnalysis) -> Template:
     out = _Builder()
     groups = a.groups
     zero1 = a.stack.zero_stage == 1 and bool(a.dp_groups)
