@@ -8,7 +8,13 @@ import jax
 import numpy as np
 
 from xsweep.evaluator.blocks import block_work
-from xsweep.evaluator.driver import MAX_SHAPES, MERGE_FACTOR, _rows, _shape_groups
+from xsweep.evaluator.driver import (
+    MAX_SHAPES,
+    MERGE_FACTOR,
+    _row_chunks,
+    _rungs,
+    _shape_groups,
+)
 from xsweep.evaluator.kernel_store import KernelStore
 
 CONFIG = ("bound", "float32", 64, True)
@@ -67,10 +73,18 @@ def test_without_earlier_choices_a_small_call_merges_less():
     assert any(alone[k] != first[k] for k in map(tuple, part.tolist()))
 
 
-def test_rows_come_in_few_sizes():
-    sizes = {_rows(n, "bound", 128, 2) for n in range(1, 1000)}
-    assert sizes == {8, 32, 128}
-    assert {_rows(n, "exact", 64, 2) for n in range(1, 200)} == {2, 4, 16, 64}
+def test_rows_come_in_few_sizes_and_pad_vmapped_chunks_little():
+    assert _rungs("bound", 128, 2) == [8, 32, 128]
+    assert _rungs("exact", 64, 2) == [2, 4, 16, 64]
+    for n in range(1, 1000):
+        vmapped = _row_chunks(n, "bound", 128, 2, vectorized=True)
+        assert set(vmapped) <= {8, 32, 128} and n <= sum(vmapped) < n + 8
+        one_by_one = _row_chunks(n, "exact", 64, 2, vectorized=False)
+        assert len(set(one_by_one)) == 1 and n <= sum(one_by_one) < n + 64
+    assert _row_chunks(9, "bound", 128, 2, vectorized=True) == [8, 8]  # not 32 rows
+    assert _row_chunks(27, "bound", 128, 2, vectorized=True) == [32]  # pads no more than 8s
+    assert _row_chunks(300, "bound", 128, 2, vectorized=True) == [128, 128, 32, 8, 8]
+    assert _row_chunks(9, "exact", 64, 2, vectorized=False) == [16]
 
 
 def test_choices_reach_another_process_through_the_store(tmp_path):

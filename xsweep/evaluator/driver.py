@@ -16,7 +16,7 @@ up to ``REUSE_FACTOR`` times its work is used as it is). The shape a key was giv
 kept (beside the compiled kernels on disk), so a key runs at the same shape in every
 later call and process, whatever else they hold: rerunning plans compiles nothing.
 Each group runs in chunks of a few row counts (``MIN_ROWS`` times powers of
-``ROWS_STEP``); the variant axis is padded to a multiple of the device count and
+``ROWS_STEP``; vmapped levels cut a group into several so that it pads little); the variant axis is padded to a multiple of the device count and
 split over all devices with ``shard_map``: each device runs its share, vmapped or one
 variant after another (``VECTORIZED``), so one CPU, one GPU or eight run the same
 code. The exact level's slots (tasks and flows under way at once) are sized per
@@ -84,8 +84,7 @@ MERGE_FACTOR = 2.0
 #: Rows of a chunk at least (a multiple of the devices, up to the chunk size): few
 #: distinct row counts, so small calls and large ones share executables.
 MIN_ROWS = {"bound": 8, "exact": 1}
-#: ... growing by this factor up to the chunk size: a group pads its last chunk by at most
-#: this factor, and a shape needs at most a few executables.
+#: ... growing by this factor up to the chunk size: a shape needs at most a few executables.
 ROWS_STEP = 4
 _SCALARS = ("tokens_per_iteration", "model_flops_per_iteration", "peak_flops_per_s")
 
@@ -203,14 +202,37 @@ def _shape_groups(keys: np.ndarray, load: np.ndarray, work: Callable, max_shapes
     return [(key, np.sort(np.concatenate(who))) for key, who in groups.items()], chosen
 
 
-def _rows(count: int, level: str, chunk_size: int, devices: int) -> int:
-    """Rows of the chunks of a group of ``count`` variants: ``MIN_ROWS`` times a power of
-    ``ROWS_STEP``, at most ``chunk_size``, a multiple of the devices (few row counts, so
-    groups of other sizes at one shape share executables)."""
-    rows = MIN_ROWS[level]
-    while rows < min(count, chunk_size):
+def _rungs(level: str, chunk_size: int, devices: int) -> list[int]:
+    """The row counts a chunk may have: ``MIN_ROWS`` times powers of ``ROWS_STEP``, at
+    most ``chunk_size``, multiples of the devices (few row counts, so groups of other
+    sizes at one shape share executables)."""
+    rows, out = MIN_ROWS[level], set()
+    while True:
+        out.add(-(-min(rows, chunk_size) // devices) * devices)
+        if rows >= chunk_size:
+            return sorted(out)
         rows *= ROWS_STEP
-    return -(-min(rows, chunk_size) // devices) * devices
+
+
+def _row_chunks(count: int, level: str, chunk_size: int, devices: int,
+                vectorized: bool) -> list[int]:
+    """Rows of each chunk of a group of ``count`` variants, each a rung of :func:`_rungs`.
+
+    Variants that run one after another (not ``vectorized``) take one rung for the whole
+    group, as far as it goes: an empty row costs them nothing. Vmapped variants pay for
+    every row, padding included, so the group is cut into the largest rungs it fills,
+    then the largest that the rest fills, and so on: it pads by less than the smallest
+    rung (one chunk of the next rung up where that pads no more)."""
+    rungs = _rungs(level, chunk_size, devices)
+    single = next((r for r in rungs if r >= count), rungs[-1])
+    if not vectorized:
+        return [single] * -(-count // single)
+    sizes, left = [], count
+    while left > 0:
+        size = max([r for r in rungs if r <= left], default=rungs[0])
+        sizes.append(size)
+        left -= size
+    return [single] if single >= count and single <= sum(sizes) else sizes
 
 
 class _Run:
@@ -263,11 +285,13 @@ class _Run:
         num_fields = len(fmt.shape._fields)
         for key, local in groups:
             run = pending[local]
-            rows = _rows(len(run), cfg.level, chunk_size, devices)
             self.executables.remember(config, key)
-            for begin in range(0, len(run), rows):
+            begin = 0
+            for rows in _row_chunks(len(run), cfg.level, chunk_size, devices,
+                                    cfg.vectorized):
                 yield (run[begin: begin + rows], (rows, *key[:num_fields]), key[num_fields:-2],
                        key[-2:])
+                begin += rows
 
 
 def _put(target: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
