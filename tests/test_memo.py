@@ -77,3 +77,23 @@ def test_clear_memos_empties_memos_and_cached_functions():
     clear_memos()
     assert len(memo) == 0
     assert square(3) == 9 and calls == [3, 3]
+
+
+def test_cached_results_can_be_bounded_by_their_bytes():
+    made = []
+
+    @cached(100, max_bytes=10, weigh=len)
+    def word(n: int) -> str:
+        made.append(n)
+        return "x" * n
+
+    assert word(4) == "xxxx" and word(4) == "xxxx" and made == [4]  # kept
+    word(5)
+    word(3)  # 4 + 5 + 3 bytes: over 10, so the least recently used (4) goes
+    word(5)
+    assert made == [4, 5, 3]
+    word(4)
+    assert made == [4, 5, 3, 4]  # made again
+    clear_memos()
+    word(5)
+    assert made == [4, 5, 3, 4, 5]  # emptied with every other memo

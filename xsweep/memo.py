@@ -77,13 +77,24 @@ class Memo(Generic[K, V]):
             self._bytes = 0
 
 
-def cached(size: int) -> Callable[[F], F]:
-    """``functools.lru_cache(maxsize=size)`` for a pure function of hashable arguments,
-    emptied by :func:`clear_memos` too."""
+def cached(size: int, max_bytes: int | None = None,
+           weigh: Callable[[object], int] | None = None) -> Callable[[F], F]:
+    """``functools.lru_cache(maxsize=size)`` for a pure function of hashable (positional)
+    arguments, emptied by :func:`clear_memos` too. With ``max_bytes``, its results are
+    also kept to that many bytes as ``weigh(result)`` counts them (a :class:`Memo`)."""
     def wrap(function: F) -> F:
-        memoized = functools.lru_cache(maxsize=size)(function)
-        _CACHED.append(memoized)
-        return memoized  # type: ignore[return-value]
+        if max_bytes is None:
+            memoized = functools.lru_cache(maxsize=size)(function)
+            _CACHED.append(memoized)
+            return memoized  # type: ignore[return-value]
+        memo: Memo = Memo(size, max_bytes, lambda key, value: weigh(value))
+
+        @functools.wraps(function)
+        def weighed(*args):
+            return memo.get(args, lambda: function(*args))
+
+        weighed.cache_clear = memo.clear  # type: ignore[attr-defined]
+        return weighed  # type: ignore[return-value]
     return wrap
 
 

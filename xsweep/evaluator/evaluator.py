@@ -20,7 +20,7 @@ from xsweep.evaluator.executables import Executables
 from xsweep.evaluator.workers import WorkerPool
 from xsweep.kernels import MAX_ROUNDS
 from xsweep.pipeline import Prepared, prepare_valid, resolve_inputs
-from xsweep.plan.lower import TemplateCache
+from xsweep.plan.lower import TEMPLATE_BYTES, TemplateCache
 from xsweep.plan.program import Program
 from xsweep.runtime import usable_cores, use_compile_cache, use_cpu_devices
 from xsweep.spec.arguments import evaluation_plans
@@ -64,6 +64,9 @@ class Evaluator:
       processes: worker processes that prepare and evaluate shares of a call's plans
         (:mod:`xsweep.evaluator.workers`); default one per core on a CPU host, 1 on an
         accelerator. Calls of fewer than ``parallel_min`` plans run in this process.
+      template_bytes: memory the program structures kept between calls may take
+        (:class:`xsweep.plan.lower.TemplateCache`; about as much again is derived from
+        them for the kernels).
     """
 
     def __init__(self, *, devices: Sequence | None = None, dtype: str = "float32",
@@ -71,7 +74,7 @@ class Evaluator:
                  catalog: Catalog | None = None, profile: Profile | str | Path | None = None,
                  cost: CostModel = DEFAULT_COST, cpu_devices: int | None = None,
                  compile_cache: bool = True, processes: int | None = None,
-                 parallel_min: int = PARALLEL_MIN):
+                 parallel_min: int = PARALLEL_MIN, template_bytes: int = TEMPLATE_BYTES):
         if dtype not in DTYPES:
             raise InputError(None, "dtype", dtype, f"must be one of {', '.join(DTYPES)}")
         if chunk_size is not None and chunk_size < 1:
@@ -91,7 +94,7 @@ class Evaluator:
         self._executables = Executables(
             self.devices, store=self.cache_dir / "kernels" if self.cache_dir else None)
         self._derived = Derived()
-        self._templates = TemplateCache()
+        self._templates = TemplateCache(max_bytes=template_bytes)
         self.parallel_min = parallel_min
         if processes is None:
             processes = usable_cores() if self.devices[0].platform == "cpu" else 1

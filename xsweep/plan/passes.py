@@ -413,4 +413,13 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
         waits=tuple(waits), finals=finals)
 
 
-cached_block = cached(256)(build_block)
+def _block_bytes(block: Block) -> int:
+    """About the memory a block holds: its arrays, and its names and keys (Python objects
+    of some 100 bytes each). A 512-GPU replica's block holds megabytes."""
+    arrays = sum(value.nbytes for value in vars(block).values() if isinstance(value, np.ndarray))
+    return arrays + 100 * (len(block.names) + len(block.keys) + len(block.piece_end))
+
+
+#: Blocks kept: the replicas of a sweep's neighbouring plans repeat, but a long sweep over
+#: large clusters must not keep every block it built.
+cached_block = cached(256, 128 * 2**20, _block_bytes)(build_block)

@@ -15,6 +15,9 @@ import traceback
 
 from xsweep.pipes import receive, send
 
+#: Bytes of program structures a worker keeps between units.
+UNIT_TEMPLATE_BYTES = 64 * 2**20
+
 
 def serve() -> None:
     """Answer requests until the input closes."""
@@ -24,7 +27,10 @@ def serve() -> None:
 
     requests, answers = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing else may write on the answer stream
-    tasks.start_session(Evaluator(processes=1))
+    # the bound phase's walk puts every variant of a structure in one unit, so few
+    # structures are met again in a later unit: a smaller store of them keeps each
+    # worker's memory down
+    tasks.start_session(Evaluator(processes=1, template_bytes=UNIT_TEMPLATE_BYTES))
     gc.freeze()  # what is loaded by now lives as long as the worker (see the evaluator's)
     jobs: dict[int, object] = {}
     while True:
