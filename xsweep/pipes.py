@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pickle
 import struct
+import subprocess
+from collections.abc import Sequence
 
 _LENGTH = struct.Struct("<Q")
 
@@ -25,3 +27,16 @@ def receive(stream) -> object:
 
 class WorkerError(RuntimeError):
     """A worker process failed; the message holds its traceback."""
+
+
+def stop(workers: Sequence[subprocess.Popen], kill: bool = False) -> None:
+    """Stop worker processes: at once with ``kill``, else once they finish their request
+    (their input closes, so they end)."""
+    for worker in workers:
+        try:
+            if kill:
+                worker.kill()
+            worker.stdin.close()
+            worker.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            worker.kill()

@@ -25,7 +25,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 
-from xsweep.pipes import WorkerError, receive, send
+from xsweep.pipes import WorkerError, receive, send, stop
 
 
 class WorkerPool:
@@ -104,12 +104,5 @@ class WorkerPool:
 
     def close(self, kill: bool = False) -> None:
         """Stop the workers: at once with ``kill``, else once they finish their request."""
-        for worker in self._workers:
-            try:
-                if kill:
-                    worker.kill()
-                worker.stdin.close()
-                worker.wait(timeout=30)
-            except (OSError, subprocess.TimeoutExpired):
-                worker.kill()
+        stop(self._workers, kill)
         self._workers = []

@@ -24,7 +24,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 
-from xsweep.pipes import WorkerError, receive, send
+from xsweep.pipes import WorkerError, receive, send, stop
 
 
 class ProcessExecutor:
@@ -92,12 +92,5 @@ class ProcessExecutor:
 
     def close(self, kill: bool = False) -> None:
         """Stop the workers: at once with ``kill``, else once they finish their unit."""
-        for worker in self._workers:
-            try:
-                if kill:
-                    worker.kill()
-                worker.stdin.close()
-                worker.wait(timeout=30)
-            except (OSError, subprocess.TimeoutExpired):
-                worker.kill()
+        stop(self._workers, kill)
         self._workers, self._jobs = [], []
