@@ -77,14 +77,14 @@ def test_rows_come_in_few_sizes_and_pad_vmapped_chunks_little():
     assert _rungs("bound", 128, 2) == [8, 32, 128]
     assert _rungs("exact", 64, 2) == [2, 4, 16, 64]
     for n in range(1, 1000):
-        vmapped = _row_chunks(n, "bound", 128, 2, vectorized=True)
+        vmapped = _row_chunks(n, "bound", 128, 2, split=True)  # large programs
         assert set(vmapped) <= {8, 32, 128} and n <= sum(vmapped) < n + 8
-        one_by_one = _row_chunks(n, "exact", 64, 2, vectorized=False)
-        assert len(set(one_by_one)) == 1 and n <= sum(one_by_one) < n + 64
-    assert _row_chunks(9, "bound", 128, 2, vectorized=True) == [8, 8]  # not 32 rows
-    assert _row_chunks(27, "bound", 128, 2, vectorized=True) == [32]  # pads no more than 8s
-    assert _row_chunks(300, "bound", 128, 2, vectorized=True) == [128, 128, 32, 8, 8]
-    assert _row_chunks(9, "exact", 64, 2, vectorized=False) == [16]
+        whole = _row_chunks(n, "exact", 64, 2, split=False)
+        assert len(set(whole)) == 1 and n <= sum(whole) < n + 64
+    assert _row_chunks(9, "bound", 128, 2, split=True) == [8, 8]  # not 32 rows
+    assert _row_chunks(27, "bound", 128, 2, split=True) == [32]  # pads no more than 8s
+    assert _row_chunks(300, "bound", 128, 2, split=True) == [128, 128, 32, 8, 8]
+    assert _row_chunks(9, "exact", 64, 2, split=False) == [16]
 
 
 def test_choices_reach_another_process_through_the_store(tmp_path):

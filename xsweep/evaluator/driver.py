@@ -16,7 +16,8 @@ up to ``REUSE_FACTOR`` times its work is used as it is). The shape a key was giv
 kept (beside the compiled kernels on disk), so a key runs at the same shape in every
 later call and process, whatever else they hold: rerunning plans compiles nothing.
 Each group runs in chunks of a few row counts (``MIN_ROWS`` times powers of
-``ROWS_STEP``; vmapped levels cut a group into several so that it pads little); the variant axis is padded to a multiple of the device count and
+``ROWS_STEP``; a vmapped group of large programs is cut into several so that it pads
+little); the variant axis is padded to a multiple of the device count and
 split over all devices with ``shard_map``: each device runs its share, vmapped or one
 variant after another (``VECTORIZED``), so one CPU, one GPU or eight run the same
 code. The exact level's slots (tasks and flows under way at once) are sized per
@@ -86,6 +87,14 @@ MERGE_FACTOR = 2.0
 MIN_ROWS = {"bound": 8, "exact": 1}
 #: ... growing by this factor up to the chunk size: a shape needs at most a few executables.
 ROWS_STEP = 4
+#: Work per row (``_Format.work``) from which a vmapped group is cut into several row
+#: counts so that it pads little (:func:`_row_chunks`): variants run vmapped pay for every
+#: row, padding included, while variants run one after another (the exact level on a
+#: CPU) lose nothing to an empty row. Below it a row costs less than the extra calls and
+#: executables (measured on CPU: Llama-2-7B plans of 8-64 GPUs, 1-53 thousand, ran slower
+#: and compiled twice the shapes when cut; 512-GPU Llama-3-70B plans, 49-200 thousand,
+#: ran their kernels 1.6x faster).
+SPLIT_WORK = 2**16
 _SCALARS = ("tokens_per_iteration", "model_flops_per_iteration", "peak_flops_per_s")
 
 
@@ -215,17 +224,16 @@ def _rungs(level: str, chunk_size: int, devices: int) -> list[int]:
 
 
 def _row_chunks(count: int, level: str, chunk_size: int, devices: int,
-                vectorized: bool) -> list[int]:
+                split: bool) -> list[int]:
     """Rows of each chunk of a group of ``count`` variants, each a rung of :func:`_rungs`.
 
-    Variants that run one after another (not ``vectorized``) take one rung for the whole
-    group, as far as it goes: an empty row costs them nothing. Vmapped variants pay for
-    every row, padding included, so the group is cut into the largest rungs it fills,
-    then the largest that the rest fills, and so on: it pads by less than the smallest
-    rung (one chunk of the next rung up where that pads no more)."""
+    Without ``split``, one rung for the whole group, as far as it goes. With it, the group
+    is cut into the largest rungs it fills, then the largest that the rest fills, and so
+    on: it pads by less than the smallest rung (one chunk of the next rung up where that
+    pads no more), in more calls and with more executables per shape."""
     rungs = _rungs(level, chunk_size, devices)
     single = next((r for r in rungs if r >= count), rungs[-1])
-    if not vectorized:
+    if not split:
         return [single] * -(-count // single)
     sizes, left = [], count
     while left > 0:
@@ -287,8 +295,8 @@ class _Run:
             run = pending[local]
             self.executables.remember(config, key)
             begin = 0
-            for rows in _row_chunks(len(run), cfg.level, chunk_size, devices,
-                                    cfg.vectorized):
+            split = cfg.vectorized and float(fmt.work(np.array(key))) >= SPLIT_WORK
+            for rows in _row_chunks(len(run), cfg.level, chunk_size, devices, split):
                 yield (run[begin: begin + rows], (rows, *key[:num_fields]), key[num_fields:-2],
                        key[-2:])
                 begin += rows
