@@ -1,8 +1,9 @@
 """The grid of a sweep: every combination of its axes, numbered in row-major order.
 
 A point's index is its position in the Cartesian product of ``Sweep.axes()`` taken in
-schema order with the last axis varying fastest, so index ranges are the natural
-chunks of work and the result dataset is the flat table reshaped to the axes' lengths.
+schema order with the last axis varying fastest, so the result dataset is the flat
+table reshaped to the axes' lengths. Work may visit the points in another order (a
+:class:`Walk`: some axes varying fastest) and cut that order into chunks.
 Axes with one value are kept in the numbering (their index is always 0) but are not
 dimensions of the dataset.
 """
@@ -68,11 +69,6 @@ class Grid:
                   for axis, column in zip(self.axes.values(), columns, strict=True)]
         for row in zip(*values, strict=True):
             yield dict(zip(self.paths, row, strict=True))
-
-    def chunks(self, chunk_size: int) -> list[tuple[int, int]]:
-        """``[start, stop)`` ranges of at most ``chunk_size`` points covering the grid."""
-        return [(start, min(start + chunk_size, self.size))
-                for start in range(0, self.size, chunk_size)]
 
     def walk(self, fastest: Callable[[str], bool]) -> Walk:
         """The points in the order where the axes that ``fastest`` picks vary fastest (each
