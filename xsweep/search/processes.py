@@ -35,6 +35,7 @@ class ProcessExecutor:
         self.processes = processes
         self._workers: list[subprocess.Popen] = []
         self._jobs: list[set[int]] = []  # per worker: the jobs it holds (by id)
+        self._alive: dict[int, object] = {}  # those jobs, so that no other takes their id
 
     def _start(self) -> None:
         env = dict(os.environ, XSWEEP_CPU_DEVICES="1")
@@ -51,6 +52,7 @@ class ProcessExecutor:
             return
         if not self._workers:
             self._start()
+        self._alive[id(job)] = job
         todo: queue.Queue = queue.Queue()
         for item in items:
             todo.put(item)
@@ -93,4 +95,4 @@ class ProcessExecutor:
     def close(self, kill: bool = False) -> None:
         """Stop the workers: at once with ``kill``, else once they finish their unit."""
         stop(self._workers, kill)
-        self._workers, self._jobs = [], []
+        self._workers, self._jobs, self._alive = [], [], {}
