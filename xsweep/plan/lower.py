@@ -192,9 +192,10 @@ class _Builder:
         self.keys: dict[tuple, int] = {ZERO: 0, ONE: 1}
         self.value: list[np.ndarray] = []
         # per extension: its tasks' names, with "{dg<i>}" standing for the id of the i-th
-        # group in ids (formatted only when names are asked for; plain data, no closures,
-        # so that kept templates give the garbage collector little to visit)
-        self.names: list[tuple[tuple[str, ...], tuple[int, ...]]] = []
+        # group in ids, or the arguments of the block that makes them (formatted only when
+        # names are asked for; plain data, no closures, so that kept templates give the
+        # garbage collector little to visit)
+        self.names: list[tuple[tuple, tuple[int, ...]]] = []
         self.flow_task: list[np.ndarray] = []
         self.flow_src: list[np.ndarray] = []
         self.flow_dst: list[np.ndarray] = []
@@ -240,6 +241,15 @@ class _Builder:
                            np.ones(n), np.zeros(n, bool))
 
 
+class _BlockNames:
+    """The names of a block's tasks, not made yet: the block's arguments (but ``names``)."""
+
+    __slots__ = ("args",)
+
+    def __init__(self, args: tuple):
+        self.args = args
+
+
 def _with_groups(key: tuple, stream_group, dp_group) -> tuple:
     """A block's value key with its streams and DP groups replaced by the program's."""
     kind, args = key[0], list(key)
@@ -260,8 +270,9 @@ def _add_block(out: _Builder, a: PlanAnalysis, replicas: list[tuple[int, ...]], 
     orders, dp = _fsdp_rings(a, replicas) if a.fsdp else ((), ())
     shape = tuple(tuple((groups[gi].tp, groups[gi].first_layer, groups[gi].last_layer,
                          groups[gi].num_micro_batches) for gi in rep) for rep in replicas)
-    block = cached_block(a.schedule, a.resharding, a.stack.virtual_pipeline_stages, shape,
-                         cuts, bool(gather), orders)
+    args = (a.schedule, a.resharding, a.stack.virtual_pipeline_stages, shape, cuts,
+            bool(gather), orders)
+    block = cached_block(*args, False)  # names, for traces only, are made when asked for
     base = out.num_tasks
     members_arr = np.asarray(members, np.int64)
     ids = np.array([groups[gi].id for gi in members], np.int64)
@@ -286,7 +297,8 @@ def _add_block(out: _Builder, a: PlanAnalysis, replicas: list[tuple[int, ...]], 
     offset = np.concatenate([[0], np.cumsum([groups[gi].tp for gi in members])])
     remap = np.array([out.key(_with_groups(k, members, dp)) for k in block.keys], np.int64)
     out.extend(cols, np.bincount(owner, minlength=len(cols)), dep, remap[block.value],
-               (block.names, tuple(ids.tolist())), block.flow_task + base,
+               (block.names if block.names is not None else _BlockNames(args),
+                tuple(ids.tolist())), block.flow_task + base,
                rank_table[offset[block.flow_src[:, 0]] + block.flow_src[:, 1]],
                rank_table[offset[block.flow_dst[:, 0]] + block.flow_dst[:, 1]],
                remap[block.flow_bytes], remap[block.flow_hops], remap[block.flow_launches],
@@ -440,6 +452,8 @@ class Template:
     def task_names(self) -> tuple[str, ...]:
         names = []
         for formats, ids in self._names:
+            if isinstance(formats, _BlockNames):
+                formats = cached_block(*formats.args, True).names
             fill = {f"dg{st}": gid for st, gid in enumerate(ids)}
             names += [n.format(**fill) for n in formats] if ids else formats
         return tuple(names)

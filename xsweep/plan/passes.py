@@ -46,6 +46,7 @@ import numpy as np
 from xsweep.memo import cached
 from xsweep.plan.collectives import ALLGATHER, REDUCE_SCATTER
 from xsweep.plan.program import Category, TaskKind
+from xsweep.plan.replica_block import plain_block
 from xsweep.plan.reshard import reshard
 from xsweep.plan.schedule import stage_order
 
@@ -133,7 +134,7 @@ class Block:
     dep_idx: np.ndarray
     keys: tuple[tuple, ...]
     value: np.ndarray  # per task: index into keys
-    names: tuple[str, ...]
+    names: tuple[str, ...] | None  # None: not made (see build_block)
     flow_task: np.ndarray
     flow_src: np.ndarray  # int64[F, 2]: (stream, TP index)
     flow_dst: np.ndarray
@@ -165,17 +166,19 @@ def pieces(schedule: str, stage: int, num_stages: int, spec: Stage, v: int, cuts
             first_f.setdefault(c, i)
         else:
             last_b[c] = i
-    out = []
+    out: list[tuple] = []
     for i, (kind, mb, c) in enumerate(order):
-        lo, hi = first + c * size, first + (c + 1) * size
-        role = ("layer" if fsdp else "last_b" if kind == "B" and last_b[c] == i
-                else "first_f" if kind == "F" and gather and first_f[c] == i else "")
-        if role == "layer":
-            edges = list(range(lo, hi + 1))
-        elif role:
-            edges = [lo, *(x for x in cuts if lo < x < hi), hi]
-        else:
-            edges = [lo, hi]
+        lo = first + c * size
+        hi = lo + size
+        if fsdp:
+            role, edges = "layer", list(range(lo, hi + 1))
+        elif kind == "B" and last_b[c] == i:
+            role, edges = "last_b", [lo, *(x for x in cuts if lo < x < hi), hi]
+        elif kind == "F" and gather and first_f[c] == i:
+            role, edges = "first_f", [lo, *(x for x in cuts if lo < x < hi), hi]
+        else:  # most passes: one piece
+            out.append((kind, mb, c, lo, hi, 0, 1, ""))
+            continue
         spans = list(zip(edges, edges[1:], strict=False))
         if kind == "B":
             spans.reverse()
@@ -227,7 +230,8 @@ def ring_pairs(tps: tuple[int, ...]) -> list[tuple[int, int, int, int]]:
 
 
 def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage, ...], ...],
-                cuts: tuple[int, ...], gather: bool, fsdp: tuple[tuple[int, ...], ...]) -> Block:
+                cuts: tuple[int, ...], gather: bool, fsdp: tuple[tuple[int, ...], ...],
+                names: bool = True) -> Block:
     """Every task of ``replicas`` (see the module's description).
 
     Args:
@@ -235,6 +239,8 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
       cuts: layers at which a chunk's last backward (and a gathered first forward) is cut.
       gather: the first forward of each chunk waits for its parameter all-gathers.
       fsdp: under FSDP, per stage, the replicas of its DP group in ring order; else ().
+      names: give every task a readable name; without FSDP, ``names`` is None otherwise
+        (under FSDP they are always made).
     """
     streams = [spec for rep in replicas for spec in rep]
     where = [(r, s) for r, rep in enumerate(replicas) for s in range(len(rep))]
@@ -297,6 +303,8 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
 
     plans = [pieces(schedule, s, len(replicas[r]), streams[st], v, cuts, gather, bool(fsdp))
              for st, (r, s) in enumerate(where)]
+    if not fsdp:  # each task waits for its stream and its input only: laid out by arrays
+        return Block(**plain_block(tasks, streams, where, first_stream, plans, phases, v, names))
 
     # FSDP: per stage (its DP group) the member streams in ring order and the collectives
     members_of = {}
@@ -417,7 +425,7 @@ def _block_bytes(block: Block) -> int:
     """About the memory a block holds: its arrays, and its names and keys (Python objects
     of some 100 bytes each). A 512-GPU replica's block holds megabytes."""
     arrays = sum(value.nbytes for value in vars(block).values() if isinstance(value, np.ndarray))
-    return arrays + 100 * (len(block.names) + len(block.keys) + len(block.piece_end))
+    return arrays + 100 * (len(block.names or ()) + len(block.keys) + len(block.piece_end))
 
 
 #: Blocks kept: the replicas of a sweep's neighbouring plans repeat, but a long sweep over

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import permutations
 from typing import NamedTuple
 
@@ -133,20 +134,42 @@ class Topology:
         return route
 
     def paths(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The routes of many (``src``, ``dst``) pairs as CSR: ``(ptr, links)``."""
+        """The routes of many (``src``, ``dst``) pairs as CSR: ``(ptr, links)``, each route
+        as :meth:`path` gives it, all found at once."""
+        src, dst = np.asarray(src, np.int64).ravel(), np.asarray(dst, np.int64).ravel()
         if len(src) == 0:
             return np.zeros(1, np.int64), np.zeros(0, np.int64)
-        n = self.num_ranks
-        pairs, inverse = np.unique(np.asarray(src, np.int64) * n + dst, return_inverse=True)
-        routes = [self.path(p // n, p % n) for p in pairs.tolist()]
-        lengths = np.array([len(r) for r in routes], np.int64)
-        flat = np.fromiter((x for r in routes for x in r), np.int64, int(lengths.sum()))
-        starts = np.concatenate([[0], np.cumsum(lengths)])
-        counts = lengths[inverse.ravel()]
-        ptr = np.concatenate([[0], np.cumsum(counts)])
-        owner = np.repeat(np.arange(len(counts)), counts)
-        links = flat[starts[inverse.ravel()][owner] + np.arange(int(ptr[-1])) - ptr[:-1][owner]]
-        return ptr, links
+        bad = (src < 0) | (src >= self.num_ranks) | (dst < 0) | (dst >= self.num_ranks) \
+            | (src == dst)
+        if bad.any():
+            first = int(np.argmax(bad))
+            self._route(int(src[first]), int(dst[first]))  # raises what path() would
+        ranks, node, tor_site, tor_up, tor_down, inter = self._route_arrays
+        s, d = ranks[src], ranks[dst]
+        same = node[src] == node[dst]
+        s_tor, d_tor = s[:, 6], d[:, 6]
+        far = ~same & (s_tor != d_tor)
+        s_site, d_site = tor_site[s_tor], tor_site[d_tor]
+        # every route in one row: scale-up out and in, or PCIe, NIC, [ToR up, inter-site,
+        # ToR down,] NIC, PCIe; the links a route does not take are masked out
+        route = np.stack([np.where(same, s[:, 0], s[:, 2]), np.where(same, d[:, 1], s[:, 4]),
+                          tor_up[s_tor], inter[s_site, d_site], tor_down[d_tor],
+                          d[:, 5], d[:, 3]], axis=1)
+        taken = np.stack([np.ones_like(same), np.ones_like(same), far, far & (s_site != d_site),
+                          far, ~same, ~same], axis=1)
+        return np.concatenate([[0], np.cumsum(taken.sum(axis=1))]), route[taken]
+
+    @cached_property
+    def _route_arrays(self) -> tuple[np.ndarray, ...]:
+        """The route tables as arrays: per rank its links and ToR (as ``_RankLinks``), its
+        node; per ToR its site and up and down links; inter-site links by site pair."""
+        sites = max(self._tor_site, default=0) + 1
+        inter = np.full((sites, sites), -1, np.int64)
+        for (a, b), link in self._inter_cluster.items():
+            inter[a, b] = link
+        return (np.array(self._rank_links, np.int64).reshape(-1, 7),
+                np.array(self._rank_node, np.int64), np.array(self._tor_site, np.int64),
+                np.array(self._tor_up, np.int64), np.array(self._tor_down, np.int64), inter)
 
     def shape_key(self) -> tuple:
         """What the links and routes depend on (not their capacities or latencies)."""
