@@ -43,7 +43,7 @@ from xsweep.errors import InputError
 from xsweep.evaluator.blocks import block_sizes, block_work, encode_blocks
 from xsweep.evaluator.derived import Derived
 from xsweep.evaluator.encode import encode, pad_metric_index
-from xsweep.evaluator.executables import DIAGNOSTICS, REUSE_FACTOR, Executables
+from xsweep.evaluator.executables import DIAGNOSTICS, REUSE_FACTOR, Executables, unpack
 from xsweep.evaluator.shapes import (
     BlockShape,
     Shape,
@@ -273,7 +273,7 @@ class _Run:
         if not cfg.task_times:
             del out["start_s"], out["end_s"]
         overhead = padding_overhead(sizes, shape, rows)
-        return out | {"padding_overhead": np.full(len(programs), overhead)}
+        return {"packed": out, "padding_overhead": np.full(len(programs), overhead)}
 
     def chunks(self, programs: Sequence[Program], sizes: np.ndarray, pending: np.ndarray,
                need: np.ndarray, chunk_size: int):
@@ -365,6 +365,8 @@ def run_programs(programs: Sequence[Program], level: str, *, executables: Execut
 
     def store(idx: np.ndarray, started: dict) -> None:
         nonlocal finished
+        started = unpack(started["packed"], cfg.with_metrics) | {
+            "padding_overhead": started["padding_overhead"]}
         for name, value in started.items():
             value = np.asarray(value)[: len(idx)]
             if name not in result:

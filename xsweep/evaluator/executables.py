@@ -19,6 +19,7 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from xsweep import timeline
+from xsweep.metrics import STREAM_METRICS, SUMMARIES, summary_name
 from xsweep.evaluator.kernel_store import KernelStore, signature
 from xsweep.kernels import blocked_bound, exact
 
@@ -75,6 +76,44 @@ def _evaluate_one(level: str, slots: tuple[int, int], max_rounds: int, batched: 
     return out | per_stream | summary
 
 
+def output_names(with_metrics: bool) -> tuple[tuple[str, ...], tuple[str, ...],
+                                              tuple[str, ...]]:
+    """The kernel's per-variant results as :func:`_packed` stacks them: int32 scalars,
+    float scalars, float per-stream rows (the task times travel apart)."""
+    floats = ("iteration_time_s",)
+    if with_metrics:
+        floats += ("tokens_per_s", "mfu", *(summary_name(name, how) for name in STREAM_METRICS
+                                             for how in SUMMARIES))
+    return DIAGNOSTICS, floats, STREAM_METRICS if with_metrics else ()
+
+
+def _packed(out: dict, with_metrics: bool) -> dict:
+    """``out`` in five arrays (each result converted to a host array costs a fixed
+    overhead, more than dozens of values): see :func:`output_names` and :func:`unpack`."""
+    ints, floats, streams = output_names(with_metrics)
+    assert len(out) == len(ints) + len(floats) + len(streams) + 2, sorted(out)
+    dtype = out["iteration_time_s"].dtype
+    packed = {"ints": jnp.stack([out[name] for name in ints]),
+              "floats": jnp.stack([out[name].astype(dtype) for name in floats]),
+              "start_s": out["start_s"], "end_s": out["end_s"]}
+    if streams:
+        packed["streams"] = jnp.stack([out[name].astype(dtype) for name in streams])
+    return packed
+
+
+def unpack(packed: dict, with_metrics: bool) -> dict[str, np.ndarray]:
+    """The host arrays of a call's packed results (:func:`_packed`), by result name,
+    the variant axis first."""
+    ints, floats, streams = output_names(with_metrics)
+    out: dict[str, np.ndarray] = {}
+    for key, names in (("ints", ints), ("floats", floats), ("streams", streams)):
+        if names:
+            values = np.asarray(packed[key])
+            out |= {name: values[:, i] for i, name in enumerate(names)}
+    return out | {name: np.asarray(packed[name]) for name in ("start_s", "end_s")
+                  if name in packed}
+
+
 class _Kernel:
     """A jitted kernel call whose executables (one per argument signature) come from a
     :class:`KernelStore` (disk) or are compiled and kept there."""
@@ -113,8 +152,8 @@ class Executables:
         key = (level, slots, max_rounds, vectorized, with_metrics)
         if key not in self._kernels:
             def one(arrays, index, scalars):
-                return _evaluate_one(level, slots, max_rounds, vectorized, arrays, index,
-                                     scalars)
+                return _packed(_evaluate_one(level, slots, max_rounds, vectorized, arrays,
+                                             index, scalars), with_metrics)
             jitted, sharding = _sharded(one, self.devices, vectorized)
             self._kernels[key] = (_Kernel(jitted, key, self.devices, self._store), sharding)
         return self._kernels[key]
