@@ -12,7 +12,7 @@ import pytest
 from xsweep.plan.analysis import analyze
 from xsweep.plan.workload import stage_cost
 from xsweep.search.grid import Grid
-from xsweep.search.planner import Built, Infeasible, Planner, per_point
+from xsweep.search.planner import Built, Infeasible, Planner, varies_fast
 from xsweep.search.tasks import bound_walk
 from xsweep.spec import load_sweep, sweep_from_dict, validate_plan
 
@@ -171,18 +171,21 @@ def test_the_bound_walk_keeps_the_points_of_a_layout_together(spaces_dir, catalo
     order = walk.points(0, walk.size)
     assert sorted(order.tolist()) == list(range(grid.size))  # every point once
     assert walk.points(5000, 5100).tolist() == order[5000:5100].tolist()
-    assert walk.run == 27  # three NIC generations in each of three pools
+    assert walk.run == 54  # three NIC generations in each of three pools, two recomputes
     planner = Planner(sweep, catalog)
-    for start in (0, 27 * 1000, grid.size - 27):  # a run: one layout, its NICs varied
-        points = list(grid.points(order[start: start + 27]))
-        assert {tuple((k, v) for k, v in p.items() if not per_point(k)) for p in points} \
-            == {tuple((k, v) for k, v in points[0].items() if not per_point(k))}
-        assert len({tuple(p[f"cluster.pools[{i}].nic"] for i in range(3)) for p in points}) == 27
-        built = [planner.plan(p, "x") for p in points]
-        assert len({b.layout for b in built if isinstance(b, Built)}) <= 1
+    for start in (0, 54 * 1000, grid.size - 54):  # a run: one layout per recompute, NICs varied
+        points = list(grid.points(order[start: start + 54]))
+        assert {tuple((k, v) for k, v in p.items() if not varies_fast(k)) for p in points} \
+            == {tuple((k, v) for k, v in points[0].items() if not varies_fast(k))}
+        for recompute in ("none", "full"):
+            same = [p for p in points if p["training.recompute"] == recompute]
+            assert len({tuple(p[f"cluster.pools[{i}].nic"] for i in range(3))
+                        for p in same}) == 27
+            built = [planner.plan(p, "x") for p in same]
+            assert len({b.layout for b in built if isinstance(b, Built)}) <= 1
     chunks = walk.chunks(1000)
-    assert chunks[0] == (0, 999) and chunks[-1][1] == grid.size  # whole runs of 27
-    assert all(a[1] == b[0] and (b[0] % 27 == 0) for a, b in itertools.pairwise(chunks))
+    assert chunks[0] == (0, 972) and chunks[-1][1] == grid.size  # whole runs of 54
+    assert all(a[1] == b[0] and (b[0] % 54 == 0) for a, b in itertools.pairwise(chunks))
     assert Grid(sweep).walk(lambda path: False).points(0, grid.size).tolist() \
         == list(range(grid.size))  # no axis moved: the grid's own order
 

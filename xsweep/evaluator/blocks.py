@@ -87,32 +87,49 @@ def dag_nodes(program: Program) -> DagNodes:
     most = _preds_per_node(program)
     num_tasks = program.num_tasks
     deg = np.diff(program.dep_ptr)
+    # most tasks continue a chain: their one predecessor is the task just before them (a
+    # TP task after its compute, the phases of a transfer), one level up. Chains are
+    # runs of ids; only the level of each run's first task needs a Python step.
+    ids = np.arange(num_tasks)
+    single = deg == 1
+    chained = np.zeros(num_tasks, bool)
+    chained[single] = program.dep_idx[program.dep_ptr[:-1][single]] == ids[single] - 1
+    firsts = np.flatnonzero(~chained)
+    run = np.cumsum(~chained) - 1
+    offset = ids - firsts[run]
+    run_of, offset_of = run.tolist(), offset.tolist()
     idx = program.dep_idx.tolist()
-    level = [0] * num_tasks
-    level_of = level.__getitem__
+    first_level = [0] * len(firsts)
+
+    def level_of(q: int) -> int:
+        return first_level[run_of[q]] + offset_of[q]
+
     max_levels: list[int] = []  # of the max nodes, ids num_tasks, num_tasks + 1, ...
     folds: list[tuple[int, list[int]]] = []  # (node, its predecessors) of max nodes, wide tasks
     # a plain Python pass: each level needs its predecessors' (most tasks have one)
-    for t, a, d in zip(range(num_tasks), program.dep_ptr.tolist(), deg.tolist(), strict=False):
+    for r, (t, a, d) in enumerate(zip(firsts.tolist(), program.dep_ptr[firsts].tolist(),
+                                      deg[firsts].tolist(), strict=True)):
         if d == 1:
-            level[t] = level[idx[a]] + 1
+            first_level[r] = level_of(idx[a]) + 1
         elif d > most:
-            heap = sorted((level[q], q) for q in idx[a: a + d])
+            heap = sorted((level_of(q), q) for q in idx[a: a + d])
             while len(heap) > most:
                 folded = [heapq.heappop(heap) for _ in range(most)]
                 max_levels.append(folded[-1][0] + 1)
                 folds.append((num_tasks + len(max_levels) - 1, [n for _, n in folded]))
                 heapq.heappush(heap, (max_levels[-1], folds[-1][0]))
             folds.append((t, [n for _, n in heap]))
-            level[t] = max(heap)[0] + 1
+            first_level[r] = max(heap)[0] + 1
         elif d:
-            level[t] = max(map(level_of, idx[a: a + d])) + 1
+            first_level[r] = max(map(level_of, idx[a: a + d])) + 1
+    level = np.concatenate([np.array(first_level, np.int64)[run] + offset,
+                            np.array(max_levels, np.int64)])
     owner, col = owners_and_places(deg)
     plain = deg[owner] <= most
     fold_owner, fold_col = owners_and_places(np.array([len(q) for _, q in folds], np.int64))
     fold_node = np.array([n for n, _ in folds], np.int64)[fold_owner]
     fold_pred = np.fromiter((n for _, q in folds for n in q), np.int64, len(fold_owner))
-    return DagNodes(np.array(level + max_levels, np.int64),
+    return DagNodes(level,
                   np.concatenate([owner[plain], fold_node]),
                   np.concatenate([col[plain], fold_col]),
                   np.concatenate([program.dep_idx[plain].astype(np.int64), fold_pred]), most)

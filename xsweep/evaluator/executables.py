@@ -19,9 +19,9 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from xsweep import timeline
-from xsweep.metrics import STREAM_METRICS, SUMMARIES, summary_name
 from xsweep.evaluator.kernel_store import KernelStore, signature
 from xsweep.kernels import blocked_bound, exact
+from xsweep.metrics import STREAM_METRICS, SUMMARIES, summary_name
 
 #: Diagnostics of the kernels, int32 per variant.
 DIAGNOSTICS = ("status", "steps", "max_active_flows", "waterfill_rounds")

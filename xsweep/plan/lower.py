@@ -61,6 +61,7 @@ from xsweep.plan.collectives import ALLGATHER, ALLREDUCE, REDUCE_SCATTER, pipeli
 from xsweep.plan.groups import chunk_bytes_per_rank
 from xsweep.plan.passes import COMM, COMPUTE, ONE, ZERO, cached_block
 from xsweep.plan.program import Category, FlowClasses, Program, padded_paths
+from xsweep.ragged import owners_and_places
 from xsweep.runtime import collector_paused
 
 # -- value keys --------------------------------------------------------------------------
@@ -518,7 +519,16 @@ def _freeze(a: PlanAnalysis, out: _Builder) -> Template:
     src = np.concatenate(out.flow_src)
     dst = np.concatenate(out.flow_dst)
     flow_task = np.concatenate(out.flow_task)
-    path_ptr, path_links = topo.paths(src, dst)
+    flow_bytes, flow_hops, flow_launches, flow_p2p = (np.concatenate(column) for column in (
+        out.flow_bytes, out.flow_hops, out.flow_launches, out.flow_p2p))
+    # a class: the flows of equal value keys (payload, hops, launches), kind and ranks (so
+    # equal paths); routes are found per class and spread to its flows
+    flow_class, first = _factorize(flow_bytes, flow_hops, flow_launches, flow_p2p, src, dst)
+    class_ptr, class_links = topo.paths(src[first], dst[first])
+    lengths = np.diff(class_ptr)[flow_class]
+    path_ptr = np.concatenate([[0], np.cumsum(lengths)])
+    hop_flow, hop = owners_and_places(lengths)
+    path_links = class_links[class_ptr[flow_class][hop_flow] + hop]
     num_tasks = len(cols)
 
     def ptr(counts: np.ndarray) -> np.ndarray:
@@ -538,18 +548,11 @@ def _freeze(a: PlanAnalysis, out: _Builder) -> Template:
         flow_ptr=ptr(np.bincount(flow_task, minlength=num_tasks)),
         flow_src=src.astype(np.int32), flow_dst=dst.astype(np.int32),
         path_ptr=path_ptr.astype(np.int32), path_links=path_links.astype(np.int32))
-    # a class: the flows of equal value keys (payload, hops, launches), kind and ranks (so
-    # equal paths)
-    flow_class, first = _factorize(
-        np.concatenate(out.flow_bytes), np.concatenate(out.flow_hops),
-        np.concatenate(out.flow_launches), np.concatenate(out.flow_p2p), src, dst)
-    paths = padded_paths(path_ptr, path_links, topo.num_links)[first]
+    paths = padded_paths(class_ptr, class_links, topo.num_links)
     return Template(structure_key(a), arrays, tuple(out.keys),
                     np.concatenate(out.value).astype(np.int32), flow_class,
-                    np.concatenate(out.flow_bytes)[first].astype(np.int32),
-                    np.concatenate(out.flow_hops)[first].astype(np.int32),
-                    np.concatenate(out.flow_launches)[first].astype(np.int32),
-                    np.concatenate(out.flow_p2p)[first],
+                    flow_bytes[first].astype(np.int32), flow_hops[first].astype(np.int32),
+                    flow_launches[first].astype(np.int32), flow_p2p[first],
                     _flow_classes(first, paths, flow_task, flow_class, num_tasks),
                     tuple(out.names), _value_plan(tuple(out.keys)))
 

@@ -114,6 +114,20 @@ def per_point(path: str) -> bool:
     return PER_POINT_AXES.fullmatch(path) is not None
 
 
+#: Axes of the layout that change only the numbers of a program in the sweeps measured
+#: (durations and memory, not its tasks: plans that differ in these alone mostly share a
+#: structure). The bound phase's walk varies them as fast as the per-point axes
+#: (:func:`varies_fast`), so that the variants of a structure meet in one unit of work,
+#: which builds the structure once.
+NUMERIC_AXES = re.compile(r"training\.(recompute|sequence_parallel|flash_attention)")
+
+
+def varies_fast(path: str) -> bool:
+    """Whether the bound phase's walk varies axis ``path`` fastest: a per-point axis or one
+    of :data:`NUMERIC_AXES`."""
+    return per_point(path) or NUMERIC_AXES.fullmatch(path) is not None
+
+
 #: Layouts kept at most (a sweep's fastest axes revisit a few hundred at a time).
 MAX_CACHED_LAYOUTS = 4096
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from xsweep import metrics
 from xsweep.search.grid import Grid, Point, Walk
-from xsweep.search.planner import Built, Planner, per_point
+from xsweep.search.planner import Built, Planner, varies_fast
 from xsweep.search.table import Table, blank, from_rows
 from xsweep.spec.catalog import Catalog
 from xsweep.spec.sweep import Sweep
@@ -129,9 +129,10 @@ def plan_name(sweep: Sweep, index: int) -> str:
 
 def bound_walk(sweep: Sweep) -> Walk:
     """The order the bound phase visits a sweep's points in: points that differ only in
-    per-point fields (NICs, pricing, ...) side by side, so that the numeric variants of one
-    program structure share a chunk, and so a process that builds the structure once."""
-    return Grid(sweep).walk(per_point)
+    per-point fields (NICs, pricing, ...) or in numbers of the stack (recompute, ...) side by
+    side, so that the numeric variants of one program structure share a chunk, and so a
+    process that builds the structure once."""
+    return Grid(sweep).walk(varies_fast)
 
 
 def bound_chunk(job: Job, start: int, stop: int) -> tuple[Table, dict[str, float]]:
