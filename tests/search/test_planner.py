@@ -13,7 +13,7 @@ from xsweep.plan.analysis import analyze
 from xsweep.plan.workload import stage_cost
 from xsweep.search.grid import Grid
 from xsweep.search.planner import Built, Infeasible, Planner, varies_fast
-from xsweep.search.tasks import bound_walk
+from xsweep.search.tasks import bound_walk, plan_key
 from xsweep.spec import load_sweep, sweep_from_dict, validate_plan
 
 BASE = {
@@ -188,6 +188,25 @@ def test_the_bound_walk_keeps_the_points_of_a_layout_together(spaces_dir, catalo
     assert all(a[1] == b[0] and (b[0] % 54 == 0) for a, b in itertools.pairwise(chunks))
     assert Grid(sweep).walk(lambda path: False).points(0, grid.size).tolist() \
         == list(range(grid.size))  # no axis moved: the grid's own order
+
+
+def test_points_of_one_variant_have_one_plan(spaces_dir, catalog):
+    # NICs of pools without nodes make no difference to the plan: equal variants
+    sweep = load_sweep(spaces_dir / "llama3-70b-512gpu.yaml", catalog)
+    grid, walk, planner = Grid(sweep), bound_walk(sweep), Planner(sweep, catalog)
+    keys: dict[tuple, set] = {}
+    built_points = 0
+    for start in (0, 40_000, 120_000):
+        for point in grid.points(walk.points(start, start + 540)):
+            built = planner.plan(point, "x")
+            variant = planner.variant(point)
+            assert (variant is None) == (not isinstance(built, Built))
+            if variant is not None:
+                keys.setdefault(variant, set()).add(plan_key(built.plan))
+                built_points += 1
+    assert all(len(plans) == 1 for plans in keys.values())
+    assert len(keys) < built_points  # points merged: planned once per variant
+    assert sum(len(v[1][-1]) < 3 for v in keys) > 0  # some layouts leave a pool out
 
 
 def test_every_training_stack_option_reaches_the_plan(catalog):

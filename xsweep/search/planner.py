@@ -151,26 +151,53 @@ class Planner:
 
     def plan(self, point: Point, name: str) -> Built | Infeasible:
         """The plan of ``point`` (named ``name``), or why there is none."""
+        key, layout = self._layout_of(point)
+        if isinstance(layout, Infeasible):
+            return layout
+        plan = pb.DeploymentPlan()
+        plan.CopyFrom(layout.plan)
+        plan.name = name
+        resharding, overlap, bucket, fabric, oversubscription, nics = \
+            self._point_fields(point, layout)
+        t = plan.training
+        t.resharding = RESHARDING.value(resharding)
+        t.dp_overlap = overlap
+        t.dp_bucket_params = bucket
+        plan.cluster.fabric.kind = FABRIC.value(fabric)
+        plan.cluster.fabric.oversubscription = oversubscription
+        nic_of = dict(zip(sorted(set(layout.node_pool)), nics, strict=True))
+        for node, pool in zip(plan.cluster.nodes, layout.node_pool, strict=True):
+            node.nic = nic_of[pool]
+        return Built(plan, self.cost_model(point), layout.memory_per_gpu_gib, key)
+
+    def variant(self, point: Point) -> tuple | None:
+        """What ``point``'s plan is made of, but its name and cost: points with equal
+        variants have equal plans (NICs of pools without nodes, say, make no difference).
+        None where the point has no plan."""
+        key, layout = self._layout_of(point)
+        if isinstance(layout, Infeasible):
+            return None
+        return key, self._point_fields(point, layout)
+
+    def _layout_of(self, point: Point) -> tuple[tuple, _Template | Infeasible]:
         key = tuple(point[path] for path in self._layout_axes)
         layout = self._layouts.get(key)
         if layout is None:
             if len(self._layouts) >= MAX_CACHED_LAYOUTS:
                 self._layouts.clear()
             layout = self._layouts[key] = self._layout(point)
-        if isinstance(layout, Infeasible):
-            return layout
-        plan = pb.DeploymentPlan()
-        plan.CopyFrom(layout.plan)
-        plan.name = name
-        t = plan.training
-        t.resharding = RESHARDING.value(point["training.resharding"])
-        t.dp_overlap = point["training.dp_overlap"]
-        t.dp_bucket_params = point["training.dp_bucket_params"]
-        plan.cluster.fabric.kind = FABRIC.value(point["cluster.fabric"])
-        plan.cluster.fabric.oversubscription = point["cluster.oversubscription"]
-        for node, pool in zip(plan.cluster.nodes, layout.node_pool, strict=True):
-            node.nic = point.get(f"cluster.pools[{pool}].nic", "")
-        return Built(plan, self.cost_model(point), layout.memory_per_gpu_gib, key)
+        return key, layout
+
+    @staticmethod
+    def _point_fields(point: Point, layout: _Template) -> tuple:
+        """The per-point fields that :meth:`plan` writes into the layout's plan: the
+        resharding scheme, DP overlap and buckets, fabric kind, oversubscription, and the
+        NIC of each pool that has nodes (in pool order)."""
+        return (point["training.resharding"], point["training.dp_overlap"],
+                point["training.dp_bucket_params"], point["cluster.fabric"],
+                point["cluster.oversubscription"],
+                tuple(point.get(f"cluster.pools[{pool}].nic", "")
+                      for pool in sorted(set(layout.node_pool))))
 
     def _layout(self, point: Point) -> _Template | Infeasible:
         model = self.catalog.model(point["model"])

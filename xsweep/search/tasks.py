@@ -171,13 +171,20 @@ def evaluate_points(job: Job, numbers: np.ndarray, points: Iterable[Point], name
     plans: dict[bytes, object] = {}
     layouts: dict[tuple, int] = {}  # the rank of each layout's first point
     layout_of: dict[bytes, int] = {}
+    known: dict[tuple, tuple[bytes, float]] = {}  # a variant's plan key and memory
     for row, (point, name) in enumerate(zip(points, names, strict=True)):
+        variant = planner.variant(point)
+        if variant in known:  # the same plan as an earlier point's: not built again
+            key, rows[MEMORY_METRIC][row] = known[variant]
+            groups.setdefault(planner.cost_model(point), {}).setdefault(key, []).append(row)
+            continue
         out = planner.plan(point, name)
         rows[MEMORY_METRIC][row] = out.memory_per_gpu_gib
         if not isinstance(out, Built):
             rows["reason"][row] = out.reason
             continue
         key = plan_key(out.plan)
+        known[variant] = (key, out.memory_per_gpu_gib)
         plans.setdefault(key, out.plan)
         layout_of.setdefault(key, layouts.setdefault(out.layout, len(layouts)))
         groups.setdefault(out.cost, {}).setdefault(key, []).append(row)
