@@ -12,8 +12,8 @@ Run: ``python benchmarks/bench_sweep.py [--large-budget-s 1800] [--large-runs 2]
    the largest sum of the resident sets of this process and its worker processes,
    sampled every 0.2 s (and this process's own peak). When the run outlasts ``--large-budget-s`` it
    is interrupted and the rate so far is printed instead, marked as partial. With
-   ``--large-runs 2`` it runs again into a new folder: its worker processes are new, the
-   kernels the first run compiled come from the disk cache (warm).
+   ``--large-runs 2`` it runs again in a new process and a new folder: nothing is kept
+   in memory, the kernels the first run compiled come from the disk cache (warm).
 
 Goals on a 2-core machine: quickstart under 60 s cold and 15 s warm; the large space at
 1,000 points/s or more with a peak memory under 4 GB. Ratios to the goals are printed;
@@ -108,7 +108,7 @@ class TreeMemory:
 
 
 RUNS = ("first run (its own kernels compile in it)",
-        "again (new folder; the kernels the first run compiled are loaded from disk)")
+        "again (new process and folder; the first run's kernels loaded from disk)")
 
 
 class _OutOfTime(BaseException):
@@ -175,7 +175,12 @@ def main() -> None:
                         help="run the large space this many times, each into a new folder "
                              "(the second finds the kernels the first compiled; default 1)")
     parser.add_argument("--skip-quickstart", action="store_true")
+    parser.add_argument("--large-run", type=int, help=argparse.SUPPRESS)  # a later run, in
+    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)  # a process of its own
     args = parser.parse_args()
+    if args.large_run:  # a later run of the large space, as a new process starts it
+        large(args.work, args.large_budget_s, args.large_run)
+        return
     print(f"cores: {len(os.sched_getaffinity(0))}; load average {os.getloadavg()[0]:.1f} at the "
           "start (other work on the machine slows every figure)")
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:
@@ -186,8 +191,12 @@ def main() -> None:
         if not args.skip_quickstart:
             quickstart(work, env)
         if not args.skip_large:
-            for run in range(1, args.large_runs + 1):
-                large(work, args.large_budget_s, run)
+            large(work, args.large_budget_s, 1)
+            for run in range(2, args.large_runs + 1):  # a new process, nothing kept in memory
+                sys.stdout.flush()
+                subprocess.run([sys.executable, __file__, "--work", str(work), "--large-run",
+                                str(run), "--large-budget-s", str(args.large_budget_s)],
+                               env=env, check=False)
 
 
 if __name__ == "__main__":
