@@ -45,12 +45,11 @@ import numpy as np
 
 from xsweep.memo import cached
 from xsweep.plan.collectives import ALLGATHER, REDUCE_SCATTER
-from xsweep.plan.program import Category, TaskKind
-from xsweep.plan.replica_block import plain_block
+from xsweep.plan.program import Category
+from xsweep.plan.replica_block import COMM, COMPUTE, plain_block
 from xsweep.plan.reshard import reshard
 from xsweep.plan.schedule import stage_order
 
-COMPUTE, COMM = int(TaskKind.COMPUTE), int(TaskKind.COMM)
 ZERO, ONE = ("zero",), ("one",)  # the value keys of the constants 0 and 1
 
 #: A stage as a block sees it: (TP degree, first layer, last layer, micro-batches).

@@ -16,10 +16,10 @@ import itertools
 
 import numpy as np
 
-from xsweep.plan.program import Category
+from xsweep.plan.program import Category, TaskKind
 from xsweep.ragged import owners_and_places
 
-COMPUTE, COMM = 0, 1  # xsweep.plan.program.TaskKind
+COMPUTE, COMM = int(TaskKind.COMPUTE), int(TaskKind.COMM)
 _F, _B = int(Category.FORWARD), int(Category.BACKWARD)
 
 
