@@ -133,8 +133,10 @@ def run_optimize(path: str | Path, options: Options = Options(),
             raise
         told += count
         rate = told / (time.perf_counter() - began)
-        show(f"{len(study.get_trials(deepcopy=False)):,}/{target:,} trials, {rate:,.1f} trials/s, "
-             f"{_best_text(study, sweep.objectives)}")
+        held = len(study.get_trials(deepcopy=False))
+        # The last batch's line always shows, however soon after the one before it.
+        show(f"{held:,}/{target:,} trials, {rate:,.1f} trials/s, "
+             f"{_best_text(study, sweep.objectives)}", final=held >= target)
     best = best_of_study(study, sweep, deadline.met)
     spent = time.perf_counter() - began
     show(f"done: {told:,} trials in {spent:.1f} s ({told / spent if spent else 0:,.1f} trials/s); "
