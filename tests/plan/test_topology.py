@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.plan.reference_topology import reference_links
 from xsweep.plan.topology import (
     DEFAULT_SWITCH_LATENCY_NS,
     FAT_TREE,
@@ -210,3 +211,30 @@ def test_links_carry_what_nccl_makes_of_their_kind():
     # a ToR shared by both nodes' NICs carries the least efficient of them
     up = link(topo, "tor0.rail0->spine0")
     assert topo.bus_efficiency[up] == min(CX7.bus_efficiency, CX6.bus_efficiency)
+
+
+fabrics = st.builds(
+    FabricHw, kind=st.sampled_from([RAIL_OPTIMIZED, FAT_TREE]),
+    oversubscription=st.sampled_from([1.0, 1.5, 3.0]), nodes_per_rack=st.integers(1, 3),
+    inter_cluster_gbps=st.sampled_from([100.0, 400.0]),
+    inter_cluster_latency_ns=st.sampled_from([0.0, 1e4]))
+mixed = st.lists(
+    st.tuples(st.sampled_from([(H100, CX7), (A100, CX6), (CATALOG.gpu("B200"), CATALOG.nic("cx8"))]),
+              st.integers(1, 8), st.integers(0, 2)),
+    min_size=1, max_size=6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(mixed, fabrics)
+def test_topologies_match_the_link_by_link_builder(spec, fabric):
+    nodes = [node(gpu, nic, num_gpus=n, cluster=site) for (gpu, nic), n, site in spec]
+    topo, ref = build_topology(nodes, fabric), reference_links(nodes, fabric)
+    for name in ("capacity", "latency_s", "bus_efficiency", "launch_latency_s"):
+        assert getattr(topo, name).tolist() == ref[name], name  # bit for bit
+    assert list(topo.names) == ref["names"]
+    assert list(topo._rank_node) == ref["rank_node"]
+    assert list(topo._rank_local) == ref["rank_local"]
+    assert topo._rank_table.tolist() == [list(r) for r in ref["rank_links"]]
+    assert [list(topo._tor_up), list(topo._tor_down), list(topo._tor_site)] == [
+        ref["tor_up"], ref["tor_down"], ref["tor_site"]]
+    assert topo._inter_cluster == ref["inter_cluster"]

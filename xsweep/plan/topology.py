@@ -96,18 +96,41 @@ class Topology:
     latency_s: np.ndarray  # float64[L], s
     bus_efficiency: np.ndarray  # float64[L], fraction of capacity NCCL's bus bandwidth reaches
     launch_latency_s: np.ndarray  # float64[L], fixed time of one NCCL operation over the link
-    names: tuple[str, ...]
     nodes: tuple[NodeHw, ...]
     fabric: FabricHw
     _rank_node: tuple[int, ...]
     _rank_local: tuple[int, ...]
-    _rank_links: tuple[_RankLinks, ...]
+    _rank_table: np.ndarray  # int64[R, 7]: each rank's links and ToR (as _RankLinks)
+    _tor_keys: tuple[tuple[int, int], ...]  # (site, rail or rack) of each ToR
     _tor_up: tuple[int, ...]
     _tor_down: tuple[int, ...]
-    _tor_site: tuple[int, ...]
     _inter_cluster: dict[tuple[int, int], int]
     _paths: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict, repr=False,
                                                            init=False)
+
+    @cached_property
+    def names(self) -> tuple[str, ...]:
+        """Each link's readable name, ``"tail->head"`` (made when first asked for)."""
+        names = []
+        for rank, (node, (*_, tor)) in enumerate(zip(self._rank_node, self._rank_table.tolist(),
+                                                     strict=True)):
+            gpu, su, nic = f"gpu{rank}", f"su{node}", f"nic{rank}"
+            switch = _tor_name(self.fabric.kind, self._tor_keys[tor])
+            names += [f"{gpu}->{su}", f"{su}->{gpu}", f"{gpu}->{nic}", f"{nic}->{gpu}",
+                      f"{nic}->{switch}", f"{switch}->{nic}"]
+        for key in self._tor_keys:
+            switch, spine = _tor_name(self.fabric.kind, key), _spine_name(key[0])
+            names += [f"{switch}->{spine}", f"{spine}->{switch}"]
+        names += [f"{_spine_name(a)}->{_spine_name(b)}" for a, b in self._inter_cluster]
+        return tuple(names)
+
+    @cached_property
+    def _rank_links(self) -> tuple[_RankLinks, ...]:
+        return tuple(_RankLinks(*row) for row in self._rank_table.tolist())
+
+    @cached_property
+    def _tor_site(self) -> tuple[int, ...]:
+        return tuple(site for site, _ in self._tor_keys)
 
     @property
     def num_ranks(self) -> int:
@@ -167,7 +190,7 @@ class Topology:
         inter = np.full((sites, sites), -1, np.int64)
         for (a, b), link in self._inter_cluster.items():
             inter[a, b] = link
-        return (np.array(self._rank_links, np.int64).reshape(-1, 7),
+        return (self._rank_table,
                 np.array(self._rank_node, np.int64), np.array(self._tor_site, np.int64),
                 np.array(self._tor_up, np.int64), np.array(self._tor_down, np.int64), inter)
 
@@ -204,118 +227,77 @@ class Topology:
         return (s.pcie_out, s.nic_out, *middle, d.nic_in, d.pcie_in)
 
 
-class _Kind(NamedTuple):
+def _kind(spec: LinkSpec | NicSpec) -> tuple[float, float]:
     """What NCCL makes of a link: bus-bandwidth fraction and launch latency in us."""
-
-    bus_efficiency: float
-    launch_latency_us: float
-
-
-class _LinkTable:
-    """Accumulates links, converting Gb/s to bytes/s and ns, us to s in one place."""
-
-    def __init__(self) -> None:
-        self.capacity: list[float] = []
-        self.latency_s: list[float] = []
-        self.efficiency: list[float] = []
-        self.launch_s: list[float] = []
-        self.names: list[str] = []
-
-    def add(self, tail: str, head: str, gbps: float, latency_ns: float, kind: _Kind) -> int:
-        self.capacity.append(gbps * 1e9 / 8)
-        self.latency_s.append(latency_ns * 1e-9)
-        self.efficiency.append(kind.bus_efficiency)
-        self.launch_s.append(kind.launch_latency_us * 1e-6)
-        self.names.append(f"{tail}->{head}")
-        return len(self.names) - 1
-
-
-def _kind(spec: LinkSpec | NicSpec) -> _Kind:
-    return _Kind(spec.bus_efficiency, spec.launch_latency_us)
-
-
-def _network_kind(kinds: list[_Kind]) -> _Kind:
-    """A fabric link shared by several NICs: the least efficient, slowest to launch."""
-    return _Kind(min(k.bus_efficiency for k in kinds), max(k.launch_latency_us for k in kinds))
+    return spec.bus_efficiency, spec.launch_latency_us
 
 
 def build_topology(nodes: Sequence[NodeHw], fabric: FabricHw) -> Topology:
-    """Build the link graph of ``nodes`` (global ranks numbered node by node) on ``fabric``."""
+    """Build the link graph of ``nodes`` (global ranks numbered node by node) on ``fabric``.
+
+    Links are numbered rank by rank (scale-up out and in, PCIe out and in, NIC out and
+    in), then each ToR's uplink and downlink (ToRs ordered by site, then rail or rack),
+    then the inter-site links (by site pair); all laid out at once with numpy.
+    """
     nodes = tuple(nodes)
     if fabric.kind not in FABRIC_KINDS:
         raise ValueError(f"unknown fabric kind {fabric.kind!r}; expected one of {FABRIC_KINDS}")
     switch_ns = fabric.switch_latency_ns
-    links = _LinkTable()
-    rank_node: list[int] = []
-    rank_local: list[int] = []
-    rank_tor_key: list[tuple[int, int]] = []
-    per_rank: list[tuple[int, ...]] = []
-    tor_port_gbps: dict[tuple[int, int], float] = {}
-    tor_kinds: dict[tuple[int, int], list[_Kind]] = {}
-    nodes_seen_in_site: dict[int, int] = {}
-    for n, node in enumerate(nodes):
-        rack = nodes_seen_in_site.get(node.cluster, 0) // fabric.nodes_per_rack
-        nodes_seen_in_site[node.cluster] = nodes_seen_in_site.get(node.cluster, 0) + 1
-        for local in range(node.num_gpus):
-            rank = len(rank_node)
-            gpu, su, nic = f"gpu{rank}", f"su{n}", f"nic{rank}"
-            key = (node.cluster, local if fabric.kind == RAIL_OPTIMIZED else rack)
-            tor = _tor_name(fabric.kind, key)
-            nic_gbps = node.nic.bandwidth_gbps
-            up, pcie, net = _kind(node.scale_up_link), _kind(node.pcie_link), _kind(node.nic)
-            per_rank.append((
-                links.add(gpu, su, node.scale_up_gbps, node.scale_up_latency_ns, up),
-                links.add(su, gpu, node.scale_up_gbps, node.scale_up_latency_ns, up),
-                links.add(gpu, nic, node.gpu.pcie_gbps, node.gpu.pcie_latency_ns, pcie),
-                links.add(nic, gpu, node.gpu.pcie_gbps, node.gpu.pcie_latency_ns, pcie),
-                links.add(nic, tor, nic_gbps, node.nic.latency_ns + switch_ns, net),
-                links.add(tor, nic, nic_gbps, node.nic.latency_ns, net),
-            ))
-            tor_port_gbps[key] = tor_port_gbps.get(key, 0.0) + nic_gbps
-            tor_kinds.setdefault(key, []).append(net)
-            rank_node.append(n)
-            rank_local.append(local)
-            rank_tor_key.append(key)
-
-    tor_keys = sorted(tor_port_gbps)
-    tor_index = {key: i for i, key in enumerate(tor_keys)}
-    tor_up, tor_down = [], []
-    for key in tor_keys:
-        tor, spine = _tor_name(fabric.kind, key), _spine_name(key[0])
-        uplink_gbps = tor_port_gbps[key] / fabric.oversubscription
-        kind = _network_kind(tor_kinds[key])
-        tor_up.append(links.add(tor, spine, uplink_gbps, switch_ns, kind))
-        tor_down.append(links.add(spine, tor, uplink_gbps, switch_ns, kind))
-    network = _network_kind([k for kinds in tor_kinds.values() for k in kinds])
-    inter_cluster = {
-        (a, b): links.add(_spine_name(a), _spine_name(b), fabric.inter_cluster_gbps,
-                          fabric.inter_cluster_latency_ns + switch_ns, network)
-        for a, b in permutations(sorted(nodes_seen_in_site), 2)
-    }
-
-    _check_links(links)
-    arrays = [np.array(values, dtype=np.float64) for values in
-              (links.capacity, links.latency_s, links.efficiency, links.launch_s)]
-    for array in arrays:
-        array.setflags(write=False)
-    capacity, latency_s, efficiency, launch_s = arrays
-    return Topology(
-        capacity=capacity,
-        latency_s=latency_s,
-        bus_efficiency=efficiency,
-        launch_latency_s=launch_s,
-        names=tuple(links.names),
-        nodes=nodes,
-        fabric=fabric,
-        _rank_node=tuple(rank_node),
-        _rank_local=tuple(rank_local),
-        _rank_links=tuple(_RankLinks(*ids, tor=tor_index[key])
-                          for ids, key in zip(per_rank, rank_tor_key, strict=True)),
-        _tor_up=tuple(tor_up),
-        _tor_down=tuple(tor_down),
-        _tor_site=tuple(site for site, _ in tor_keys),
-        _inter_cluster=inter_cluster,
+    count = np.array([n.num_gpus for n in nodes], np.int64)
+    rank_node = np.repeat(np.arange(len(nodes)), count)
+    rank_local = np.arange(len(rank_node)) - np.repeat(np.cumsum(count) - count, count)
+    seen: dict[int, int] = {}
+    rack = []  # a fat tree's rack of each node: its place among its site's nodes
+    for node in nodes:
+        rack.append(seen.get(node.cluster, 0) // fabric.nodes_per_rack)
+        seen[node.cluster] = seen.get(node.cluster, 0) + 1
+    site = np.array([n.cluster for n in nodes], np.int64)[rank_node]
+    index = rank_local if fabric.kind == RAIL_OPTIMIZED else np.array(rack, np.int64)[rank_node]
+    tor_keys, tor = np.unique(np.stack([site, index], axis=1), axis=0, return_inverse=True)
+    tor = tor.reshape(-1)
+    # per node: (Gb/s, ns, bus efficiency, launch us) of its scale-up, PCIe and NIC links
+    figures = np.array([[(n.scale_up_gbps, n.scale_up_latency_ns, *_kind(n.scale_up_link)),
+                         (n.gpu.pcie_gbps, n.gpu.pcie_latency_ns, *_kind(n.pcie_link)),
+                         (n.nic.bandwidth_gbps, n.nic.latency_ns, *_kind(n.nic))]
+                        for n in nodes], np.float64).reshape(len(nodes), 3, 4)[rank_node]
+    per_rank = np.repeat(figures, 2, axis=1)  # [R, 6, 4]: each kind out, then in
+    per_rank[:, 4, 1] = figures[:, 2, 1] + switch_ns  # the NIC's uplink enters its ToR
+    nic = figures[:, 2]
+    num_tors = len(tor_keys)
+    port_gbps = np.bincount(tor, weights=nic[:, 0], minlength=num_tors)  # in rank order
+    tor_efficiency = np.full(num_tors, np.inf)
+    np.minimum.at(tor_efficiency, tor, nic[:, 2])
+    tor_launch = np.full(num_tors, -np.inf)
+    np.maximum.at(tor_launch, tor, nic[:, 3])
+    uplink = np.stack([port_gbps / fabric.oversubscription, np.full(num_tors, switch_ns),
+                       tor_efficiency, tor_launch], axis=1)
+    sites = sorted(seen)
+    pairs = list(permutations(sites, 2))
+    network = (nic[:, 2].min(initial=np.inf), nic[:, 3].max(initial=-np.inf))
+    inter = np.tile([fabric.inter_cluster_gbps, fabric.inter_cluster_latency_ns + switch_ns,
+                     *network], (len(pairs), 1))
+    table = np.concatenate([per_rank.reshape(-1, 4), np.repeat(uplink, 2, axis=0),
+                            inter.reshape(-1, 4)])
+    capacity, latency_s = table[:, 0] * 1e9 / 8, table[:, 1] * 1e-9
+    efficiency, launch_s = table[:, 2].copy(), table[:, 3] * 1e-6
+    num_ranks = len(rank_node)
+    first_tor_link = 6 * num_ranks
+    rank_table = np.concatenate([np.arange(6 * num_ranks).reshape(num_ranks, 6),
+                                 tor[:, None]], axis=1)
+    topology = Topology(
+        capacity=capacity, latency_s=latency_s, bus_efficiency=efficiency,
+        launch_latency_s=launch_s, nodes=nodes, fabric=fabric,
+        _rank_node=tuple(rank_node.tolist()), _rank_local=tuple(rank_local.tolist()),
+        _rank_table=rank_table, _tor_keys=tuple(map(tuple, tor_keys.tolist())),
+        _tor_up=tuple(range(first_tor_link, first_tor_link + 2 * num_tors, 2)),
+        _tor_down=tuple(range(first_tor_link + 1, first_tor_link + 2 * num_tors, 2)),
+        _inter_cluster={pair: first_tor_link + 2 * num_tors + i
+                        for i, pair in enumerate(pairs)},
     )
+    for array in (capacity, latency_s, efficiency, launch_s, rank_table):
+        array.setflags(write=False)
+    _check_links(topology)
+    return topology
 
 
 def _tor_name(kind: str, key: tuple[int, int]) -> str:
@@ -327,11 +309,13 @@ def _spine_name(site: int) -> str:
     return f"spine{site}"
 
 
-def _check_links(links: _LinkTable) -> None:
+def _check_links(topology: Topology) -> None:
     """Every link must carry data and take a non-negative time: a validated plan ensures it
     (``xsweep.spec.validate``), so a failure here is a caller's error, not the user's."""
-    for name, capacity, latency in zip(links.names, links.capacity, links.latency_s,
-                                       strict=True):
-        if not (0 < capacity < math.inf and 0 <= latency < math.inf):
-            raise ValueError(f"link {name}: capacity {capacity} bytes/s and latency "
-                             f"{latency} s; build topologies from validated plans")
+    capacity, latency = topology.capacity, topology.latency_s
+    bad = ~((capacity > 0) & (capacity < math.inf) & (latency >= 0) & (latency < math.inf))
+    if bad.any():
+        first = int(np.argmax(bad))
+        raise ValueError(f"link {topology.names[first]}: capacity {capacity[first]} bytes/s "
+                         f"and latency {latency[first]} s; build topologies from validated "
+                         "plans")
