@@ -61,6 +61,7 @@ from xsweep.plan.collectives import ALLGATHER, ALLREDUCE, REDUCE_SCATTER, pipeli
 from xsweep.plan.groups import chunk_bytes_per_rank
 from xsweep.plan.passes import COMM, COMPUTE, ONE, ZERO, cached_block
 from xsweep.plan.program import Category, FlowClasses, Program, padded_paths
+from xsweep.plan.topology import LinkNames
 from xsweep.ragged import owners_and_places
 from xsweep.runtime import collector_paused
 
@@ -470,7 +471,7 @@ class Template:
         class_bytes, class_latency_s = self.class_numbers(topo, values)
         return Program(
             link_capacity=topo.capacity, link_latency_s=topo.latency_s,
-            link_names=topo.names,
+            link_names=LinkNames(topo),
             task_duration_s=values[self.task_value],
             flow_bytes=class_bytes[self.flow_class],
             flow_latency_s=class_latency_s[self.flow_class],

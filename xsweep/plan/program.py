@@ -37,6 +37,7 @@ metrics read it to split idle time into straggler wait and DP communication.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import NamedTuple
@@ -96,7 +97,7 @@ class Program:
     # links
     link_capacity: np.ndarray  # float64[L], bytes/s
     link_latency_s: np.ndarray  # float64[L]
-    link_names: tuple[str, ...]
+    link_names: Sequence[str]  # a tuple, or the topology's names made when first read
     # streams (one per device group) and ranks
     stream_device_group: np.ndarray  # int32[S], device-group id
     stream_rank_ptr: np.ndarray  # int32[S+1], CSR into stream_ranks

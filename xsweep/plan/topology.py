@@ -23,7 +23,7 @@ the highest launch latency of the NICs below them).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import permutations
@@ -70,6 +70,30 @@ class FabricHw:
     switch_latency_ns: float = DEFAULT_SWITCH_LATENCY_NS  # per ToR or spine traversed
     inter_cluster_gbps: float = 0.0  # spine-to-spine link between sites, each direction
     inter_cluster_latency_ns: float = 0.0
+
+
+class LinkNames(Sequence):
+    """A topology's link names as a sequence, made only when one is read: most programs
+    are evaluated, never traced, and a 512-GPU topology has thousands of links."""
+
+    __slots__ = ("_topology",)
+
+    def __init__(self, topology: Topology):
+        self._topology = topology
+
+    def __len__(self) -> int:
+        return self._topology.num_links
+
+    def __getitem__(self, index):
+        return self._topology.names[index]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._topology.names)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    __hash__ = None  # like a list: compared by value, never a key
 
 
 class _RankLinks(NamedTuple):
