@@ -41,18 +41,40 @@ def structure_durations(programs: Sequence[Program]) -> np.ndarray:
     """float64[N, T]: :func:`contention_free_durations` of programs of one structure (the
     numeric variants of one plan shape, which share their tasks, flows and classes of
     flows), in one pass over their stacked numbers."""
-    n, p = len(programs), programs[0]
     out = np.stack([q.task_duration_s for q in programs]).astype(np.float64)
-    if p.num_flows:
-        c = p.flow_classes()
-        capacity = np.concatenate([np.stack([q.link_capacity for q in programs]),
-                                   np.full((n, 1), np.inf)], axis=1)
-        bottleneck = capacity[:, c.paths].min(axis=2)
-        flow_s = (np.stack([q.flow_latency_s[c.flow] for q in programs])
-                  + np.stack([q.flow_bytes[c.flow] for q in programs]) / bottleneck)
-        set_s = np.maximum.reduceat(flow_s[:, c.set_classes], c.set_ptr[:-1], axis=1)
+    if programs[0].num_flows:
+        task_set = programs[0].flow_classes().task_set
+        has_flows = task_set >= 0
+        out[:, has_flows] = _set_durations(programs)[:, task_set[has_flows]]
+    return out
+
+
+def _set_durations(programs: Sequence[Program]) -> np.ndarray:
+    """float64[N, sets]: the time of each set of flow classes that tasks share (its slowest
+    class, each flow alone at its path's bottleneck), for programs of one structure."""
+    n, c = len(programs), programs[0].flow_classes()
+    capacity = np.concatenate([np.stack([q.link_capacity for q in programs]),
+                               np.full((n, 1), np.inf)], axis=1)
+    bottleneck = capacity[:, c.paths].min(axis=2)
+    flow_s = (np.stack([q.flow_latency_s[c.flow] for q in programs])
+              + np.stack([q.flow_bytes[c.flow] for q in programs]) / bottleneck)
+    return np.maximum.reduceat(flow_s[:, c.set_classes], c.set_ptr[:-1], axis=1)
+
+
+def slot_sources(program: Program, task_slot: np.ndarray, num_slots: int) -> np.ndarray:
+    """int64[num_slots]: where the duration of each slot of a layout (``task_slot``, slot 0
+    none) comes from, in the row ``[task durations, flow-set durations, 0]`` of a
+    program of this structure: a task with flows takes its set's, one without its own."""
+    num_tasks = program.num_tasks
+    source = np.arange(num_tasks)
+    num_sets = 0
+    if program.num_flows:
+        c = program.flow_classes()
+        num_sets = len(c.set_ptr) - 1
         has_flows = c.task_set >= 0
-        out[:, has_flows] = set_s[:, c.task_set[has_flows]]
+        source[has_flows] = num_tasks + c.task_set[has_flows]
+    out = np.full(num_slots, num_tasks + num_sets, np.int64)
+    out[task_slot] = source
     return out
 
 
@@ -180,13 +202,20 @@ def block_slots(program: Program, width: int,
 
 
 def block_durations(programs: Sequence[Program], slot_pred: np.ndarray,
-                    task_slot: np.ndarray) -> np.ndarray:
+                    task_slot: np.ndarray, sources: np.ndarray | None = None) -> np.ndarray:
     """float64[N, B, W]: the contention-free duration of each slot's task (0 elsewhere),
-    for programs of one structure laid out as ``slot_pred`` and ``task_slot``."""
+    for programs of one structure laid out as ``slot_pred`` and ``task_slot``
+    (``sources``: their :func:`slot_sources`, if already known)."""
     blocks, width, _ = slot_pred.shape
-    duration_s = np.zeros((len(programs), 1 + blocks * width))
-    duration_s[:, task_slot] = structure_durations(programs)
-    return duration_s[:, 1:].reshape(len(programs), blocks, width)
+    first = programs[0]
+    if sources is None:
+        sources = slot_sources(first, task_slot, 1 + blocks * width)
+    parts = [np.stack([q.task_duration_s for q in programs]).astype(np.float64, copy=False)]
+    if first.num_flows:
+        parts.append(_set_durations(programs))
+    parts.append(np.zeros((len(programs), 1)))
+    # one gather from [tasks, sets, 0]: the same numbers structure_durations places
+    return np.concatenate(parts, axis=1)[:, sources[1:]].reshape(len(programs), blocks, width)
 
 
 def block_layout(program: Program, width: int,

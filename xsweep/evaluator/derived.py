@@ -13,6 +13,8 @@ from __future__ import annotations
 import weakref
 from collections.abc import Sequence
 
+import numpy as np
+
 from xsweep import timeline
 from xsweep.evaluator import blocks, encode
 from xsweep.kernels.types import BlockedProgram
@@ -59,14 +61,19 @@ class Derived:
                                 []).append(i)
         for rows in todo.values():
             first = programs[rows[0]]
-            slot_pred, task_slot = self._structural(
-                first, ("slots", width),
-                lambda first=first: blocks.block_slots(first, width, self.nodes(first)))
-            durations = blocks.block_durations([programs[i] for i in rows], slot_pred, task_slot)
+            slot_pred, task_slot, sources = self._structural(
+                first, ("slots", width), lambda first=first: self._slots(first, width))
+            durations = blocks.block_durations([programs[i] for i in rows], slot_pred, task_slot,
+                                               sources)
             for i, duration_s in zip(rows, durations, strict=True):
                 out[i] = BlockedProgram(slot_pred, duration_s, task_slot)
                 self._memo.setdefault(programs[i], {})[("layout", width)] = out[i]
         return out
+
+    def _slots(self, program: Program, width: int) -> tuple[np.ndarray, ...]:
+        slot_pred, task_slot = blocks.block_slots(program, width, self.nodes(program))
+        num_slots = 1 + slot_pred.shape[0] * slot_pred.shape[1]
+        return slot_pred, task_slot, blocks.slot_sources(program, task_slot, num_slots)
 
     def metric_index(self, program: Program) -> timeline.MetricIndex:
         return self._structural(program, ("metric_index",),
