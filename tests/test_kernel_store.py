@@ -77,3 +77,48 @@ def test_the_key_covers_the_source_kernels_are_traced_from_and_no_more():
     for module in ("xsweep.spec.validate", "xsweep.plan.lower", "xsweep.plan.analysis",
                    "xsweep.evaluator.driver", "xsweep"):
         assert module not in modules, module
+
+
+def _triple():
+    """A new function each call (JAX keeps compiled code in memory per function), which
+    compiles to the same program."""
+    def triple(x):
+        return 3 * x + NONCE
+    return jax.jit(triple)
+
+
+def test_a_kernel_already_in_jaxs_own_cache_is_still_kept(tmp_path):
+    """After an upgrade that changes the kernels' source but not what they compile to,
+    JAX's persistent cache holds the executable and the store does not: the store still
+    gets a file that loads, so later processes neither trace nor compile."""
+    from jax.experimental.compilation_cache import compilation_cache
+
+    x = jnp.arange(4.0)
+    saved = (jax.config.jax_compilation_cache_dir,
+             jax.config.jax_persistent_cache_min_compile_time_secs,
+             jax.config.jax_enable_compilation_cache)
+    try:
+        jax.config.update("jax_compilation_cache_dir", str(tmp_path / "jax"))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_enable_compilation_cache", True)
+        compilation_cache.reset_cache()
+        _triple().lower(x).compile()  # into JAX's cache
+        before = compile_count().snapshot()
+        _triple().lower(x).compile()
+        assert (compile_count() - before).cache_hits == 1  # JAX's cache holds it
+        store = KernelStore(tmp_path / "kernels")
+        store.compiled(_triple(), ("test", 2), (x,), (jax.devices()[0],))
+        assert len(list((tmp_path / "kernels").glob("*.xla"))) == 1
+        before = compile_count().snapshot()
+        loaded = KernelStore(tmp_path / "kernels").compiled(
+            _triple(), ("test", 2), (x,), (jax.devices()[0],))
+        spent = compile_count() - before
+        assert spent.compiles == spent.cache_hits == 1  # loaded from the store
+        np.testing.assert_array_equal(loaded(x), 3 * np.arange(4.0) + NONCE)
+        assert jax.config.jax_enable_compilation_cache  # the setting came back
+    finally:
+        for name, value in zip(("jax_compilation_cache_dir",
+                                "jax_persistent_cache_min_compile_time_secs",
+                                "jax_enable_compilation_cache"), saved, strict=True):
+            jax.config.update(name, value)
+        compilation_cache.reset_cache()

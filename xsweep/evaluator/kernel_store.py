@@ -11,9 +11,11 @@ digest of the source the kernels are traced from (the kernels, the metrics, the
 modules they import: a change there is a new key; a change to planning or validation
 is not, and costs no process its kernels). Loading one takes about a tenth of a second.
 
-Only executables this process compiled are written: one that JAX itself loaded from
-its persistent cache does not survive serialization whole on CPU (it runs, once
-loaded back, without some of its functions), so it is used but not kept. A file that
+What the store keeps is compiled with JAX's own persistent cache turned off: an
+executable JAX loads from that cache does not survive serialization whole on CPU (it
+runs, once loaded back, without some of its functions), and a store that could not
+keep it would leave every later process tracing the kernel again (after an upgrade
+that changes the kernels' source but not what they compile to, say). A file that
 cannot be read back is ignored and compiled again. Files are written under a temporary
 name and renamed, so concurrent processes (the worker processes of a call, say) never
 read half a file. Like any store of compiled code (or pickles), the folder must be the
@@ -23,6 +25,7 @@ user's own: loading an executable runs what it holds.
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -130,6 +133,22 @@ def signature(args) -> str:
     return "|".join(parts)
 
 
+@contextlib.contextmanager
+def _without_jax_cache():
+    """JAX's persistent compilation cache off for what runs inside (see the module's
+    description); its setting is restored after."""
+    from jax.experimental.compilation_cache import compilation_cache
+
+    enabled = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()  # JAX decides whether to use its cache once, until reset
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_compilation_cache", enabled)
+        compilation_cache.reset_cache()
+
+
 class KernelStore:
     """Serialized executables in ``directory`` (None: nothing kept on disk)."""
 
@@ -194,9 +213,12 @@ class KernelStore:
             else:
                 compile_count().add_load(time.perf_counter() - start)
                 return loaded
+        if path is None:
+            return jitted.lower(*args).compile()
         before = compile_count().snapshot()
-        executable = jitted.lower(*args).compile()
-        if path is not None and compile_count().cache_hits == before.cache_hits:
+        with _without_jax_cache():
+            executable = jitted.lower(*args).compile()
+        if compile_count().cache_hits == before.cache_hits:  # compiled here: it serializes
             self._write(path, executable)
         return executable
 
