@@ -34,10 +34,13 @@ def pareto_png(table: Table, objectives: list[str], found: Answer, title: str) -
     exact = exact_feasible(table)
     pruned = table["status"] == "pruned"
     figure, axes = plt.subplots(figsize=(7.5, 5.0), dpi=120)
-    axes.scatter(x[pruned], y[pruned], s=10, facecolors="none", edgecolors="#c8c8c8",
-                 linewidths=0.6, label=f"pruned, at its lower bound ({int(pruned.sum())})")
-    axes.scatter(x[exact], y[exact], s=14, color="#8c8c8c",
-                 label=f"feasible, exact ({int(exact.sum())})")
+    # markers of one line, not a scatter collection: as drawn, and for a large sweep's tens
+    # of thousands of points several times faster to draw and to place the legend around
+    axes.plot(x[pruned], y[pruned], linestyle="none", marker="o", markersize=3.2,
+              markerfacecolor="none", markeredgecolor="#c8c8c8", markeredgewidth=0.6,
+              label=f"pruned, at its lower bound ({int(pruned.sum())})")
+    axes.plot(x[exact], y[exact], linestyle="none", marker="o", markersize=3.7,
+              color="#8c8c8c", label=f"feasible, exact ({int(exact.sum())})")
     front = found.front[np.argsort(x[found.front], kind="stable")]
     axes.plot(x[front], y[front], "-o", color="#d1495b", markersize=5, linewidth=1.2,
               label=f"Pareto front ({len(front)})")

@@ -199,6 +199,11 @@ class _Units:
         self.executor = executor
         self._processes: ProcessExecutor | None = None
 
+    @property
+    def cores(self) -> int:
+        """Units that run at once here (1 on a cluster, whose size is not known)."""
+        return usable_cores() if isinstance(self.executor, LocalExecutor) else 1
+
     def run(self, fn: Callable, job, items: Sequence[tuple]) -> Iterator[tuple]:
         if isinstance(self.executor, LocalExecutor) and (
                 self._processes is not None or min(len(items), usable_cores()) > 1):
@@ -219,8 +224,10 @@ def _exact_phase(table: Table, sweep, folder: SweepFolder, job: Job, executor,
     funnel = Funnel(objective_matrix(table, sweep.objectives), candidates,
                     sweep.validation.top, options.max_round, options.exhaustive)
     while len(picks := funnel.next_round()):
-        batches = [picks[i: i + options.exact_batch]
-                   for i in range(0, len(picks), options.exact_batch)]
+        # batches of at most exact_batch points, as many as keep every core busy to the end
+        count = -(-len(picks) // options.exact_batch)
+        count = min(len(picks), -(-count // executor.cores) * executor.cores)
+        batches = np.array_split(picks, count)
         results = {b: folder.load_exact(funnel.rounds, b, points)
                    for b, points in enumerate(batches)}
         todo = [(b, (batches[b],)) for b, got in results.items() if got is None]
