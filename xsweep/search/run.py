@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -108,7 +108,7 @@ def run_sweep(path: str | Path, options: Options = Options(),
     timings = timings if timings is not None else {}
     for key in ("planning_s", "bound_s", "exact_s", "writing_s", "points_bounded", "points_exact"):
         timings.setdefault(key, 0)
-    executor = _Units(DaskExecutor(options.scheduler) if options.scheduler else LocalExecutor())
+    executor = DaskExecutor(options.scheduler) if options.scheduler else LocalExecutor()
     try:
         table = _bound_phase(grid, folder, job, executor, options, timings, show)
         funnel = _exact_phase(table, sweep, folder, job, executor, options, timings, show)
@@ -173,49 +173,29 @@ def _bound_phase(grid: Grid, folder: SweepFolder, job: Job, executor, options: O
     started, done_points = time.perf_counter(), 0
     left = sum(stop - start for (start, stop), _ in todo)
     buildable = sum(int(np.sum(t["level"] != "none")) for t in found.values() if t is not None)
-    for (start, stop), (table, spent) in executor.run(bound_chunk, job, todo):
-        saving = time.perf_counter()
-        folder.save_bound(start, stop, table)
-        found[(start, stop)] = table
-        _add(timings, spent | {"writing_s": time.perf_counter() - saving,
-                               "points_bounded": stop - start})
-        done_points += stop - start
-        elapsed = time.perf_counter() - started
-        buildable += int(np.sum(table["level"] != "none"))
-        show(f"planned and bounded {grid.size - left + done_points:,}/{grid.size:,} "
-             f"points ({buildable:,} buildable), {done_points / elapsed:,.0f} points/s, "
-             f"ETA {eta(done_points, left, elapsed)}", final=done_points == left)
+    units = executor
+    if isinstance(executor, LocalExecutor) and min(len(todo), usable_cores()) > 1:
+        # whole chunks on a worker process per core: planning runs in parallel too, and
+        # no chunk waits for another's slowest share
+        units = ProcessExecutor(min(len(todo), usable_cores()))
+    try:
+        for (start, stop), (table, spent) in units.run(bound_chunk, job, todo):
+            saving = time.perf_counter()
+            folder.save_bound(start, stop, table)
+            found[(start, stop)] = table
+            _add(timings, spent | {"writing_s": time.perf_counter() - saving,
+                                   "points_bounded": stop - start})
+            done_points += stop - start
+            elapsed = time.perf_counter() - started
+            buildable += int(np.sum(table["level"] != "none"))
+            show(f"planned and bounded {grid.size - left + done_points:,}/{grid.size:,} "
+                 f"points ({buildable:,} buildable), {done_points / elapsed:,.0f} points/s, "
+                 f"ETA {eta(done_points, left, elapsed)}", final=done_points == left)
+    finally:
+        if units is not executor:
+            units.close()
     table = concat([found[c] for c in chunks])  # in the walk's order: back to the grid's
     return {name: values[np.argsort(table["point"])] for name, values in table.items()}
-
-
-class _Units:
-    """Where a sweep's units run: ``executor`` (a Dask cluster's, or this process), except
-    that on this machine a phase with units for more than one core runs them on worker
-    processes, one per core (started once, kept for the later phases): whole units in
-    parallel, planning included, and no unit waits for another's slowest share."""
-
-    def __init__(self, executor):
-        self.executor = executor
-        self._processes: ProcessExecutor | None = None
-
-    @property
-    def cores(self) -> int:
-        """Units that run at once here (1 on a cluster, whose size is not known)."""
-        return usable_cores() if isinstance(self.executor, LocalExecutor) else 1
-
-    def run(self, fn: Callable, job, items: Sequence[tuple]) -> Iterator[tuple]:
-        if isinstance(self.executor, LocalExecutor) and (
-                self._processes is not None or min(len(items), usable_cores()) > 1):
-            if self._processes is None:
-                self._processes = ProcessExecutor(min(len(items), usable_cores()))
-            return self._processes.run(fn, job, items)
-        return self.executor.run(fn, job, items)
-
-    def close(self) -> None:
-        if self._processes is not None:
-            self._processes.close()
-        self.executor.close()
 
 
 def _exact_phase(table: Table, sweep, folder: SweepFolder, job: Job, executor,
@@ -224,10 +204,8 @@ def _exact_phase(table: Table, sweep, folder: SweepFolder, job: Job, executor,
     funnel = Funnel(objective_matrix(table, sweep.objectives), candidates,
                     sweep.validation.top, options.max_round, options.exhaustive)
     while len(picks := funnel.next_round()):
-        # batches of at most exact_batch points, as many as keep every core busy to the end
-        count = -(-len(picks) // options.exact_batch)
-        count = min(len(picks), -(-count // executor.cores) * executor.cores)
-        batches = np.array_split(picks, count)
+        batches = [picks[i: i + options.exact_batch]
+                   for i in range(0, len(picks), options.exact_batch)]
         results = {b: folder.load_exact(funnel.rounds, b, points)
                    for b, points in enumerate(batches)}
         todo = [(b, (batches[b],)) for b, got in results.items() if got is None]
