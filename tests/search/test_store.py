@@ -66,8 +66,11 @@ def test_claim_resumes_the_same_run_and_refuses_another(tmp_path):
     with pytest.raises(InputError, match=r"sweep file changed.*--overwrite"):
         folder.claim(changed, overwrite=False)
     assert folder.load_bound(0, 2) is not None  # refused: nothing touched
+    (folder.root / "validate").mkdir()
+    (folder.root / "validate" / "validation.json").write_text("{}")  # of the old results
     assert folder.claim(changed, overwrite=True) is False
     assert folder.load_bound(0, 2) is None  # overwritten: started afresh
+    assert not (folder.root / "validate").exists()  # its validation went with it
 
 
 def test_a_chunk_file_of_other_points_is_not_reused(tmp_path):

@@ -58,7 +58,8 @@ class SweepFolder:
             return True
         if ours and not overwrite:
             raise InputError(str(self.root), None, None, _refusal(found, manifest))
-        for name in (*OUTPUTS, "work"):
+        # what ``xsweep validate`` wrote validated the results being replaced: it goes too
+        for name in (*OUTPUTS, "work", "validate"):
             _remove(self.path(name))
         (self.work / "bound").mkdir(parents=True, exist_ok=True)
         (self.work / "exact").mkdir(parents=True, exist_ok=True)
