@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -74,3 +75,34 @@ def test_simulate_json_is_strict_json_without_a_run_length(tmp_path):
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout, parse_constant=pytest.fail)
     assert doc["cost_per_run_usd"] is None and doc["iteration_time_s"] > 0
+
+
+WORKERS_SCRIPT = """
+import sys, time
+import xsweep
+evaluator = xsweep.Evaluator(processes=2, parallel_min=2)
+try:
+    evaluator.evaluate(sys.argv[1:], "bound")
+    print("ready", flush=True)
+    time.sleep(60)
+except KeyboardInterrupt:
+    evaluator.close()
+    print("interrupted", file=sys.stderr)
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_in_a_terminal_reaches_the_caller_not_the_evaluators_workers():
+    """A terminal's Ctrl-C signals the whole process group: the evaluator's worker
+    processes leave it to their caller, which stops them; none prints a traceback."""
+    plans = [str(REPO_ROOT / "spaces" / name)
+             for name in ("appendix-b.pbtxt", "h100x8-baseline.pbtxt")]
+    process = subprocess.Popen([sys.executable, "-c", WORKERS_SCRIPT, *plans], cwd=REPO_ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)  # its own group, as a terminal's job
+    assert process.stdout.readline().strip() == "ready"  # the workers evaluated, now idle
+    os.killpg(process.pid, signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1] == "interrupted"

@@ -9,6 +9,7 @@ standard output with the result tables and timings of
 from __future__ import annotations
 
 import gc
+import signal
 import sys
 import traceback
 
@@ -17,6 +18,7 @@ from xsweep.pipes import receive, send
 
 def serve() -> None:
     """Answer requests until the input closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle
     from xsweep.evaluator.evaluator import Evaluator
     from xsweep.spec.plan_io import DeploymentPlan
 
