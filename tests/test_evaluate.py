@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import xsweep
 import xsweep.errors
+from xsweep.evaluator.evaluator import HOST_CHUNK, _shares
 from xsweep.figures import plan_figures
 from xsweep.pipeline import prepare
 from xsweep.plan.builder import random_plan
@@ -108,3 +113,35 @@ def test_worker_processes_give_the_same_results(catalog):
         np.testing.assert_allclose(shared[name].values, alone[name].values, rtol=1e-6,
                                    err_msg=name)
     assert list(shared["name"].values) == [p.name for p in plans]
+
+
+def test_worker_processes_run_one_per_core_and_a_bad_plan_late_in_the_list_stops_them():
+    """Plans are validated piece by piece while the workers evaluate the pieces before;
+    an invalid one still fails the whole call, naming it, and the pool serves the next."""
+    plans = [random_plan(seed) for seed in range(8)]
+    bad = random_plan(8)
+    bad.cluster.nodes[0].gpu = "no-such-gpu"
+    pool = xsweep.Evaluator(processes=2, parallel_min=1)
+    try:
+        with pytest.raises(xsweep.errors.InputError, match=r"plans\[8\].*gpu.*no-such-gpu"):
+            pool.evaluate([*plans, bad], level="bound")
+        again = pool.evaluate(plans, level="bound")
+        assert (again["status"] == "ok").all()
+        if hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) >= 2:
+            pinned = [os.sched_getaffinity(w.pid) for w in pool._workers._workers]
+            assert all(len(cores) == 1 for cores in pinned)
+            assert len(set().union(*pinned)) == 2  # each its own core
+    finally:
+        pool.close()
+
+
+@settings(max_examples=200)
+@given(st.integers(1, 100_000), st.integers(1, 16))
+def test_worker_shares_cover_the_plans_largest_first(n, processes):
+    shares = _shares(n, processes)
+    assert shares[0][0] == 0 and shares[-1][1] == n
+    assert all(a[1] == b[0] for a, b in zip(shares, shares[1:]))
+    sizes = [end - begin for begin, end in shares]
+    assert all(0 < size <= HOST_CHUNK for size in sizes)
+    assert sizes == sorted(sizes, reverse=True)
+    assert len(shares) <= 16 * processes + n // HOST_CHUNK + 1

@@ -122,3 +122,48 @@ def test_a_kernel_already_in_jaxs_own_cache_is_still_kept(tmp_path):
                                 "jax_enable_compilation_cache"), saved, strict=True):
             jax.config.update(name, value)
         compilation_cache.reset_cache()
+
+
+#: One process of the test below: waits until both are ready, then asks the store in
+#: ``argv[1]`` for a kernel new to it (the constant ``argv[2]``); prints what that took.
+_RACER = """
+import os, sys, time
+from pathlib import Path
+import jax, jax.numpy as jnp
+from xsweep.evaluator.compiles import compile_count
+from xsweep.evaluator.kernel_store import KernelStore
+
+folder, nonce, me = Path(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+
+def many_steps(x):
+    for i in range(300):  # long enough to compile that both processes overlap
+        x = jnp.sin(x) * (i + nonce) + x
+    return x
+
+x = jnp.arange(4.0)
+(folder / f"ready-{me}").touch()
+while len(list(folder.glob("ready-*"))) < 2:
+    time.sleep(0.002)
+before = compile_count().snapshot()
+KernelStore(folder / "kernels").compiled(jax.jit(many_steps), ("race", 1), (x,),
+                                         (jax.devices()[0],))
+spent = compile_count() - before
+print(spent.compiles - spent.cache_hits, spent.cache_hits)
+"""
+
+
+def test_two_processes_that_need_one_new_kernel_at_once_compile_it_once(tmp_path):
+    """Worker processes start together and often need the same kernels: one compiles
+    while the other waits for it and loads what it kept."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, JAX_ENABLE_COMPILATION_CACHE="false")  # nothing from JAX's cache
+    racers = [subprocess.Popen([sys.executable, "-c", _RACER, str(tmp_path), str(NONCE), me],
+                               stdout=subprocess.PIPE, text=True, env=env)
+              for me in "ab"]
+    counts = [tuple(int(n) for n in racer.communicate(timeout=300)[0].split())
+              for racer in racers]
+    assert all(racer.returncode == 0 for racer in racers)
+    assert sorted(counts) == [(0, 1), (1, 0)]  # compiled in one, loaded in the other
+    assert len(list((tmp_path / "kernels").glob("*.xla"))) == 1

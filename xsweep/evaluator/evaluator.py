@@ -23,7 +23,7 @@ from xsweep.pipeline import Prepared, prepare_valid, resolve_inputs
 from xsweep.plan.lower import TEMPLATE_BYTES, TemplateCache
 from xsweep.plan.program import Program
 from xsweep.runtime import usable_cores, use_compile_cache, use_cpu_devices
-from xsweep.spec.arguments import evaluation_plans
+from xsweep.spec.arguments import evaluation_arguments, evaluation_plans, validated_plans
 from xsweep.spec.catalog import Catalog
 from xsweep.spec.profile import Profile
 from xsweep.spec.program_size import estimate_program_size
@@ -184,14 +184,15 @@ class Evaluator:
         if dtype not in DTYPES:
             raise InputError("xsweep.evaluate", "dtype", dtype,
                              f"must be one of {', '.join(DTYPES)}")
-        plans = evaluation_plans(plans, catalog, profile=profile, cost=cost,
-                                 chunk_size=chunk_size, progress=progress)
-        n = len(plans)
+        items = evaluation_arguments(plans, catalog, profile=profile, cost=cost,
+                                     chunk_size=chunk_size, progress=progress)
+        n = len(items)
         options = dict(catalog=catalog, profile=profile, cost=cost, dtype=dtype,
                        chunk_size=chunk_size)
         if self._workers is not None and n >= self.parallel_min:
-            share = min(HOST_CHUNK, -(-n // (4 * self._workers.processes)))
-            pieces = [plans[begin: begin + share] for begin in range(0, n, share)]
+            # each piece is validated here while the workers evaluate the ones before it
+            pieces = (list(validated_plans(items, catalog, begin, end))
+                      for begin, end in _shares(n, self._workers.processes))
             finished = [0]
 
             def done(count: int) -> None:
@@ -204,7 +205,8 @@ class Evaluator:
                 tables += part
                 seconds = {k: seconds[k] + spent[k] for k in seconds}
         else:
-            tables, seconds = self.tables(plans, level, progress=progress, **options)
+            tables, seconds = self.tables(list(validated_plans(items, catalog)), level,
+                                          progress=progress, **options)
         start = time.perf_counter()
         ds = assemble(tables, level, dtype, cost, coords, seconds)
         ds.attrs["results_s"] += time.perf_counter() - start
@@ -241,6 +243,20 @@ class Evaluator:
         compiled = compile_count() - compiled
         return tables, {**seconds, "compile_s": compiled.seconds, "compiles": compiled.compiles,
                         "compile_cache_hits": compiled.cache_hits}
+
+
+def _shares(n: int, processes: int) -> list[tuple[int, int]]:
+    """``[begin, end)`` ranges of the pieces worker processes take, largest first: each
+    a ``2 * processes``-th of what is left (at most ``HOST_CHUNK``, at least a
+    ``16 * processes``-th of all), so that the workers, which take the next piece as they
+    finish one, finish together, in few pieces (a piece pays its own calls and padding)."""
+    floor = max(1, -(-n // (16 * processes)))
+    out, begin = [], 0
+    while begin < n:
+        size = min(HOST_CHUNK, max(floor, -(-(n - begin) // (2 * processes))))
+        out.append((begin, min(begin + size, n)))
+        begin += size
+    return out
 
 
 def _host_chunks(plans: Sequence) -> list[tuple[int, int]]:

@@ -18,7 +18,9 @@ keep it would leave every later process tracing the kernel again (after an upgra
 that changes the kernels' source but not what they compile to, say). A file that
 cannot be read back is ignored and compiled again. Files are written under a temporary
 name and renamed, so concurrent processes (the worker processes of a call, say) never
-read half a file. Like any store of compiled code (or pickles), the folder must be the
+read half a file; a process about to compile a kernel holds a lock on its name, so that
+another one that needs the same kernel at the same time waits and loads it rather than
+compiling it too. Like any store of compiled code (or pickles), the folder must be the
 user's own: loading an executable runs what it holds.
 """
 
@@ -41,6 +43,11 @@ from pathlib import Path
 import jax
 
 from xsweep.evaluator.compiles import compile_count
+
+try:
+    import fcntl
+except ImportError:  # not on this platform: processes may compile one kernel twice
+    fcntl = None
 
 #: The module the kernels' jitted calls are defined in: a compiled kernel depends on the
 #: source of it and of the xsweep modules it imports, directly or not.
@@ -149,6 +156,28 @@ def _without_jax_cache():
         compilation_cache.reset_cache()
 
 
+@contextlib.contextmanager
+def _locked(path: Path):
+    """Hold an exclusive lock on ``path``'s name (a ``.lock`` file beside it) for what runs
+    inside: processes that would compile the same kernel take turns. Without file locks
+    on the platform, or where the lock file cannot be made, nothing is held."""
+    handle = None
+    if fcntl is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handle = open(path.with_suffix(".lock"), "a")  # noqa: SIM115 - closed below
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError:
+            if handle is not None:
+                handle.close()
+            handle = None
+    try:
+        yield
+    finally:
+        if handle is not None:
+            handle.close()  # closing releases the lock
+
+
 class KernelStore:
     """Serialized executables in ``directory`` (None: nothing kept on disk)."""
 
@@ -201,26 +230,38 @@ class KernelStore:
         """``jitted``'s executable for ``args``: from disk when kept there, else compiled
         (and kept, when this process compiled it)."""
         path = self._path(config, args, devices)
-        if path is not None and path.exists():
-            start = time.perf_counter()
-            try:
-                from jax.experimental.serialize_executable import deserialize_and_load
-
-                loaded = deserialize_and_load(*pickle.loads(path.read_bytes()),
-                                              execution_devices=list(devices))
-            except Exception:  # noqa: BLE001 - a stale or damaged file: compile again
-                path.unlink(missing_ok=True)
-            else:
-                compile_count().add_load(time.perf_counter() - start)
-                return loaded
         if path is None:
             return jitted.lower(*args).compile()
-        before = compile_count().snapshot()
-        with _without_jax_cache():
-            executable = jitted.lower(*args).compile()
-        if compile_count().cache_hits == before.cache_hits:  # compiled here: it serializes
-            self._write(path, executable)
+        loaded = self._load(path, devices)
+        if loaded is not None:
+            return loaded
+        with _locked(path):
+            loaded = self._load(path, devices)  # another process may have kept it meanwhile
+            if loaded is not None:
+                return loaded
+            before = compile_count().snapshot()
+            with _without_jax_cache():
+                executable = jitted.lower(*args).compile()
+            if compile_count().cache_hits == before.cache_hits:  # compiled here: it serializes
+                self._write(path, executable)
         return executable
+
+    @staticmethod
+    def _load(path: Path, devices: tuple) -> Callable | None:
+        """The executable kept at ``path``, or None (none there, or not readable)."""
+        if not path.exists():
+            return None
+        start = time.perf_counter()
+        try:
+            from jax.experimental.serialize_executable import deserialize_and_load
+
+            loaded = deserialize_and_load(*pickle.loads(path.read_bytes()),
+                                          execution_devices=list(devices))
+        except Exception:  # noqa: BLE001 - a stale or damaged file: compile again
+            path.unlink(missing_ok=True)
+            return None
+        compile_count().add_load(time.perf_counter() - start)
+        return loaded
 
     @classmethod
     def _write(cls, path: Path, executable) -> None:

@@ -9,7 +9,7 @@ same validation as ``xsweep check`` so that no invalid plan is ever scored.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from xsweep.errors import InputError
 from xsweep.spec import ranges, xsweep_pb2
@@ -35,6 +35,17 @@ def evaluation_plans(plans: object, catalog: object, *, profile: object = None,
     Raises:
         InputError: naming the argument, or the plan (``plans[i]``, or its file) and field.
     """
+    items = evaluation_arguments(plans, catalog, profile=profile, cost=cost,
+                                 chunk_size=chunk_size, progress=progress)
+    return list(validated_plans(items, catalog))
+
+
+def evaluation_arguments(plans: object, catalog: object, *, profile: object = None,
+                         cost: object = None, chunk_size: object = None,
+                         progress: object = None) -> list:
+    """The arguments of :func:`evaluation_plans` checked, its plans not yet: the list of
+    plans and paths, for :func:`validated_plans` (which a caller may run piece by piece,
+    while earlier pieces are already being evaluated)."""
     if not isinstance(catalog, Catalog):
         raise _argument("catalog", type(catalog).__name__, "expected a Catalog (load_catalog())")
     _check_options(profile, cost, chunk_size, progress)
@@ -43,21 +54,28 @@ def evaluation_plans(plans: object, catalog: object, *, profile: object = None,
                         "expected a list of plans or paths, not a single one; wrap it in a list")
     if not isinstance(plans, Iterable):
         raise _argument("plans", _kind(plans), "expected a list of plans or paths")
-    checked = []
+    items = list(plans)
+    if not items:
+        raise _argument("plans", None, "no plans to evaluate")
+    return items
+
+
+def validated_plans(items: list, catalog: Catalog, begin: int = 0,
+                    end: int | None = None) -> Iterator[xsweep_pb2.DeploymentPlan]:
+    """``items[begin:end]`` (from :func:`evaluation_arguments`) loaded and validated, one at
+    a time; an invalid one raises ``InputError`` naming ``plans[i]`` (or its file)."""
     limits = active_limits()  # read from the environment once for the whole list
-    for index, plan in enumerate(plans):
+    for index in range(begin, len(items) if end is None else end):
+        plan = items[index]
         if isinstance(plan, str | os.PathLike):
-            checked.append(load_plan(plan, catalog))
+            yield load_plan(plan, catalog)
         elif isinstance(plan, xsweep_pb2.DeploymentPlan):
             name = f" ({plan.name!r})" if plan.name else ""
             validate_plan(plan, catalog, f"plans[{index}]{name}", limits)
-            checked.append(plan)
+            yield plan
         else:
             raise _argument(f"plans[{index}]", _kind(plan),
                             "expected a DeploymentPlan message or the path of a plan file")
-    if not checked:
-        raise _argument("plans", None, "no plans to evaluate")
-    return checked
 
 
 def _check_options(profile: object, cost: object, chunk_size: object, progress: object) -> None:
