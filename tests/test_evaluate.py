@@ -140,7 +140,7 @@ def test_worker_processes_run_one_per_core_and_a_bad_plan_late_in_the_list_stops
 def test_worker_shares_cover_the_plans_largest_first(n, processes):
     shares = _shares(n, processes)
     assert shares[0][0] == 0 and shares[-1][1] == n
-    assert all(a[1] == b[0] for a, b in zip(shares, shares[1:]))
+    assert all(a[1] == b[0] for a, b in zip(shares[:-1], shares[1:], strict=True))
     sizes = [end - begin for begin, end in shares]
     assert all(0 < size <= HOST_CHUNK for size in sizes)
     assert sizes == sorted(sizes, reverse=True)
