@@ -16,6 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from xsweep.evaluator.encode import rows_by_object
+from xsweep.evaluator.host import host_full
 from xsweep.evaluator.shapes import BlockShape, ladder
 from xsweep.kernels.types import BlockedProgram
 from xsweep.plan.program import Program
@@ -266,8 +267,8 @@ def encode_blocks(layouts: Sequence[BlockedProgram], shape: BlockShape, *, dtype
     if rows < len(layouts) or np.any(sizes > np.array(shape)):
         raise ValueError(f"layouts of sizes up to {sizes.max(axis=0).tolist()} do not fit "
                          f"{rows} variants of shape {tuple(shape)}")
-    out = BlockedProgram(np.zeros((rows, B, W, D), np.int32), np.zeros((rows, B, W), dtype),
-                         np.zeros((rows, T), np.int32))
+    out = BlockedProgram(host_full((rows, B, W, D), 0, np.int32),
+                         host_full((rows, B, W), 0, dtype), host_full((rows, T), 0, np.int32))
     # a structure shared by several rows is copied once; durations row by row
     for slot_pred, where in rows_by_object([b.slot_pred for b in layouts]):
         blocks, _, preds = slot_pred.shape

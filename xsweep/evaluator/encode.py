@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from xsweep.evaluator.host import host_full
 from xsweep.evaluator.shapes import Shape, batch_shape, power_of_two, program_sizes
 from xsweep.kernels.types import ProgramArrays
 from xsweep.plan.program import Program, TaskKind
@@ -42,12 +43,12 @@ def encode(programs: Sequence[Program], shape: Shape | None = None, *,
                          f"{rows} variants of shape {tuple(shape)}")
     T, E, F, P, L = shape
     out = ProgramArrays(
-        task_valid=np.zeros((rows, T), bool), task_is_comm=np.zeros((rows, T), bool),
-        task_duration_s=np.zeros((rows, T), dtype),
-        dep_task=np.full((rows, E), -1, np.int32), dep_pred=np.full((rows, E), -1, np.int32),
-        flow_task=np.full((rows, F), -1, np.int32), flow_bytes=np.zeros((rows, F), dtype),
-        flow_latency_s=np.zeros((rows, F), dtype), flow_path=np.full((rows, F, P), -1, np.int32),
-        link_capacity=np.ones((rows, L), dtype))
+        task_valid=host_full((rows, T), 0, bool), task_is_comm=host_full((rows, T), 0, bool),
+        task_duration_s=host_full((rows, T), 0, dtype),
+        dep_task=host_full((rows, E), -1, np.int32), dep_pred=host_full((rows, E), -1, np.int32),
+        flow_task=host_full((rows, F), -1, np.int32), flow_bytes=host_full((rows, F), 0, dtype),
+        flow_latency_s=host_full((rows, F), 0, dtype),
+        flow_path=host_full((rows, F, P), -1, np.int32), link_capacity=host_full((rows, L), 1, dtype))
     if not programs:
         return out
 
@@ -115,7 +116,7 @@ def pad_metric_index(indices: Sequence[MetricIndex], num_tasks: int, dims: Seque
             rows, *(next(sizes) for _ in first.shape))
         kind = first.dtype.kind
         narrow = {"f": dtype, "b": bool, "i": np.int8 if "category" in name else task_id}[kind]
-        out = np.full(shape, {"i": -1, "f": 0.0, "b": False}[kind], narrow)
+        out = host_full(shape, {"i": -1, "f": 0.0, "b": False}[kind], narrow)
         for ix, where in groups:
             a = getattr(ix, name)
             out[(where, *(slice(0, n) for n in a.shape))] = a

@@ -36,20 +36,29 @@ class WorkerPool:
         self.processes = processes
         self._settings = settings
         self._workers: list[subprocess.Popen] = []
+        self._pinned = False
 
     def _start(self) -> None:
         env = dict(os.environ, XSWEEP_CPU_DEVICES="1")
-        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-        for number in range(self.processes):
+        self._pinned = False
+        for _ in range(self.processes):
             worker = subprocess.Popen([sys.executable, "-m", "xsweep.evaluator.worker"],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-            if len(cores) >= self.processes:
-                # one core each: a worker that moves between cores, or whose compiled code
-                # spreads threads over its neighbour's core, runs 5-10% slower (measured)
-                with contextlib.suppress(OSError):
-                    os.sched_setaffinity(worker.pid, {cores[number]})
             send(worker.stdin, self._settings)
             self._workers.append(worker)
+
+    def _pin(self) -> None:
+        """One core each, once all workers run: a worker that moves between cores, or whose
+        compiled code spreads threads over its neighbour's core, runs 5-10% slower
+        (measured). Not before: a worker alone (compiling a first piece) uses every core."""
+        if self._pinned or not hasattr(os, "sched_setaffinity"):
+            return
+        self._pinned = True
+        cores = sorted(os.sched_getaffinity(0))
+        if len(cores) >= len(self._workers):
+            for core, worker in zip(cores, self._workers, strict=False):
+                with contextlib.suppress(OSError):  # it ended meanwhile: nothing to pin
+                    os.sched_setaffinity(worker.pid, {core})
 
     def map(self, pieces: Iterable[Sequence], level: str, options: dict,
             done: Callable[[int], None] | None = None) -> Iterator[tuple[list[dict], dict]]:
@@ -60,17 +69,27 @@ class WorkerPool:
         the pieces before it (a generator that validates plans, say); an error it raises
         stops the workers and is raised.
         """
-        if not self._workers:
+        first_call = not self._workers
+        if first_call:
             self._start()
         # Pieces go to whichever worker is free, in order, so the workers stay busy however
         # uneven the pieces are (which shape a plan runs at is kept per shape key, on disk,
-        # so it does not depend on which worker evaluates it). Workers that need the same
-        # new kernel at once take turns compiling it (``KernelStore``): the second loads it.
+        # so it does not depend on which worker evaluates it). On the pool's first call the
+        # others start once the first piece is back: what it compiled, they then load, and
+        # the shapes it chose, they reuse, instead of compiling shapes of their own at the
+        # same time (the evaluator makes the first piece small). Workers that need one new
+        # kernel at once take turns compiling it (``KernelStore``): the second loads it.
         todo: queue.Queue = queue.Queue()
         results: dict[int, object] = {}
         finished: queue.Queue = queue.Queue()
+        first_back = threading.Event()
+        if not first_call:
+            self._pin()
+            first_back.set()
 
-        def serve(worker: subprocess.Popen) -> None:
+        def serve(worker: subprocess.Popen, first: bool) -> None:
+            if not first:
+                first_back.wait()
             while (item := todo.get()) is not None:
                 index, plans = item
                 try:
@@ -78,10 +97,13 @@ class WorkerPool:
                     results[index] = receive(worker.stdout)
                 except (OSError, EOFError, ValueError) as error:  # ValueError: stopped by us
                     results[index] = ("error", f"worker process failed: {error}")
+                if not first_back.is_set():
+                    self._pin()
+                    first_back.set()
                 finished.put(index)
 
-        threads = [threading.Thread(target=serve, args=(w,), daemon=True)
-                   for w in self._workers]
+        threads = [threading.Thread(target=serve, args=(w, n == 0), daemon=True)
+                   for n, w in enumerate(self._workers)]
         for thread in threads:
             thread.start()
         sizes: list[int] = []
@@ -117,6 +139,7 @@ class WorkerPool:
                     todo.get_nowait()
             for _ in threads:
                 todo.put(None)
+            first_back.set()
             self.close(kill=True)
             for thread in threads:
                 thread.join()
