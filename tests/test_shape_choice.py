@@ -112,5 +112,5 @@ def test_merges_are_judged_by_what_they_cost_each_member():
     groups, _ = _shape_groups(keys, np.ones(len(keys)), work, len(keys), [], {})
     for shape, rows in groups:
         for row in rows:
-            assert work(shape) <= MERGE_FACTOR * work(keys[row])
+            assert work(shape) <= MERGE_FACTOR["bound"] * work(keys[row])
     assert len(groups) < len(keys)  # neighbours did share shapes

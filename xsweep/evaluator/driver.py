@@ -47,6 +47,7 @@ from xsweep.evaluator.executables import DIAGNOSTICS, REUSE_FACTOR, Executables,
 from xsweep.evaluator.shapes import (
     BlockShape,
     Shape,
+    ladder,
     padding_overhead,
     power_of_two,
     program_sizes,
@@ -77,11 +78,15 @@ VECTORIZED = {"cpu": {"bound": True, "exact": False}, "gpu": {"bound": True, "ex
 BLOCK_STEP_COST = {"cpu": 32, "gpu": 1024}
 #: New compiled shapes one call uses at most, by level, besides reruns after an
 #: overflow: each compiles once (kept on disk after, ``xsweep.runtime.use_compile_cache``).
-MAX_SHAPES = {"bound": 8, "exact": 3}
+MAX_SHAPES = {"bound": 8, "exact": 6}
 #: Two groups of variants share one shape (the larger of each size) only while that
 #: costs each at most this many times its own work, unless a call would need more than
 #: ``MAX_SHAPES`` new shapes: padding stays below it in all but the most varied calls.
-MERGE_FACTOR = 2.0
+#: The exact level's work grows with its slots, and its runs are long: a few more
+#: shapes cost less than the slots a loose merge adds to every step of every member.
+MERGE_FACTOR = {"bound": 2.0, "exact": 1.25}
+#: A variant runs at an already compiled shape that costs up to this many times its own.
+REUSE = {"bound": REUSE_FACTOR, "exact": 1.25}
 #: Rows of a chunk at least (a multiple of the devices, up to the chunk size): few
 #: distinct row counts, so small calls and large ones share executables.
 MIN_ROWS = {"bound": 8, "exact": 1}
@@ -147,6 +152,8 @@ class _Config(NamedTuple):
 
 def _shape_groups(keys: np.ndarray, load: np.ndarray, work: Callable, max_shapes: int,
                   fixed: list[tuple[int, ...]], assigned: dict[tuple, tuple],
+                  merge_factor: float = MERGE_FACTOR["bound"],
+                  reuse_factor: float = REUSE_FACTOR,
                   ) -> tuple[list[tuple[tuple[int, ...], np.ndarray]], dict[tuple, tuple]]:
     """Variants grouped by the shape they run at: ``(shape key, variant indices)``, and the
     shape chosen here for each variant key not in ``assigned``.
@@ -156,9 +163,9 @@ def _shape_groups(keys: np.ndarray, load: np.ndarray, work: Callable, max_shapes
     weight in the kernel's time (the variant costs ``load * work(key)``). A key
     ``assigned`` a shape before runs there again, so the same variants always run at the
     same shapes, whatever else a call holds. A new key that an already compiled or
-    assigned key of ``fixed`` covers at most ``REUSE_FACTOR`` times its work runs there.
+    assigned key of ``fixed`` covers at most ``reuse_factor`` times its work runs there.
     The rest are grouped by key; two groups are merged (their elementwise largest key)
-    while some merge costs each member at most ``MERGE_FACTOR`` times its work, and
+    while some merge costs each member at most ``merge_factor`` times its work, and
     while more than ``max_shapes`` groups are left, the merge that adds the least work.
     """
     order = np.lexsort(keys.T[::-1])
@@ -176,7 +183,7 @@ def _shape_groups(keys: np.ndarray, load: np.ndarray, work: Callable, max_shapes
         cost = float(work(key))
         covering = [k for k in fixed if len(k) == len(own)
                     and all(a >= b for a, b in zip(k, own, strict=True))
-                    and float(work(np.array(k))) <= REUSE_FACTOR * cost]
+                    and float(work(np.array(k))) <= reuse_factor * cost]
         if covering:
             chosen[own] = min(covering, key=lambda k: float(work(np.array(k))))
             groups.setdefault(chosen[own], []).append(who)
@@ -197,7 +204,7 @@ def _shape_groups(keys: np.ndarray, load: np.ndarray, work: Callable, max_shapes
         np.fill_diagonal(extra, np.inf)
         i, j = np.unravel_index(np.argmin(extra), extra.shape)
         ratio = work(merged[i, j]) / min(floors[i], floors[j])
-        if ratio > MERGE_FACTOR and len(new_keys) <= max_shapes:
+        if ratio > merge_factor and len(new_keys) <= max_shapes:
             break
         keep = [n for n in range(len(new_keys)) if n not in (i, j)]
         new_keys = [new_keys[n] for n in keep] + [merged[i, j]]
@@ -283,12 +290,17 @@ class _Run:
         devices = len(self.executables.devices)
         dims = np.array([self.derived.metric_dims(programs[i]) for i in pending]
                         if cfg.with_metrics else np.zeros((len(pending), 0)), np.int64)
-        keys = power_of_two(np.concatenate([sizes[pending], dims.reshape(len(pending), -1),
-                                            need[pending]], axis=1))
+        # sizes on powers of two; the exact level's slots on the ladder they were sized
+        # on (each step costs in proportion to them, while spare tasks and flows cost
+        # memory only)
+        keys = np.concatenate([power_of_two(np.concatenate(
+            [sizes[pending], dims.reshape(len(pending), -1)], axis=1)),
+            ladder(need[pending]).reshape(len(pending), 2)], axis=1)
         config = (cfg.level, np.dtype(cfg.dtype).name, cfg.max_rounds, cfg.with_metrics)
         groups, chosen = _shape_groups(keys, fmt.load(sizes[pending]), fmt.work,
                                        MAX_SHAPES[cfg.level], self.executables.compiled(config),
-                                       self.executables.assignments(config))
+                                       self.executables.assignments(config),
+                                       MERGE_FACTOR[cfg.level], REUSE[cfg.level])
         self.executables.assign(config, chosen)
         num_fields = len(fmt.shape._fields)
         for key, local in groups:
