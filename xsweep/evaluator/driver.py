@@ -84,9 +84,9 @@ MAX_SHAPES = {"bound": 8, "exact": 6}
 #: ``MAX_SHAPES`` new shapes: padding stays below it in all but the most varied calls.
 #: The exact level's work grows with its slots, and its runs are long: a few more
 #: shapes cost less than the slots a loose merge adds to every step of every member.
-MERGE_FACTOR = {"bound": 2.0, "exact": 1.25}
+MERGE_FACTOR = {"bound": 2.0, "exact": 1.5}
 #: A variant runs at an already compiled shape that costs up to this many times its own.
-REUSE = {"bound": REUSE_FACTOR, "exact": 1.25}
+REUSE = {"bound": REUSE_FACTOR, "exact": 1.5}
 #: Rows of a chunk at least (a multiple of the devices, up to the chunk size): few
 #: distinct row counts, so small calls and large ones share executables.
 MIN_ROWS = {"bound": 8, "exact": 1}
