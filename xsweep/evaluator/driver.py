@@ -12,7 +12,7 @@ slots rounded up to powers of two (its key, so shapes repeat across calls, and a
 processes through the disk cache of compiled kernels); neighbouring groups share a
 shape while that costs at most ``MERGE_FACTOR`` times their own work, and a call needs
 at most ``MAX_SHAPES`` new shapes (an already compiled shape that covers a variant at
-up to ``REUSE_FACTOR`` times its work is used as it is). The shape a key was given is
+up to ``REUSE`` times its work is used as it is). The shape a key was given is
 kept (beside the compiled kernels on disk), so a key runs at the same shape in every
 later call and process, whatever else they hold: rerunning plans compiles nothing.
 Each group runs in chunks of a few row counts (``MIN_ROWS`` times powers of
@@ -43,7 +43,7 @@ from xsweep.errors import InputError
 from xsweep.evaluator.blocks import block_sizes, block_work, encode_blocks
 from xsweep.evaluator.derived import Derived
 from xsweep.evaluator.encode import encode, pad_metric_index
-from xsweep.evaluator.executables import DIAGNOSTICS, REUSE_FACTOR, Executables, unpack
+from xsweep.evaluator.executables import DIAGNOSTICS, Executables, unpack
 from xsweep.evaluator.shapes import (
     BlockShape,
     Shape,
@@ -86,7 +86,7 @@ MAX_SHAPES = {"bound": 8, "exact": 6}
 #: shapes cost less than the slots a loose merge adds to every step of every member.
 MERGE_FACTOR = {"bound": 2.0, "exact": 1.5}
 #: A variant runs at an already compiled shape that costs up to this many times its own.
-REUSE = {"bound": REUSE_FACTOR, "exact": 1.5}
+REUSE = {"bound": 2.0, "exact": 1.5}
 #: Rows of a chunk at least (a multiple of the devices, up to the chunk size): few
 #: distinct row counts, so small calls and large ones share executables.
 MIN_ROWS = {"bound": 8, "exact": 1}
@@ -153,7 +153,7 @@ class _Config(NamedTuple):
 def _shape_groups(keys: np.ndarray, load: np.ndarray, work: Callable, max_shapes: int,
                   fixed: list[tuple[int, ...]], assigned: dict[tuple, tuple],
                   merge_factor: float = MERGE_FACTOR["bound"],
-                  reuse_factor: float = REUSE_FACTOR,
+                  reuse_factor: float = REUSE["bound"],
                   ) -> tuple[list[tuple[tuple[int, ...], np.ndarray]], dict[tuple, tuple]]:
     """Variants grouped by the shape they run at: ``(shape key, variant indices)``, and the
     shape chosen here for each variant key not in ``assigned``.

@@ -25,8 +25,6 @@ from xsweep.metrics import STREAM_METRICS, SUMMARIES, summary_name
 
 #: Diagnostics of the kernels, int32 per variant.
 DIAGNOSTICS = ("status", "steps", "max_active_flows", "waterfill_rounds")
-#: A variant may run at an already compiled shape that costs up to this many times its own.
-REUSE_FACTOR = 2.0
 #: Compiled shapes kept at most; past that the functions compiled here are dropped and
 #: loaded again as needed (each holds code and memory mappings; one comes back from the
 #: kernel store in about a tenth of a second). A long sweep's shapes, kept per key
