@@ -28,6 +28,10 @@ from .slotops import prefix_sum
 
 #: Default cap on rounds; measured programs need at most a handful.
 MAX_ROUNDS = 64
+#: The prefix sizes :func:`packed_waterfill` chooses from: 8 slots, then this many times
+#: more at each size up, and all the slots.
+PACKED_SMALLEST = 8
+PACKED_GROWTH = 4
 
 
 def waterfill(capacity: Array, paths: Array, active: Array,
@@ -120,12 +124,15 @@ def packed_waterfill(capacity: Array, paths: Array, flows: Array, active: Array,
     """:func:`waterfill` of the slots ``active``, whose paths are rows ``flows`` of ``paths``.
 
     The active slots' rows are packed to the front and filled at the smallest of a
-    few prefix sizes (8, 16, 32, ... slots) that holds them, chosen by
-    ``lax.switch``; only that prefix's paths are gathered. Outside ``vmap`` only that
+    few prefix sizes (8, 32, 128, ... slots, and all of them) that holds them, chosen
+    by ``lax.switch``; only that prefix's paths are gathered. Outside ``vmap`` only that
     branch runs, so a kernel sized for its busiest moment pays for the flows actually
     moving; under ``vmap`` every branch would run, so batched callers use
-    :func:`waterfill`. Each size is a compiled fill: sizes 1.5x apart instead of 2x ran
-    no faster and took half as long again to compile.
+    :func:`waterfill`. Each size is a compiled fill, so fewer sizes compile and load
+    faster: measured on CPU, sizes 4x apart instead of 2x compiled the exact kernel in
+    a quarter less time and loaded it from disk in a quarter to a third less, and
+    stepped as fast (within 3% on twelve Llama-2-7B programs of 8-64 GPUs); sizes 1.5x
+    apart ran no faster than 2x and took half as long again to compile.
 
     Args:
       capacity: float[L], as for :func:`waterfill`.
@@ -137,8 +144,12 @@ def packed_waterfill(capacity: Array, paths: Array, flows: Array, active: Array,
       ``(rates[S], converged, rounds)``, as :func:`waterfill` of ``paths[flows]``.
     """
     num_slots = active.shape[0]
-    sizes = sorted({min(num_slots, 8 << i) for i in range(max(num_slots.bit_length() - 2, 1))}
-                   | {num_slots})
+    sizes = {num_slots}
+    size = PACKED_SMALLEST
+    while size < num_slots:
+        sizes.add(size)
+        size *= PACKED_GROWTH
+    sizes = sorted(sizes)
     count = jnp.sum(active, dtype=jnp.int32)
     at = jnp.where(active, prefix_sum(active) - 1, num_slots)
     packed = jnp.zeros_like(flows).at[at].set(flows, mode="drop")

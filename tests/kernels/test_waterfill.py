@@ -75,6 +75,29 @@ def test_packed_equals_full(instances):
         assert bool(fast[1]) and int(fast[2]) == int(full[2])
 
 
+@pytest.mark.parametrize("moving", [3, 8, 20, 32, 90, 128, 150, 200])
+def test_packed_fill_at_every_prefix_size_matches_progressive_filling(moving):
+    """200 slots fill at a prefix of 8, 32, 128 or all 200, by how many move: each size
+    gives the textbook rates."""
+    rng = np.random.default_rng(moving)
+    slots, links = 200, 24
+    capacity = rng.uniform(0.5, 4.0, links) * GB
+    paths = np.full((slots, HOPS), -1, np.int32)
+    for f in range(slots):
+        hops = rng.integers(1, HOPS + 1)
+        paths[f, :hops] = rng.choice(links, hops, replace=False)
+    active = np.zeros(slots, bool)
+    active[rng.choice(slots, moving, replace=False)] = True
+    rows = rng.permutation(slots)  # the slots hold the table's rows in a shuffled order
+    table = np.empty_like(paths)
+    table[rows] = paths
+    rates, converged, _ = jax.jit(packed_waterfill)(capacity.astype(np.float32), table, rows,
+                                                    active)
+    assert bool(converged)
+    np.testing.assert_allclose(np.asarray(rates), _reference(capacity, paths, active),
+                               rtol=2e-6, atol=0)
+
+
 def test_batched_equals_single_calls(instances):
     capacity, paths, active = (np.stack(x) for x in zip(*instances[:8], strict=True))
     capacity = capacity.astype(np.float32)
