@@ -130,7 +130,7 @@ def packed_waterfill(capacity: Array, paths: Array, flows: Array, active: Array,
     moving; under ``vmap`` every branch would run, so batched callers use
     :func:`waterfill`. Each size is a compiled fill, so fewer sizes compile and load
     faster: measured on CPU, sizes 4x apart instead of 2x compiled the exact kernel in
-    a quarter less time and loaded it from disk in a quarter to a third less, and
+    a quarter less time and loaded it from disk in a fifth to a third less, and
     stepped as fast (within 3% on twelve Llama-2-7B programs of 8-64 GPUs); sizes 1.5x
     apart ran no faster than 2x and took half as long again to compile.
 
