@@ -43,6 +43,37 @@ def test_ctrl_c_at_any_moment_exits_130_with_one_line(tmp_path, delay_s):
     assert [p.name for p in tmp_path.iterdir()] == ["slow.pbtxt"]  # nothing half-written
 
 
+# Ctrl-C landing in a weak-reference callback (SQLAlchemy's, under an Optuna storage):
+# the callback here raises KeyboardInterrupt as the signal handler would there.
+SWALLOWED_SCRIPT = """
+import argparse, sys, time, weakref
+from xsweep.cli.common import run_guarded
+
+class Thing:
+    pass
+
+def run(args):
+    def callback(ref):
+        raise KeyboardInterrupt
+    thing = Thing()
+    ref = weakref.ref(thing, callback)
+    del thing  # the callback runs now; Python reports and swallows what it raises
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+    return 0
+
+sys.exit(run_guarded(run, argparse.Namespace()))
+"""
+
+
+def test_ctrl_c_swallowed_by_a_callback_still_stops_the_command():
+    process = subprocess.run([sys.executable, "-c", SWALLOWED_SCRIPT], cwd=REPO_ROOT,
+                             capture_output=True, text=True, timeout=60)
+    assert process.returncode == 130, process.stderr
+    assert process.stderr.splitlines() == ["interrupted"]
+
+
 @pytest.mark.parametrize(("trace", "message"), [
     ("", "--trace: needs a file name (got '')"),
     ("{tmp}/no/such/folder/t.json", "{tmp}/no/such/folder/t.json: cannot be written: folder "

@@ -51,19 +51,34 @@ def interrupted() -> int:
 
 
 def _on_sigint(signum: int, frame) -> None:
-    """Raise KeyboardInterrupt where the main thread is, unless that is a garbage-collector
-    callback (JAX registers one): Python prints and swallows exceptions raised there, so the
-    interrupt would be lost. Then the signal is sent again a moment later."""
-    if frame is not None and frame.f_code.co_name.endswith("gc_callback"):
-        threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGINT)).start()
-        return
+    """Raise KeyboardInterrupt where the main thread is."""
     raise KeyboardInterrupt
+
+
+def _redeliver_interrupts(previous: Callable) -> Callable:
+    """A ``sys.unraisablehook`` that sends Ctrl-C again when it was lost.
+
+    The handler raises KeyboardInterrupt wherever the main thread is. If that is a
+    callback whose exceptions Python reports and swallows (a garbage-collector callback:
+    JAX registers one; a weak-reference callback: SQLAlchemy's, under an Optuna storage;
+    a ``__del__``), the interrupt would be lost. This hook sends the signal again a
+    moment later, from another thread, so that it lands outside the callback. Every
+    other unraisable exception goes to ``previous``.
+    """
+    def hook(unraisable) -> None:
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+            threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGINT)).start()
+            return
+        previous(unraisable)
+    return hook
 
 
 def run_guarded(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """Call ``run(args)``; bad input prints one line on stderr and returns 2, Ctrl-C 130."""
     try:
         signal.signal(signal.SIGINT, _on_sigint)
+        if not getattr(sys.unraisablehook, "redelivers_interrupts", False):
+            sys.unraisablehook = _redeliver_interrupts(sys.unraisablehook)
         return run(args)
     except BAD_INPUT_ERRORS as error:
         print(error_line(error), file=sys.stderr)
