@@ -70,6 +70,7 @@ def _redeliver_interrupts(previous: Callable) -> Callable:
             threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGINT)).start()
             return
         previous(unraisable)
+    hook.redelivers_interrupts = True
     return hook
 
 
