@@ -67,8 +67,37 @@ sys.exit(run_guarded(run, argparse.Namespace()))
 """
 
 
-def test_ctrl_c_swallowed_by_a_callback_still_stops_the_command():
-    process = subprocess.run([sys.executable, "-c", SWALLOWED_SCRIPT], cwd=REPO_ROOT,
+# The same while the command's modules load, before run_guarded: importlib's module locks
+# have weak-reference callbacks, where a real Ctrl-C at start-up can land.
+SWALLOWED_AT_START_SCRIPT = """
+import sys, time, weakref
+from xsweep.cli import main as cli
+
+class Thing:
+    pass
+
+parse = cli.build_parser
+
+def build_parser(*args):
+    def callback(ref):
+        raise KeyboardInterrupt
+    thing = Thing()
+    ref = weakref.ref(thing, callback)
+    del thing
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+    return parse(*args)
+
+cli.build_parser = build_parser
+sys.exit(cli.main(["check", "--help"]))
+"""
+
+
+@pytest.mark.parametrize("script", [SWALLOWED_SCRIPT, SWALLOWED_AT_START_SCRIPT],
+                         ids=["while-running", "while-loading"])
+def test_ctrl_c_swallowed_by_a_callback_still_stops_the_command(script):
+    process = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT,
                              capture_output=True, text=True, timeout=60)
     assert process.returncode == 130, process.stderr
     assert process.stderr.splitlines() == ["interrupted"]

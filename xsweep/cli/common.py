@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -55,31 +54,13 @@ def _on_sigint(signum: int, frame) -> None:
     raise KeyboardInterrupt
 
 
-def _redeliver_interrupts(previous: Callable) -> Callable:
-    """A ``sys.unraisablehook`` that sends Ctrl-C again when it was lost.
-
-    The handler raises KeyboardInterrupt wherever the main thread is. If that is a
-    callback whose exceptions Python reports and swallows (a garbage-collector callback:
-    JAX registers one; a weak-reference callback: SQLAlchemy's, under an Optuna storage;
-    a ``__del__``), the interrupt would be lost. This hook sends the signal again a
-    moment later, from another thread, so that it lands outside the callback. Every
-    other unraisable exception goes to ``previous``.
-    """
-    def hook(unraisable) -> None:
-        if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
-            threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGINT)).start()
-            return
-        previous(unraisable)
-    hook.redelivers_interrupts = True
-    return hook
-
-
 def run_guarded(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """Call ``run(args)``; bad input prints one line on stderr and returns 2, Ctrl-C 130."""
     try:
+        from xsweep.cli.main import redeliver_interrupts
+
         signal.signal(signal.SIGINT, _on_sigint)
-        if not getattr(sys.unraisablehook, "redelivers_interrupts", False):
-            sys.unraisablehook = _redeliver_interrupts(sys.unraisablehook)
+        redeliver_interrupts()
         return run(args)
     except BAD_INPUT_ERRORS as error:
         print(error_line(error), file=sys.stderr)

@@ -64,9 +64,38 @@ def build_parser(modules: Sequence[str] | None = None) -> argparse.ArgumentParse
     return parser
 
 
+def redeliver_interrupts() -> None:
+    """Make sure a Ctrl-C is never lost: a ``sys.unraisablehook`` (installed once) that
+    sends SIGINT again when a KeyboardInterrupt was swallowed.
+
+    Python raises KeyboardInterrupt wherever the main thread is. If that is a callback
+    whose exceptions Python reports and swallows (a weak-reference callback: importlib's
+    module locks while modules load, SQLAlchemy's under an Optuna storage; a
+    garbage-collector callback: JAX registers one; a ``__del__``), the interrupt would
+    be lost and the command would run on. The hook sends the signal again a moment
+    later, from another thread, so that it lands outside the callback. Every other
+    unraisable exception goes to the hook that was there before.
+    """
+    previous = sys.unraisablehook
+    if getattr(previous, "redelivers_interrupts", False):
+        return
+
+    def hook(unraisable) -> None:
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+            import threading
+
+            threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGINT)).start()
+            return
+        previous(unraisable)
+
+    hook.redelivers_interrupts = True
+    sys.unraisablehook = hook
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (default: ``sys.argv[1:]``), run the subcommand, return its exit code."""
     try:
+        redeliver_interrupts()  # first: modules load next, and importlib has such callbacks
         return _main(argv)
     except KeyboardInterrupt:  # while modules load, before run_guarded
         from xsweep.cli.common import interrupted
