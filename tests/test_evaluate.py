@@ -135,6 +135,25 @@ def test_worker_processes_run_one_per_core_and_a_bad_plan_late_in_the_list_stops
         pool.close()
 
 
+def test_worker_processes_report_progress_chunk_by_chunk_not_piece_by_piece(plans):
+    """A worker reports each kernel chunk it finishes, so a first result shows before its
+    first piece is done; the counts still add up to every plan once."""
+    many = plans * 11  # 33 plans: pieces of 5, chunks of 2
+    calls = []
+    pool = xsweep.Evaluator(processes=2, parallel_min=1)
+    try:
+        ds = pool.evaluate(many, level="bound", chunk_size=2,
+                           progress=lambda done, total: calls.append((done, total)))
+    finally:
+        pool.close()
+    assert (ds["status"] == "ok").all()
+    piece = _shares(len(many), 2)[0][1]
+    assert calls[0][0] < piece  # before any piece was done
+    done = [d for d, _ in calls]
+    assert done == sorted(done) and len(set(done)) == len(done) and done[-1] == len(many)
+    assert {total for _, total in calls} == {len(many)}
+
+
 @settings(max_examples=200)
 @given(st.integers(1, 100_000), st.integers(1, 16))
 def test_worker_shares_cover_the_plans_in_pieces_of_one_size(n, processes):

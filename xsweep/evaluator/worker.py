@@ -2,7 +2,8 @@
 
 Run as ``python -m xsweep.evaluator.worker``: it reads its evaluator's settings, then
 requests (serialized plans, level, options) on standard input, and answers each on
-standard output with the result tables and timings of
+standard output: ``("progress", done)`` as its kernel chunks finish (at most every
+``PROGRESS_EVERY`` seconds, the first at once), then the result tables and timings of
 :meth:`~xsweep.evaluator.Evaluator.tables`, or the traceback of a failure.
 """
 
@@ -11,9 +12,13 @@ from __future__ import annotations
 import gc
 import signal
 import sys
+import time
 import traceback
 
 from xsweep.pipes import receive, send
+
+#: Seconds between two progress messages of one request at least.
+PROGRESS_EVERY = 0.2
 
 
 def serve() -> None:
@@ -34,9 +39,17 @@ def serve() -> None:
             plans, level, options = receive(requests)
         except EOFError:
             return
+        last = [-PROGRESS_EVERY]
+
+        def report(done: int, total: int, last=last) -> None:
+            now = time.monotonic()
+            if now - last[0] >= PROGRESS_EVERY:
+                last[0] = now
+                send(answers, ("progress", done))
+
         try:
             messages = [DeploymentPlan.FromString(data) for data in plans]
-            send(answers, ("ok", evaluator.tables(messages, level, **options)))
+            send(answers, ("ok", evaluator.tables(messages, level, progress=report, **options)))
         except Exception:  # reported to the caller, which raises it
             send(answers, ("error", traceback.format_exc()))
 

@@ -62,8 +62,9 @@ class WorkerPool:
 
     def map(self, pieces: Iterable[Sequence], level: str, options: dict,
             done: Callable[[int], None] | None = None) -> Iterator[tuple[list[dict], dict]]:
-        """Each piece's ``(tables, seconds)``, in order; ``done(n)`` as pieces of ``n``
-        plans finish.
+        """Each piece's ``(tables, seconds)``, in order; ``done(n)`` as ``n`` more plans are
+        evaluated (workers report their kernel chunks as they finish, not only whole
+        pieces, so a first result shows after a worker's first chunk).
 
         ``pieces`` is read here one piece at a time while the workers already evaluate
         the pieces before it (a generator that validates plans, say); an error it raises
@@ -77,11 +78,11 @@ class WorkerPool:
         # so it does not depend on which worker evaluates it). On the pool's first call the
         # others start once the first piece is back: what it compiled, they then load, and
         # the shapes it chose, they reuse, instead of compiling shapes of their own at the
-        # same time (the evaluator makes the first piece small). Workers that need one new
-        # kernel at once take turns compiling it (``KernelStore``): the second loads it.
+        # same time. Workers that need one new kernel at once take turns compiling it
+        # (``KernelStore``): the second loads it.
         todo: queue.Queue = queue.Queue()
         results: dict[int, object] = {}
-        finished: queue.Queue = queue.Queue()
+        finished: queue.Queue = queue.Queue()  # (piece, plans done so far; None: all)
         first_back = threading.Event()
         if not first_call:
             self._pin()
@@ -94,38 +95,45 @@ class WorkerPool:
                 index, plans = item
                 try:
                     send(worker.stdin, (plans, level, options))
-                    results[index] = receive(worker.stdout)
+                    while (answer := receive(worker.stdout))[0] == "progress":
+                        finished.put((index, answer[1]))
+                    results[index] = answer
                 except (OSError, EOFError, ValueError) as error:  # ValueError: stopped by us
                     results[index] = ("error", f"worker process failed: {error}")
                 if not first_back.is_set():
                     self._pin()
                     first_back.set()
-                finished.put(index)
+                finished.put((index, None))
 
         threads = [threading.Thread(target=serve, args=(w, n == 0), daemon=True)
                    for n, w in enumerate(self._workers)]
         for thread in threads:
             thread.start()
         sizes: list[int] = []
+        reported: list[int] = []  # per piece: plans reported done so far
         collected = 0
 
         def collect(block: bool) -> bool:
             nonlocal collected
             try:
-                index = finished.get(block=block)
+                index, count = finished.get(block=block)
             except queue.Empty:
                 return False
-            outcome = results[index]
-            if outcome[0] == "error":
-                raise WorkerError(outcome[1])
-            collected += 1
-            if done is not None:
-                done(sizes[index])
+            if count is None:
+                outcome = results[index]
+                if outcome[0] == "error":
+                    raise WorkerError(outcome[1])
+                collected += 1
+                count = sizes[index]
+            if done is not None and count > reported[index]:
+                done(count - reported[index])
+            reported[index] = max(reported[index], count)
             return True
 
         try:
             for piece in pieces:
                 sizes.append(len(piece))
+                reported.append(0)
                 todo.put((len(sizes) - 1, [plan.SerializeToString() for plan in piece]))
                 while collect(block=False):
                     pass
