@@ -167,3 +167,25 @@ def test_two_processes_that_need_one_new_kernel_at_once_compile_it_once(tmp_path
     assert all(racer.returncode == 0 for racer in racers)
     assert sorted(counts) == [(0, 1), (1, 0)]  # compiled in one, loaded in the other
     assert len(list((tmp_path / "kernels").glob("*.xla"))) == 1
+
+
+def test_past_the_limit_the_least_recently_used_executable_goes_and_loads_again(tmp_path):
+    from xsweep.evaluator.executables import Executables, _Kernel
+
+    devices = (jax.devices()[0],)
+    held = Executables(devices, max_compiled=2)
+    kernel = _Kernel(jax.jit(lambda x: 3 * x + NONCE), ("test", 2), devices,
+                     KernelStore(tmp_path), held._used)
+    a, b, c = jnp.arange(2.0), jnp.arange(3.0), jnp.arange(4.0)
+
+    def call(x) -> tuple[int, int]:
+        before = compile_count().snapshot()
+        np.testing.assert_array_equal(kernel(x), 3 * np.asarray(x) + NONCE)
+        spent = compile_count() - before
+        return spent.compiles, spent.cache_hits
+
+    assert [call(x) for x in (a, b, a, c)] == [(1, 0), (1, 0), (0, 0), (1, 0)]
+    assert held.loaded() == 2  # a was used after b: b went
+    assert call(a) == (0, 0) and call(c) == (0, 0)
+    assert call(b) == (1, 1)  # back from the store, not compiled
+    assert held.loaded() == 2

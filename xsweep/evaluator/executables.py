@@ -9,6 +9,7 @@ covers theirs at little extra cost instead of compiling their own.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,10 +26,12 @@ from xsweep.metrics import STREAM_METRICS, SUMMARIES, summary_name
 
 #: Diagnostics of the kernels, int32 per variant.
 DIAGNOSTICS = ("status", "steps", "max_active_flows", "waterfill_rounds")
-#: Compiled shapes kept at most; past that the functions compiled here are dropped and
-#: loaded again as needed (each holds code and memory mappings; one comes back from the
-#: kernel store in about a tenth of a second). A long sweep's shapes, kept per key
-#: (see ``xsweep.evaluator.driver``), stay within this.
+#: Compiled executables kept at most; past that the least recently used one is dropped,
+#: and loaded again if it is needed again (each holds code and memory mappings, tens of
+#: megabytes for an exact kernel; one comes back from the kernel store in a tenth to a
+#: fifth of a second). Dropping them all at once instead made a call over many shapes
+#: (an exact call runs the bound first, at shapes of its own) load every one it still
+#: needed a second time.
 MAX_COMPILED = 64
 
 _AXIS = "variant"
@@ -116,9 +119,11 @@ class _Kernel:
     """A jitted kernel call whose executables (one per argument signature) come from a
     :class:`KernelStore` (disk) or are compiled and kept there."""
 
-    def __init__(self, jitted: Callable, config: tuple, devices: tuple, store: KernelStore):
+    def __init__(self, jitted: Callable, config: tuple, devices: tuple, store: KernelStore,
+                 used: Callable[[_Kernel, str], None]):
         self._jitted, self._config, self._devices, self._store = jitted, config, devices, store
         self._executables: dict[str, Callable] = {}
+        self._used = used  # told of every call: which executables are kept is its to say
 
     def __call__(self, *args):
         key = signature(args)
@@ -126,7 +131,12 @@ class _Kernel:
         if executable is None:
             executable = self._store.compiled(self._jitted, self._config, args, self._devices)
             self._executables[key] = executable
+        self._used(self, key)
         return executable(*args)
+
+    def drop(self, key: str) -> None:
+        """Forget the executable of the argument signature ``key`` (loaded again if needed)."""
+        self._executables.pop(key, None)
 
 
 class Executables:
@@ -140,6 +150,7 @@ class Executables:
         self.max_compiled = max_compiled
         self._store = KernelStore(store)
         self._kernels: dict[tuple, tuple[_Kernel, NamedSharding]] = {}
+        self._recent: OrderedDict[tuple[int, str], _Kernel] = OrderedDict()  # oldest first
         self._shapes: dict[tuple, list[tuple[int, ...]]] = {}
         self._assigned: dict[tuple, dict[tuple, tuple]] = {}
 
@@ -153,8 +164,23 @@ class Executables:
                 return _packed(_evaluate_one(level, slots, max_rounds, vectorized, arrays,
                                              index, scalars), with_metrics)
             jitted, sharding = _sharded(one, self.devices, vectorized)
-            self._kernels[key] = (_Kernel(jitted, key, self.devices, self._store), sharding)
+            self._kernels[key] = (_Kernel(jitted, key, self.devices, self._store, self._used),
+                                  sharding)
         return self._kernels[key]
+
+    def _used(self, kernel: _Kernel, key: str) -> None:
+        """Note a call of ``kernel``'s executable for ``key``; past ``max_compiled``
+        executables, drop the least recently used."""
+        entry = (id(kernel), key)
+        self._recent[entry] = kernel
+        self._recent.move_to_end(entry)
+        while len(self._recent) > self.max_compiled:
+            (_, old), owner = self._recent.popitem(last=False)
+            owner.drop(old)
+
+    def loaded(self) -> int:
+        """Executables held now."""
+        return len(self._recent)
 
     def compiled(self, config: tuple) -> list[tuple[int, ...]]:
         """The shape keys (sizes, task slots, flow slots) compiled so far for ``config``."""
@@ -176,17 +202,15 @@ class Executables:
         self._store.assign(config, self.devices, new)
 
     def remember(self, config: tuple, key: tuple[int, ...]) -> None:
-        """Note that ``key`` is (about to be) compiled for ``config``; past
-        ``max_compiled`` shapes, every jitted function is dropped first."""
+        """Note that ``key`` is (about to be) compiled for ``config`` (its executables may
+        be dropped later, :data:`MAX_COMPILED`; the shape stays one to reuse: loading it
+        again costs less than compiling another)."""
         known = self._shapes.setdefault(config, [])
-        if key in known:
-            return
-        if sum(len(shapes) for shapes in self._shapes.values()) >= self.max_compiled:
-            self.clear()  # the jitted functions, and with them their executables
-            known = self._shapes.setdefault(config, [])
-        known.append(key)
+        if key not in known:
+            known.append(key)
 
     def clear(self) -> None:
-        """Drop every jitted function and the record of compiled shapes."""
+        """Drop every jitted function, its executables and the record of compiled shapes."""
         self._kernels.clear()
+        self._recent.clear()
         self._shapes.clear()
