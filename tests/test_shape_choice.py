@@ -114,3 +114,26 @@ def test_merges_are_judged_by_what_they_cost_each_member():
         for row in rows:
             assert work(shape) <= MERGE_FACTOR["bound"] * work(keys[row])
     assert len(groups) < len(keys)  # neighbours did share shapes
+
+
+def test_a_few_variants_share_a_larger_shape_when_that_costs_less_than_an_executable():
+    """Past the merge and reuse factors, a group runs at a larger shape only while the
+    work it adds in all stays within ``spare`` (its load counts) and the shape costs at
+    most MAX_STRETCH times its own."""
+    def work(keys):
+        return np.asarray(keys, float)[..., 0]
+
+    keys = np.array([[10, 1], [10, 1], [25, 1]])  # 2.5 times apart: past both factors
+
+    def shapes(keys, load, fixed=(), spare=50.0):
+        groups, chosen = _shape_groups(keys, np.asarray(load, float), work, 8, list(fixed), {},
+                                       1.5, 1.5, spare)
+        return sorted(shape for shape, _ in groups), chosen
+
+    assert shapes(keys, [1, 1, 1])[0] == [(25, 1)]  # adds 15 x 2 = 30 <= 50: one shape
+    assert shapes(keys, [10, 10, 10])[0] == [(10, 1), (25, 1)]  # adds 300: two
+    assert shapes(keys, [1, 1, 1], spare=0.0)[0] == [(10, 1), (25, 1)]  # the factors alone
+    far = np.array([[10, 1], [40, 1]])
+    assert len(shapes(far, [1, 1], spare=1e9)[0]) == 2  # 4 times: past MAX_STRETCH
+    assert shapes(keys[:1], [1], fixed=[(25, 1)])[1] == {(10, 1): (25, 1)}  # reused
+    assert shapes(keys[:1], [10], fixed=[(25, 1)])[1] == {(10, 1): (10, 1)}  # its own

@@ -87,6 +87,20 @@ MAX_SHAPES = {"bound": 8, "exact": 6}
 MERGE_FACTOR = {"bound": 2.0, "exact": 1.5}
 #: A variant runs at an already compiled shape that costs up to this many times its own.
 REUSE = {"bound": 2.0, "exact": 1.5}
+#: Beyond those factors, a group of variants still runs at a larger shape (an already
+#: compiled one, or one merged with another group) while the work this adds to the
+#: group in all (its load times the work per unit) stays below this, by platform and
+#: level, and the larger shape costs at most ``MAX_STRETCH`` times its own: one more
+#: executable costs the time to load it from the kernel store, while a few variants of
+#: a shape lose less than that to padding. The exact level on CPU: loading one of its
+#: executables takes 0.15-0.25 s and a unit of its work (an event at one slot unit,
+#: ``_exact_work``) about 1e-8 s (measured on Llama-2-7B plans of 8-64 GPUs, sweep-like
+#: and all-distinct), so 2e7 units are worth 0.2 s. Sweep-like calls, whose groups hold
+#: many variants of a shape, keep their own shapes; all-distinct ones, whose groups hold
+#: a few, share. The bound level's and the accelerator's are not measured: 0, no sharing
+#: beyond the factors.
+SPARE_WORK = {"cpu": {"bound": 0.0, "exact": 2e7}, "gpu": {"bound": 0.0, "exact": 0.0}}
+MAX_STRETCH = 3.0
 #: Rows of a chunk at least (a multiple of the devices, up to the chunk size): few
 #: distinct row counts, so small calls and large ones share executables.
 MIN_ROWS = {"bound": 8, "exact": 1}
@@ -148,12 +162,13 @@ class _Config(NamedTuple):
     task_times: bool
     vectorized: bool
     step_cost: int
+    spare_work: float
 
 
 def _shape_groups(keys: np.ndarray, load: np.ndarray, work: Callable, max_shapes: int,
                   fixed: list[tuple[int, ...]], assigned: dict[tuple, tuple],
                   merge_factor: float = MERGE_FACTOR["bound"],
-                  reuse_factor: float = REUSE["bound"],
+                  reuse_factor: float = REUSE["bound"], spare: float = 0.0,
                   ) -> tuple[list[tuple[tuple[int, ...], np.ndarray]], dict[tuple, tuple]]:
     """Variants grouped by the shape they run at: ``(shape key, variant indices)``, and the
     shape chosen here for each variant key not in ``assigned``.
@@ -167,6 +182,9 @@ def _shape_groups(keys: np.ndarray, load: np.ndarray, work: Callable, max_shapes
     The rest are grouped by key; two groups are merged (their elementwise largest key)
     while some merge costs each member at most ``merge_factor`` times its work, and
     while more than ``max_shapes`` groups are left, the merge that adds the least work.
+    Either also happens where it adds at most ``spare`` work to the variants concerned
+    in all (load times work) at up to ``MAX_STRETCH`` times their work
+    (:data:`SPARE_WORK`).
     """
     order = np.lexsort(keys.T[::-1])
     unique, first = np.unique(keys[order], axis=0, return_index=True)
@@ -180,10 +198,15 @@ def _shape_groups(keys: np.ndarray, load: np.ndarray, work: Callable, max_shapes
         if own in assigned:
             groups.setdefault(assigned[own], []).append(who)
             continue
-        cost = float(work(key))
+        cost, weight = float(work(key)), float(load[who].sum())
+
+        def affordable(other: float, cost=cost, weight=weight) -> bool:
+            return other <= reuse_factor * cost or (
+                other <= MAX_STRETCH * cost and (other - cost) * weight <= spare)
+
         covering = [k for k in fixed if len(k) == len(own)
                     and all(a >= b for a, b in zip(k, own, strict=True))
-                    and float(work(np.array(k))) <= reuse_factor * cost]
+                    and affordable(float(work(np.array(k))))]
         if covering:
             chosen[own] = min(covering, key=lambda k: float(work(np.array(k))))
             groups.setdefault(chosen[own], []).append(who)
@@ -204,7 +227,8 @@ def _shape_groups(keys: np.ndarray, load: np.ndarray, work: Callable, max_shapes
         np.fill_diagonal(extra, np.inf)
         i, j = np.unravel_index(np.argmin(extra), extra.shape)
         ratio = work(merged[i, j]) / min(floors[i], floors[j])
-        if ratio > merge_factor and len(new_keys) <= max_shapes:
+        cheap = ratio <= MAX_STRETCH and extra[i, j] <= spare
+        if ratio > merge_factor and not cheap and len(new_keys) <= max_shapes:
             break
         keep = [n for n in range(len(new_keys)) if n not in (i, j)]
         new_keys = [new_keys[n] for n in keep] + [merged[i, j]]
@@ -300,7 +324,8 @@ class _Run:
         groups, chosen = _shape_groups(keys, fmt.load(sizes[pending]), fmt.work,
                                        MAX_SHAPES[cfg.level], self.executables.compiled(config),
                                        self.executables.assignments(config),
-                                       MERGE_FACTOR[cfg.level], REUSE[cfg.level])
+                                       MERGE_FACTOR[cfg.level], REUSE[cfg.level],
+                                       cfg.spare_work)
         self.executables.assign(config, chosen)
         num_fields = len(fmt.shape._fields)
         for key, local in groups:
@@ -363,7 +388,8 @@ def run_programs(programs: Sequence[Program], level: str, *, executables: Execut
     chunk_size = chunk_size or DEFAULT_CHUNK[platform][level] * len(devices)
     n = len(programs)
     cfg = _Config(level, DTYPES[dtype], max_rounds, with_metrics and n > 0, task_times,
-                  VECTORIZED[platform][level], BLOCK_STEP_COST[platform])
+                  VECTORIZED[platform][level], BLOCK_STEP_COST[platform],
+                  SPARE_WORK[platform][level])
     run = _Run(cfg, _format(level, cfg.step_cost, derived), executables, derived)
     sizes = run.fmt.sizes(programs)
     order = np.arange(n)
