@@ -136,17 +136,27 @@ def transfer_heads(program: Program) -> np.ndarray:
 
 
 def _take(xp, values, idx):
-    """``values[idx]`` with -1 padding gathered as element 0 (callers mask it)."""
-    return values[xp.maximum(idx, 0)]
+    """``values[..., idx]`` with -1 padding gathered as element 0 (callers mask it)."""
+    return values[..., xp.maximum(idx, 0)]
+
+
+def _take_each(xp, values, idx):
+    """:func:`_take` where each leading row of ``values`` [..., T] has its own ``idx``
+    [..., *shape] (indices that came from that row's times)."""
+    if values.ndim == 1:
+        return _take(xp, values, idx)
+    flat = xp.maximum(idx, 0).reshape(*values.shape[:-1], -1)
+    return xp.take_along_axis(values, flat, axis=-1).reshape(idx.shape)
 
 
 def _iteration_time(xp, index: MetricIndex, end):
-    return xp.max(xp.where(index.task_valid, end, 0.0))
+    return xp.max(xp.where(index.task_valid, end, 0.0), axis=-1)
 
 
 def stream_metrics(xp, index: MetricIndex, start, end) -> dict:
     """Per-stream metrics (``xsweep.metrics.STREAM_METRICS``, each float[S]) from task
-    start/end times [T]."""
+    start/end times [T]; times of several variants of one program at once, [..., T],
+    give metrics [..., S]."""
     tasks = index.stream_tasks
     valid = tasks >= 0
     cat = index.stream_task_category
@@ -155,41 +165,41 @@ def stream_metrics(xp, index: MetricIndex, start, end) -> dict:
     span = t_end - t_start
     is_compute = (cat == Category.FORWARD) | (cat == Category.BACKWARD) | (cat == Category.OPTIMIZER)
     is_tp = cat == Category.TP
-    busy = xp.sum(xp.where(is_compute, span, 0.0), axis=1)
-    exposed_tp = xp.sum(xp.where(is_tp, span, 0.0), axis=1)
+    busy = xp.sum(xp.where(is_compute, span, 0.0), axis=-1)
+    exposed_tp = xp.sum(xp.where(is_tp, span, 0.0), axis=-1)
     t0 = xp.max(xp.where(is_tp | (cat == Category.FORWARD) | (cat == Category.BACKWARD),
-                         t_end, 0.0), axis=1)
+                         t_end, 0.0), axis=-1)
     opt = index.stream_optimizer
     t_opt = xp.where(opt >= 0, _take(xp, start, opt), t0)
 
     # gaps [a, b] before each stream task: a = previous task's end (0 for the first)
-    gap_from = xp.concatenate([xp.zeros_like(t_end[:, :1]), t_end[:, :-1]], axis=1)
-    in_bubble = valid & (t_start <= t0[:, None])
-    bubble = xp.sum(xp.where(in_bubble, t_start - gap_from, 0.0), axis=1)
+    gap_from = xp.concatenate([xp.zeros_like(t_end[..., :1]), t_end[..., :-1]], axis=-1)
+    in_bubble = valid & (t_start <= t0[..., None])
+    bubble = xp.sum(xp.where(in_bubble, t_start - gap_from, 0.0), axis=-1)
 
     preds = index.stream_task_preds
     pred_end = xp.where(preds >= 0, _take(xp, end, preds), -xp.inf)
-    last = xp.argmax(pred_end, axis=2)[..., None]  # first maximum = lowest task index
+    last = xp.argmax(pred_end, axis=-1)[..., None]  # first maximum = lowest task index
     # the last predecessor's fields, selected by a mask (elementwise, cheaper than a gather)
-    pick = xp.arange(preds.shape[2]) == last
-    c, c_cat, c_head = (xp.sum(xp.where(pick, x, 0), axis=2) for x in (
+    pick = xp.arange(preds.shape[-1]) == last
+    c, c_cat, c_head = (xp.sum(xp.where(pick, x, 0), axis=-1) for x in (
         preds, index.stream_pred_category, index.stream_pred_head))
-    waited = t_start - xp.maximum(gap_from, _take(xp, start, c_head))
+    waited = t_start - xp.maximum(gap_from, _take_each(xp, start, c_head))
     exposed = {kind: xp.sum(xp.where(in_bubble & (c >= 0) & (c_cat == kind), waited, 0.0),
-                            axis=1) for kind in (Category.PP, Category.RESHARD, Category.DP)}
+                            axis=-1) for kind in (Category.PP, Category.RESHARD, Category.DP)}
 
     barriers = index.stream_barriers
     has_barrier = barriers[:, 0] >= 0
-    release = xp.max(xp.where(barriers >= 0, _take(xp, end, barriers), 0.0), axis=1)
+    release = xp.max(xp.where(barriers >= 0, _take(xp, end, barriers), 0.0), axis=-1)
     straggler = xp.where(has_barrier, xp.maximum(0.0, xp.minimum(release, t_opt) - t0), 0.0)
     after = index.stream_after_optimizer
     opt_end = xp.where(opt >= 0, _take(xp, end, opt), t0)
-    gathered = xp.max(xp.where(after >= 0, _take(xp, end, after), 0.0), axis=1)
+    gathered = xp.max(xp.where(after >= 0, _take(xp, end, after), 0.0), axis=-1)
     exposed_dp = (xp.where(has_barrier, xp.maximum(0.0, t_opt - t0 - straggler), 0.0)
                   + exposed[Category.DP] + xp.maximum(0.0, gathered - opt_end))
     return {
         "busy_s": busy,
-        "idle_s": _iteration_time(xp, index, end) - busy - exposed_tp,
+        "idle_s": _iteration_time(xp, index, end)[..., None] - busy - exposed_tp,
         "bubble_s": bubble,
         "straggler_wait_s": straggler,
         "exposed_tp_s": exposed_tp,
@@ -217,7 +227,8 @@ def summarize(xp, index: MetricIndex, per_stream: dict, start, end, tokens_per_i
     total = xp.maximum(xp.sum(w), 1.0)
     for name in STREAM_METRICS:
         x = per_stream[name]
-        summaries = {"mean": xp.sum(w * x) / total, "max": xp.max(xp.where(w > 0, x, 0.0))}
+        summaries = {"mean": xp.sum(w * x, axis=-1) / total,
+                     "max": xp.max(xp.where(w > 0, x, 0.0), axis=-1)}
         for how in SUMMARIES:
             out[summary_name(name, how)] = summaries[how]
     return out

@@ -24,9 +24,10 @@ code. The exact level's slots (tasks and flows under way at once) are sized per
 variant from its bound schedule; variants that still overflow are rerun together,
 in a second pass with twice the slots of both kinds.
 
-The metrics of ``xsweep.timeline`` are computed in the same compiled call, from task
-times that never leave the device unless asked for; their index arrays share one size
-per group too. While the device works on one chunk, the host encodes the next.
+On an accelerator the metrics of ``xsweep.timeline`` are computed in the same compiled
+call, from task times that never leave the device unless asked for; their index arrays
+share one size per group too. On a CPU they are computed on the host from the task times
+(``METRICS_ON_DEVICE``). While the device works on one chunk, the host encodes the next.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from xsweep.evaluator.blocks import block_sizes, block_work, encode_blocks
 from xsweep.evaluator.derived import Derived
 from xsweep.evaluator.encode import encode, pad_metric_index
 from xsweep.evaluator.executables import DIAGNOSTICS, Executables, unpack
+from xsweep.evaluator.host_metrics import host_metrics
 from xsweep.evaluator.shapes import (
     BlockShape,
     Shape,
@@ -71,6 +73,17 @@ DEFAULT_CHUNK = {"cpu": {"bound": 64, "exact": 32}, "gpu": {"bound": 16384, "exa
 #: exact level (a vmapped event loop runs as long as its slowest member and touches
 #: every slot at every step).
 VECTORIZED = {"cpu": {"bound": True, "exact": False}, "gpu": {"bound": True, "exact": True}}
+#: Where the metrics of ``xsweep.timeline`` are computed, by platform: on an accelerator
+#: in the kernels' compiled call, from task times that never leave the device; on a CPU,
+#: whose device memory is the host's, on the host from the task times the call returns
+#: (``xsweep.evaluator.host_metrics``: numpy, each structure's variants at once, its index
+#: unpadded). Measured on CPU (Llama-2-7B plans on 8-64 GPUs): the metrics made the bound's
+#: executables 4.7 times as large (1,110 HLO instructions against 185) and 3.4 times as slow
+#: to compile, the exact's 1.3 times as large, and an executable loads from the kernel store
+#: in time with its size; their index added its sizes to the shape keys (147 keys against
+#: 80 over 580 all-distinct plans), and a shape that programs of unlike streams shared
+#: padded it 150-260 times over at the exact level.
+METRICS_ON_DEVICE = {"cpu": False, "gpu": True}
 #: Cost of one step of the bound's scan in gathered predecessors per variant, by
 #: platform; it sets how wide the bound's blocks are (``xsweep.evaluator.blocks``).
 #: On CPU the rate of the Llama-2-7B plans barely moves between 8 and 512; the
@@ -158,8 +171,9 @@ class _Config(NamedTuple):
     level: str
     dtype: type
     max_rounds: int
-    with_metrics: bool
-    task_times: bool
+    with_metrics: bool  # in the kernels' call
+    task_times: bool  # returned to the caller
+    host_metrics: bool  # computed here from the task times
     vectorized: bool
     step_cost: int
     spare_work: float
@@ -301,7 +315,7 @@ class _Run:
                                      + [0.0] * (rows - len(programs)), cfg.dtype)
                             for name in _SCALARS)
         out = kernel(*jax.device_put((arrays, index, scalars), sharding))
-        if not cfg.task_times:
+        if not (cfg.task_times or cfg.host_metrics):
             del out["start_s"], out["end_s"]
         overhead = padding_overhead(sizes, shape, rows)
         return {"packed": out, "padding_overhead": np.full(len(programs), overhead)}
@@ -387,9 +401,11 @@ def run_programs(programs: Sequence[Program], level: str, *, executables: Execut
     platform = "cpu" if devices[0].platform == "cpu" else "gpu"
     chunk_size = chunk_size or DEFAULT_CHUNK[platform][level] * len(devices)
     n = len(programs)
-    cfg = _Config(level, DTYPES[dtype], max_rounds, with_metrics and n > 0, task_times,
-                  VECTORIZED[platform][level], BLOCK_STEP_COST[platform],
-                  SPARE_WORK[platform][level])
+    with_metrics = with_metrics and n > 0
+    on_device = METRICS_ON_DEVICE[platform]
+    cfg = _Config(level, DTYPES[dtype], max_rounds, with_metrics and on_device, task_times,
+                  with_metrics and not on_device, VECTORIZED[platform][level],
+                  BLOCK_STEP_COST[platform], SPARE_WORK[platform][level])
     run = _Run(cfg, _format(level, cfg.step_cost, derived), executables, derived)
     sizes = run.fmt.sizes(programs)
     order = np.arange(n)
@@ -405,6 +421,13 @@ def run_programs(programs: Sequence[Program], level: str, *, executables: Execut
         nonlocal finished
         started = unpack(started["packed"], cfg.with_metrics) | {
             "padding_overhead": started["padding_overhead"]}
+        if cfg.host_metrics:
+            chunk = [programs[i] for i in idx]
+            started |= host_metrics(chunk, [derived.metric_index(p) for p in chunk],
+                                    started["start_s"][: len(idx)],
+                                    started["end_s"][: len(idx)], cfg.dtype)
+            if not cfg.task_times:
+                del started["start_s"], started["end_s"]
         for name, value in started.items():
             value = np.asarray(value)[: len(idx)]
             if name not in result:
@@ -444,10 +467,11 @@ def run_programs(programs: Sequence[Program], level: str, *, executables: Execut
 def _initial_slots(programs: Sequence[Program], executables: Executables,
                    derived: Derived) -> np.ndarray:
     """Starting (task, flow) slots of every variant, int[N, 2], sized from its bound
-    schedule. The bound runs with its metrics, as the bound level does: the same keys at
-    the same shapes, so variants bounded before (a sweep's funnel, say) compile nothing
-    here."""
+    schedule. The bound runs its kernel as the bound level does (with the metrics in it
+    where they are computed there): the same keys at the same shapes, so variants bounded
+    before (a sweep's funnel, say) compile nothing here; metrics on the host are skipped."""
+    platform = "cpu" if executables.devices[0].platform == "cpu" else "gpu"
     bound = run_programs(programs, "bound", executables=executables, derived=derived,
-                         with_metrics=True, task_times=True)
+                         with_metrics=METRICS_ON_DEVICE[platform], task_times=True)
     return np.array([exact_slots(p, bound["start_s"][i], bound["end_s"][i])
                      for i, p in enumerate(programs)], np.int64).reshape(-1, 2)
