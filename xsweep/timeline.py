@@ -224,7 +224,7 @@ def summarize(xp, index: MetricIndex, per_stream: dict, start, end, tokens_per_i
                         model_flops_per_iteration / (safe_it * safe_peak), 0.0),
     }
     w = index.stream_weight
-    total = xp.maximum(xp.sum(w), 1.0)
+    total = xp.maximum(xp.sum(w, axis=-1), 1.0)
     for name in STREAM_METRICS:
         x = per_stream[name]
         summaries = {"mean": xp.sum(w * x, axis=-1) / total,

@@ -13,7 +13,8 @@ from programs import random_program
 from xsweep import metrics, timeline
 from xsweep.evaluator import Evaluator, driver
 from xsweep.evaluator.executables import output_names
-from xsweep.evaluator.host_metrics import host_metrics, metric_names
+from xsweep.evaluator.host_metrics import host_index, host_metrics, metric_names
+from xsweep.sim import simulate
 
 
 def test_metric_names_are_the_kernels():
@@ -45,7 +46,7 @@ def test_host_metrics_group_rows_by_their_index():
     programs = [random_program(seed) for seed in (1, 2)]
     variant = dataclasses.replace(programs[0], peak_flops_per_s=7.0)
     chosen = [programs[0], programs[1], variant]
-    indices = [timeline.metric_index(p) for p in programs]
+    indices = [host_index(timeline.metric_index(p)) for p in programs]
     rows = [indices[0], indices[1], indices[0]]
     width = max(p.num_tasks for p in chosen) + 3
     rng = np.random.default_rng(1)
@@ -60,6 +61,39 @@ def test_host_metrics_group_rows_by_their_index():
         for name in metrics.STREAM_METRICS:
             assert np.all(out[name][row, p.num_streams:] == 0)
     assert out["mfu"][0] != out["mfu"][2]  # the variant's own peak
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_host_metrics_are_the_timelines(ties):
+    """The host's segment sums give the timeline's metrics on programs of every
+    category mix, on the simulator's schedules, as they are or rounded down onto a
+    coarse grid (which keeps a schedule's order and makes many predecessors end
+    together: the last one is then the lowest task index)."""
+    programs = [random_program(seed, max_tasks=60, max_streams=6) for seed in range(30)]
+    width = max(p.num_tasks for p in programs)
+    start, end = np.zeros((2, len(programs), width))
+    for row, p in enumerate(programs):
+        result = simulate(p)
+        start[row, :p.num_tasks], end[row, :p.num_tasks] = (result.task_start_s,
+                                                            result.task_end_s)
+        if ties:
+            grid = max(result.iteration_time_s, 1e-9) / 8
+            start[row], end[row] = np.floor(start[row] / grid), np.floor(end[row] / grid)
+    out = host_metrics(programs, [host_index(timeline.metric_index(p)) for p in programs],
+                       start, end, np.float64)
+    for row, p in enumerate(programs):
+        index = timeline.metric_index(p)
+        s, e = start[row, :p.num_tasks], end[row, :p.num_tasks]
+        per_stream = timeline.stream_metrics(np, index, s, e)
+        summary = timeline.summarize(np, index, per_stream, s, e, p.tokens_per_iteration,
+                                     p.model_flops_per_iteration, p.peak_flops_per_s)
+        for name in metrics.STREAM_METRICS:
+            np.testing.assert_allclose(out[name][row, :p.num_streams],
+                                       per_stream[name][:p.num_streams], rtol=1e-12,
+                                       atol=1e-12, err_msg=name)
+        for name in metric_names():
+            np.testing.assert_allclose(out[name][row], summary[name], rtol=1e-12, atol=1e-12,
+                                       err_msg=name)
 
 
 @pytest.mark.parametrize("level", ["bound", "exact"])

@@ -17,6 +17,7 @@ import numpy as np
 
 from xsweep import timeline
 from xsweep.evaluator import blocks, encode
+from xsweep.evaluator.host_metrics import HostIndex, host_index
 from xsweep.kernels.types import BlockedProgram
 from xsweep.plan.program import Program
 
@@ -78,6 +79,11 @@ class Derived:
     def metric_index(self, program: Program) -> timeline.MetricIndex:
         return self._structural(program, ("metric_index",),
                                 lambda: timeline.metric_index(program))
+
+    def host_index(self, program: Program) -> HostIndex:
+        """The metrics' index without its padding, for metrics on the host."""
+        return self._structural(program, ("host_index",),
+                                lambda: host_index(self.metric_index(program)))
 
     def metric_dims(self, program: Program) -> tuple[int, ...]:
         """The sizes of the metrics' index (:func:`encode.metric_index_dims`)."""

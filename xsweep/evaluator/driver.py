@@ -423,7 +423,7 @@ def run_programs(programs: Sequence[Program], level: str, *, executables: Execut
             "padding_overhead": started["padding_overhead"]}
         if cfg.host_metrics:
             chunk = [programs[i] for i in idx]
-            started |= host_metrics(chunk, [derived.metric_index(p) for p in chunk],
+            started |= host_metrics(chunk, [derived.host_index(p) for p in chunk],
                                     started["start_s"][: len(idx)],
                                     started["end_s"][: len(idx)], cfg.dtype)
             if not cfg.task_times:
