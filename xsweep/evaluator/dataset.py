@@ -9,9 +9,9 @@ variable carries its unit and meaning as attributes. Missing figures are NaN.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import xarray as xr
 
 from xsweep import metrics
 from xsweep.cost import CostModel
@@ -19,6 +19,9 @@ from xsweep.errors import InputError
 from xsweep.figures import plan_figures
 from xsweep.kernels import Status
 from xsweep.pipeline import Prepared
+
+if TYPE_CHECKING:  # xarray loads in half a second: worker processes never need it
+    import xarray as xr
 
 #: Status names by code: the kernels' own, then ``pruned`` (bounded only, dominated).
 STATUS_NAMES = (*Status.NAMES, "pruned")
@@ -101,6 +104,8 @@ def assemble(tables: Sequence[dict[str, np.ndarray]], level: str, dtype: str,
         data[name] = (("variant",), values.astype(str) if values.dtype == object else values)
     data["level"] = (("variant",), np.full(n, level))
     names = columns["name"].astype(str) if columns else np.zeros(0, str)
+    import xarray as xr
+
     return xr.Dataset(
         data,
         coords={"variant": np.arange(n), "name": (("variant",), names),

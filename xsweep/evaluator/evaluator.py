@@ -6,16 +6,16 @@ import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import xarray as xr
 
 from xsweep.cost import DEFAULT_COST, CostModel
 from xsweep.errors import InputError
 from xsweep.evaluator.compiles import compile_count
 from xsweep.evaluator.dataset import assemble, table
 from xsweep.evaluator.derived import Derived
-from xsweep.evaluator.driver import DTYPES, LEVELS, run_programs
+from xsweep.evaluator.driver import DTYPES, LEVELS, run_programs, shapes_known
 from xsweep.evaluator.executables import Executables
 from xsweep.evaluator.workers import WorkerPool
 from xsweep.kernels import MAX_ROUNDS
@@ -27,6 +27,9 @@ from xsweep.spec.arguments import evaluation_arguments, evaluation_plans, valida
 from xsweep.spec.catalog import Catalog
 from xsweep.spec.profile import Profile
 from xsweep.spec.program_size import estimate_program_size
+
+if TYPE_CHECKING:  # xarray loads in half a second: worker processes never need it
+    import xarray as xr
 
 #: Plans prepared, evaluated and reduced to their results at a time, so that a call over
 #: any number of plans holds only this many programs in memory...
@@ -129,6 +132,12 @@ class Evaluator:
                        profile: Profile | None) -> list[Prepared]:
         return [prepare_valid(plan, catalog, profile, templates=self._templates, names=False)
                 for plan in plans]
+
+    def shapes_known(self, level: str, dtype: str | None = None) -> bool:
+        """Whether the kernel store holds shapes of ``level`` chosen for this evaluator's
+        settings (by this process or an earlier one): an evaluation's kernels then mostly
+        load, not compile."""
+        return shapes_known(self._executables, level, dtype or self.dtype, self.max_rounds)
 
     def run(self, programs: Sequence[Program], level: str = "exact", *,
             dtype: str | None = None, chunk_size: int | None = None,
