@@ -14,6 +14,8 @@ from xsweep.evaluator.driver import (
     _row_chunks,
     _rungs,
     _shape_groups,
+    run_programs,
+    shapes_known,
 )
 from xsweep.evaluator.kernel_store import KernelStore
 
@@ -137,3 +139,24 @@ def test_a_few_variants_share_a_larger_shape_when_that_costs_less_than_an_execut
     assert len(shapes(far, [1, 1], spare=1e9)[0]) == 2  # 4 times: past MAX_STRETCH
     assert shapes(keys[:1], [1], fixed=[(25, 1)])[1] == {(10, 1): (25, 1)}  # reused
     assert shapes(keys[:1], [10], fixed=[(25, 1)])[1] == {(10, 1): (10, 1)}  # its own
+
+
+def test_a_store_is_warm_for_a_level_once_an_evaluation_kept_its_shapes(tmp_path):
+    """What decides whether worker processes start together on their first call: shapes
+    of the level, for these settings, kept on disk by any earlier process."""
+    from programs import random_program
+
+    from xsweep.evaluator.derived import Derived
+    from xsweep.evaluator.executables import Executables
+
+    devices = tuple(jax.devices()[:1])
+    programs = [random_program(seed) for seed in range(3)]
+    executables = Executables(devices, store=tmp_path)
+    assert not shapes_known(executables, "bound", "float32", 64)
+    run_programs(programs, "bound", executables=executables, derived=Derived(),
+                 max_rounds=64)
+    later = Executables(devices, store=tmp_path)  # another process's view of the store
+    assert shapes_known(later, "bound", "float32", 64)
+    assert not shapes_known(later, "exact", "float32", 64)
+    assert not shapes_known(later, "bound", "float64", 64)
+    assert not shapes_known(Executables(devices, store=None), "bound", "float32", 64)

@@ -363,6 +363,14 @@ def _put(target: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
         target[rows, :width] = values[:, :width]
 
 
+def shapes_known(executables: Executables, level: str, dtype: str, max_rounds: int) -> bool:
+    """Whether some process has chosen (and compiled) shapes of ``level`` for these
+    settings, with metrics, and kept them beside the kernels on disk: a warm store."""
+    platform = "cpu" if executables.devices[0].platform == "cpu" else "gpu"
+    config = (level, np.dtype(DTYPES[dtype]).name, max_rounds, METRICS_ON_DEVICE[platform])
+    return bool(executables.assignments(config))
+
+
 def run_programs(programs: Sequence[Program], level: str, *, executables: Executables,
                  derived: Derived, dtype: str = "float32", chunk_size: int | None = None,
                  progress: Callable[[int, int], None] | None = None,

@@ -31,7 +31,7 @@ def serve() -> None:
     sys.stdout = sys.stderr  # nothing else may write on the answer stream
     evaluator = Evaluator(processes=1, **receive(requests))
     # the interpreter's collector scans every object it tracks, a few hundred thousand
-    # after JAX and xarray load, in each full collection (about 0.2 s, every few thousand
+    # after JAX loads, in each full collection (about 0.2 s, every few thousand
     # plans); what is loaded by now lives as long as the worker, so it is left out
     gc.freeze()
     while True:
@@ -48,6 +48,9 @@ def serve() -> None:
                 send(answers, ("progress", done))
 
         try:
+            # a warm kernel store: the other workers need not wait for this one's first
+            # answer to load what it compiled (xsweep.evaluator.workers)
+            send(answers, ("warm", evaluator.shapes_known(level, options.get("dtype"))))
             messages = [DeploymentPlan.FromString(data) for data in plans]
             send(answers, ("ok", evaluator.tables(messages, level, progress=report, **options)))
         except Exception:  # reported to the caller, which raises it

@@ -78,8 +78,9 @@ class WorkerPool:
         # so it does not depend on which worker evaluates it). On the pool's first call the
         # others start once the first piece is back: what it compiled, they then load, and
         # the shapes it chose, they reuse, instead of compiling shapes of their own at the
-        # same time. Workers that need one new kernel at once take turns compiling it
-        # (``KernelStore``): the second loads it.
+        # same time; unless the first worker finds the kernel store warm (shapes of this
+        # level kept by an earlier process), when all start at once. Workers that need one
+        # new kernel at once take turns compiling it (``KernelStore``): the second loads it.
         todo: queue.Queue = queue.Queue()
         results: dict[int, object] = {}
         finished: queue.Queue = queue.Queue()  # (piece, plans done so far; None: all)
@@ -95,8 +96,12 @@ class WorkerPool:
                 index, plans = item
                 try:
                     send(worker.stdin, (plans, level, options))
-                    while (answer := receive(worker.stdout))[0] == "progress":
-                        finished.put((index, answer[1]))
+                    while (answer := receive(worker.stdout))[0] in ("progress", "warm"):
+                        if answer[0] == "progress":
+                            finished.put((index, answer[1]))
+                        elif answer[1] and not first_back.is_set():  # nothing to compile first
+                            self._pin()
+                            first_back.set()
                     results[index] = answer
                 except (OSError, EOFError, ValueError) as error:  # ValueError: stopped by us
                     results[index] = ("error", f"worker process failed: {error}")
