@@ -109,11 +109,12 @@ def plain_block(tasks, streams: list, where: list[tuple[int, int]], first_stream
 
     # tasks per piece in emission order: its compute, its TP task, its transfer's phases
     pairs = sorted(phases)
-    pair_index = {pair: i for i, pair in enumerate(pairs)}
     pair_phases = np.array([len(phases[pair]) for pair in pairs] + [0], np.int64)
     pair_of = np.full(total, len(pairs), np.int64)
-    for g in np.flatnonzero(sends).tolist():
-        pair_of[g] = pair_index[int(st[g]), int(dst[g])]
+    pair_at = np.full(num_streams * num_streams, -1, np.int64)  # (src, dst) -> pair index
+    pair_at[[a * num_streams + b for a, b in pairs]] = np.arange(len(pairs))
+    pair_of[sends] = pair_at[st[sends] * num_streams + dst[sends]]
+    assert (pair_of[sends] >= 0).all(), "a transfer between stages without phases"
     has_tp = (tp > 1)[st]
     num_phases = np.where(sends, pair_phases[pair_of], 0)
     size = 1 + has_tp + num_phases
