@@ -191,15 +191,24 @@ def stream_metrics(xp, index: MetricIndex, start, end) -> dict:
     barriers = index.stream_barriers
     has_barrier = barriers[:, 0] >= 0
     release = xp.max(xp.where(barriers >= 0, _take(xp, end, barriers), 0.0), axis=-1)
-    straggler = xp.where(has_barrier, xp.maximum(0.0, xp.minimum(release, t_opt) - t0), 0.0)
     after = index.stream_after_optimizer
-    opt_end = xp.where(opt >= 0, _take(xp, end, opt), t0)
     gathered = xp.max(xp.where(after >= 0, _take(xp, end, after), 0.0), axis=-1)
+    figures = stream_figures(xp, busy, exposed_tp, bubble, exposed, has_barrier, release, t0,
+                             t_opt, xp.where(opt >= 0, _take(xp, end, opt), t0), gathered)
+    return {"idle_s": _iteration_time(xp, index, end)[..., None] - busy - exposed_tp} | figures
+
+
+def stream_figures(xp, busy, exposed_tp, bubble, exposed: dict, has_barrier, release, t0,
+                   t_opt, opt_end, gathered) -> dict:
+    """The per-stream metrics but ``idle_s`` from the stream's sums and times (see the
+    module's definitions): the straggler wait and the exposed DP time follow from the
+    release of its barriers, ``t0``, the optimizer's start and end, and the end of the
+    DP tasks right after the optimizer (``gathered``)."""
+    straggler = xp.where(has_barrier, xp.maximum(0.0, xp.minimum(release, t_opt) - t0), 0.0)
     exposed_dp = (xp.where(has_barrier, xp.maximum(0.0, t_opt - t0 - straggler), 0.0)
                   + exposed[Category.DP] + xp.maximum(0.0, gathered - opt_end))
     return {
         "busy_s": busy,
-        "idle_s": _iteration_time(xp, index, end)[..., None] - busy - exposed_tp,
         "bubble_s": bubble,
         "straggler_wait_s": straggler,
         "exposed_tp_s": exposed_tp,

@@ -182,20 +182,9 @@ def stream_values(index: HostIndex, start: np.ndarray, end: np.ndarray) -> dict[
     barriers = index.barriers
     has_barrier = barriers[:, 0] >= 0
     release = _gathered_max(end, barriers)
-    straggler = np.where(has_barrier, np.maximum(0.0, np.minimum(release, t_opt) - t0), 0.0)
-    opt_end = np.where(opt >= 0, end[:, np.maximum(opt, 0)], t0)
-    gathered = _gathered_max(end, index.after_optimizer)
-    exposed_dp = (np.where(has_barrier, np.maximum(0.0, t_opt - t0 - straggler), 0.0)
-                  + exposed[Category.DP] + np.maximum(0.0, gathered - opt_end))
-    return {
-        "busy_s": busy,
-        "exposed_tp_s": exposed_tp,
-        "bubble_s": bubble,
-        "straggler_wait_s": straggler,
-        "exposed_pp_s": exposed[Category.PP],
-        "exposed_reshard_s": exposed[Category.RESHARD],
-        "exposed_dp_s": exposed_dp,
-    }
+    return timeline.stream_figures(np, busy, exposed_tp, bubble, exposed, has_barrier, release,
+                                   t0, t_opt, np.where(opt >= 0, end[:, np.maximum(opt, 0)], t0),
+                                   _gathered_max(end, index.after_optimizer))
 
 
 def host_metrics(programs: Sequence[Program], indices: Sequence[HostIndex],
