@@ -10,7 +10,7 @@ from xsweep.memo import Memo, cached
 from xsweep.plan import groups as groups_mod
 from xsweep.plan import reshard as reshard_mod
 from xsweep.plan.buckets import bucket_params, bucket_starts
-from xsweep.plan.memory import MemoryBreakdown, fits, memory_per_gpu
+from xsweep.plan.memory import MemoryBreakdown, fits, memory_breakdown
 from xsweep.plan.stack import DEFAULT_STACK, Stack
 from xsweep.plan.topology import FabricHw, NodeHw, Topology, build_topology
 from xsweep.plan.workload import (
@@ -131,12 +131,13 @@ class PlanAnalysis:
 # arguments (the same GPU, TP degree and layers; the same cluster), and each result is
 # an immutable value. Bounded, so a long search does not grow them without end.
 _stage_cost = cached(16384)(stage_cost)
-_memory_per_gpu = cached(16384)(memory_per_gpu)
+_memory_breakdown = cached(16384)(memory_breakdown)  # the same for every GPU model
 _optimizer_time_s = cached(16384)(optimizer_time_s)
 _build_topology = cached(1024)(build_topology)
 _iteration_model_flops = cached(1024)(iteration_model_flops)
 _segment_grad_bytes = cached(16384)(segment_grad_bytes)
-_reshard = cached(16384)(reshard_mod.reshard)
+_reshard = cached(16384)(lambda scheme, src, dst, nbytes: tuple(
+    reshard_mod.reshard(scheme, src, dst, nbytes)))
 _bucket_starts = cached(16384)(bucket_starts)
 
 
@@ -329,9 +330,8 @@ def _groups(layout: _Layout, rank_gpu: list[GpuSpec], model: ModelSpec, stack: S
         tp = len(ranks)
         key = (id(gpu), tp, size, first, last, stage, p, m, dp_size)
         if key not in figures:
-            mem = _memory_per_gpu(model, gpu, tp, size, first, last, stage_index=stage,
-                                  num_stages=p, schedule=schedule, num_micro_batches=m,
-                                  stack=stack, dp=dp_size)
+            mem = _memory_breakdown(model, tp, size, first, last, stage, p, schedule, m,
+                                    stack, dp_size)
             figures[key] = (
                 _stage_cost(model, gpu, tp, size, first, last, stack=stack, profile=profile),
                 mem, fits(mem, gpu),
@@ -347,7 +347,7 @@ def _groups(layout: _Layout, rank_gpu: list[GpuSpec], model: ModelSpec, stack: S
         nbytes = src.cost.activation_bytes
         forward = _reshard(scheme, src.ranks, dst.ranks, nbytes)
         back = _reshard(scheme, dst.ranks, src.ranks, dst.cost.activation_bytes)
-        reshards.append(Reshard(src.id, dst.id, scheme, nbytes, tuple(forward), tuple(back),
+        reshards.append(Reshard(src.id, dst.id, scheme, nbytes, forward, back,
                                 tp_equal=src.tp == dst.tp))
     return (tuple(infos), tuple(reshards),
             float(sum(g.gpu.peak_flops * g.tp for g in infos)))

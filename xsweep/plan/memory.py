@@ -128,6 +128,15 @@ def memory_per_gpu(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: in
             ZeRO stage, virtual pipeline stages).
         dp: replicas the group's ZeRO sharding spreads over.
     """
+    return memory_breakdown(model, tp, micro_batch_size, first_layer, last_layer,
+                            stage_index, num_stages, schedule, num_micro_batches, stack, dp)
+
+
+def memory_breakdown(model: ModelSpec, tp: int, micro_batch_size: int, first_layer: int,
+                     last_layer: int, stage_index: int, num_stages: int, schedule: str,
+                     num_micro_batches: int, stack: Stack, dp: int) -> MemoryBreakdown:
+    """:func:`memory_per_gpu` without the GPU, which it does not depend on: a memo keyed
+    by these arguments serves every GPU model of a sweep."""
     if stack.zero_stage not in ZERO_STAGES:
         raise ValueError(f"zero_stage must be one of {ZERO_STAGES}, got {stack.zero_stage}")
     if dp < 1:
