@@ -88,6 +88,17 @@ class Tasks:
                                   np.int64).reshape(-1, 3),
                          np.array([f[5] for f in flows], bool))
 
+    def tp_ring(self, stream: int, tp: int, span: tuple) -> FlowGroup:
+        """The ring of a stream's TP collective over one piece ``span`` (kind, layers):
+        rank ``i`` sends to rank ``i + 1`` (:meth:`flow_group` of those flows, whose value
+        keys are all the same three)."""
+        keys = [self.key((name, stream, *span)) for name in ("tp_bytes", "tp_hops",
+                                                              "tp_launches")]
+        rank = np.arange(tp, dtype=np.int64)
+        on = np.full(tp, stream, np.int64)
+        return FlowGroup(np.stack([on, rank], axis=1), np.stack([on, (rank + 1) % tp], axis=1),
+                         np.tile(np.array(keys, np.int64), (tp, 1)), np.zeros(tp, bool))
+
     def add(self, record: tuple, deps: list[int], flows: FlowGroup | None = None) -> int:
         """Append a task (``record`` as :attr:`records` holds it, its duration's key as an
         index: :meth:`key`); return its id."""
@@ -258,9 +269,7 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
         if piece is None:
             tp_k, first = streams[st][0], streams[st][1]
             span = (kind, lo - first, hi - first)
-            ring = tasks.flow_group([
-                ((st, i), (st, (i + 1) % tp_k), ("tp_bytes", st, *span), ("tp_hops", st, *span),
-                 ("tp_launches", st, *span), False) for i in range(tp_k)]) if tp_k > 1 else None
+            ring = tasks.tp_ring(st, tp_k, span) if tp_k > 1 else None
             piece = pieces_of[st, kind, lo, hi] = (tasks.key(("pass_s", st, *span)), ring)
         category = Category.FORWARD if kind == "F" else Category.BACKWARD
         stage = where[st][1]

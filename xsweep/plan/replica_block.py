@@ -163,10 +163,7 @@ def plain_block(tasks, streams: list, where: list[tuple[int, int]], first_stream
         tp_k, low = streams[s][0], streams[s][1]
         piece_span = (kind, a - low, b - low)
         if tp_k > 1:
-            rings[k] = tasks.flow_group([
-                ((s, i), (s, (i + 1) % tp_k), ("tp_bytes", s, *piece_span),
-                 ("tp_hops", s, *piece_span), ("tp_launches", s, *piece_span), False)
-                for i in range(tp_k)])
+            rings[k] = tasks.tp_ring(s, tp_k, piece_span)
         pass_key[k] = tasks.key(("pass_s", s, *piece_span))
 
     out_cols = np.zeros((num_tasks, 8), np.int64)
