@@ -39,14 +39,13 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 
 from xsweep.memo import cached
 from xsweep.plan.collectives import ALLGATHER, REDUCE_SCATTER
 from xsweep.plan.program import Category
-from xsweep.plan.replica_block import COMM, COMPUTE, plain_block
+from xsweep.plan.replica_block import COMM, COMPUTE, FlowGroup, plain_block
 from xsweep.plan.reshard import reshard
 from xsweep.plan.schedule import stage_order
 
@@ -54,16 +53,6 @@ ZERO, ONE = ("zero",), ("one",)  # the value keys of the constants 0 and 1
 
 #: A stage as a block sees it: (TP degree, first layer, last layer, micro-batches).
 Stage = tuple[int, int, int, int]
-
-
-class FlowGroup(NamedTuple):
-    """The flows of one COMM task as arrays, shared by every task that moves the same flows
-    (a stream's TP ring for one span, a transfer phase, a DP group's collective)."""
-
-    src: np.ndarray  # int64[n, 2]: (stream, TP index)
-    dst: np.ndarray  # int64[n, 2]
-    keys: np.ndarray  # int64[n, 3]: the payload, hops and launches keys (indices)
-    p2p: np.ndarray  # bool[n]: point-to-point sends
 
 
 class Tasks:
@@ -88,12 +77,17 @@ class Tasks:
                                   np.int64).reshape(-1, 3),
                          np.array([f[5] for f in flows], bool))
 
+    def tp_keys(self, stream: int, span: tuple) -> list[int]:
+        """The payload, hops and launches keys of every flow of a stream's TP ring over one
+        piece ``span`` (kind, layers), numbered in that order."""
+        return [self.key((name, stream, *span)) for name in ("tp_bytes", "tp_hops",
+                                                             "tp_launches")]
+
     def tp_ring(self, stream: int, tp: int, span: tuple) -> FlowGroup:
         """The ring of a stream's TP collective over one piece ``span`` (kind, layers):
         rank ``i`` sends to rank ``i + 1`` (:meth:`flow_group` of those flows, whose value
         keys are all the same three)."""
-        keys = [self.key((name, stream, *span)) for name in ("tp_bytes", "tp_hops",
-                                                              "tp_launches")]
+        keys = self.tp_keys(stream, span)
         rank = np.arange(tp, dtype=np.int64)
         on = np.full(tp, stream, np.int64)
         return FlowGroup(np.stack([on, rank], axis=1), np.stack([on, (rank + 1) % tp], axis=1),

@@ -13,6 +13,7 @@ made only when asked for (they are for traces; a sweep never reads them).
 from __future__ import annotations
 
 import itertools
+from typing import NamedTuple
 
 import numpy as np
 
@@ -21,6 +22,16 @@ from xsweep.ragged import owners_and_places
 
 COMPUTE, COMM = int(TaskKind.COMPUTE), int(TaskKind.COMM)
 _F, _B = int(Category.FORWARD), int(Category.BACKWARD)
+
+
+class FlowGroup(NamedTuple):
+    """The flows of one COMM task as arrays, shared by every task that moves the same flows
+    (a stream's TP ring for one span, a transfer phase, a DP group's collective)."""
+
+    src: np.ndarray  # int64[n, 2]: (stream, TP index)
+    dst: np.ndarray  # int64[n, 2]
+    keys: np.ndarray  # int64[n, 3]: the payload, hops and launches keys (indices)
+    p2p: np.ndarray  # bool[n]: point-to-point sends
 
 
 def emission_order(need: list[int], send: list[int], bounds: list[tuple[int, int]]) -> np.ndarray:
@@ -156,15 +167,23 @@ def plain_block(tasks, streams: list, where: list[tuple[int, int]], first_stream
     kind_of = np.empty(total, np.int64)
     kind_of[order] = piece_kind.reshape(-1)
     pass_key = np.zeros(len(codes), np.int64)
-    rings = {}
+    ring_keys = np.zeros((len(codes), 3), np.int64)
     for k in np.argsort(first_at).tolist():
         g = int(order[first_at[k]])
         s, kind, a, b = int(st[g]), "B" if is_b[g] else "F", int(lo[g]), int(hi[g])
-        tp_k, low = streams[s][0], streams[s][1]
+        low = streams[s][1]
         piece_span = (kind, a - low, b - low)
-        if tp_k > 1:
-            rings[k] = tasks.tp_ring(s, tp_k, piece_span)
+        if streams[s][0] > 1:
+            ring_keys[k] = tasks.tp_keys(s, piece_span)
         pass_key[k] = tasks.key(("pass_s", s, *piece_span))
+    # every piece's TP ring at once (Tasks.tp_ring's flows): rank i sends to rank i + 1
+    ring_of = np.flatnonzero((tp > 1)[st[order[first_at]]])  # distinct pieces with a ring
+    ring_stream = st[order[first_at[ring_of]]]
+    ring_tp = tp[ring_stream]
+    ring, rank = owners_and_places(ring_tp)
+    ring_flows = FlowGroup(np.stack([ring_stream[ring], rank], axis=1),
+                           np.stack([ring_stream[ring], (rank + 1) % ring_tp[ring]], axis=1),
+                           ring_keys[ring_of][ring], np.zeros(len(ring), bool))
 
     out_cols = np.zeros((num_tasks, 8), np.int64)
     value = np.zeros(num_tasks, np.int64)
@@ -184,23 +203,23 @@ def plain_block(tasks, streams: list, where: list[tuple[int, int]], first_stream
         stage[phase_piece], mb[phase_piece], src, src, phase])
 
     # flows, in task order: each TP task its piece's ring, each phase its pair's group
-    pool = [*(rings[k] for k in sorted(rings)), *(g for pair in pairs for g in phases[pair])]
-    ring_slot = {k: i for i, k in enumerate(sorted(rings))}
-    pair_first = np.concatenate([[0], np.cumsum(pair_phases[:-1])]) + len(rings)
+    # groups of flows: the rings (one per distinct piece with one), then every phase
+    pool = [ring_flows, *(g for pair in pairs for g in phases[pair])]
+    ring_slot = np.full(len(codes), -1, np.int64)
+    ring_slot[ring_of] = np.arange(len(ring_of))
+    pair_first = np.concatenate([[0], np.cumsum(pair_phases[:-1])]) + len(ring_of)
     flow_tasks = np.concatenate([compute[tp_piece] + 1, phase_task])
-    flow_groups = np.concatenate([
-        np.array([ring_slot[k] for k in kind_of[tp_piece].tolist()], np.int64),
-        pair_first[pair_of[phase_piece]] + phase]).astype(np.int64)
+    flow_groups = np.concatenate([ring_slot[kind_of[tp_piece]],
+                                  pair_first[pair_of[phase_piece]] + phase]).astype(np.int64)
     by_task = np.argsort(flow_tasks, kind="stable")
     flow_tasks, flow_groups = flow_tasks[by_task], flow_groups[by_task]
-    sizes = np.array([len(g.p2p) for g in pool], np.int64)
+    sizes = np.concatenate([ring_tp, [len(g.p2p) for g in pool[1:]]]).astype(np.int64)
     pool_first = np.concatenate([[0], np.cumsum(sizes)])
     which, place = owners_and_places(sizes[flow_groups])
     flow = pool_first[flow_groups][which] + place
 
     def joined(field, shape):
-        parts = [getattr(g, field) for g in pool]
-        return (np.concatenate(parts) if parts else np.zeros(shape, np.int64))[flow]
+        return np.concatenate([getattr(g, field).reshape(-1, *shape[1:]) for g in pool])[flow]
 
     keys = joined("keys", (0, 3)).reshape(-1, 3)
     piece_end = {(int(st[g]), int(lo[g])): int(end[g])
