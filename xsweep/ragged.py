@@ -29,3 +29,12 @@ def padded_rows(rows) -> np.ndarray:
     for i, r in enumerate(rows):
         out[i, :len(r)] = r
     return out
+
+
+def run_starts(x: np.ndarray) -> np.ndarray:
+    """bool[N]: where each run of equal values of ``x`` (1-D) begins (the first element
+    always), in two passes over the array rather than ``np.diff``'s copies."""
+    out = np.empty(len(x), bool)
+    out[:1] = True
+    np.not_equal(x[1:], x[:-1], out=out[1:])
+    return out

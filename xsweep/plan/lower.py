@@ -63,7 +63,7 @@ from xsweep.plan.groups import chunk_bytes_per_rank
 from xsweep.plan.passes import COMM, COMPUTE, ONE, ZERO, cached_block
 from xsweep.plan.program import Category, FlowClasses, Program, padded_paths
 from xsweep.plan.topology import LinkNames
-from xsweep.ragged import owners_and_places
+from xsweep.ragged import owners_and_places, run_starts
 from xsweep.runtime import collector_paused
 
 # -- value keys --------------------------------------------------------------------------
@@ -593,10 +593,13 @@ def _flow_classes(first: np.ndarray, paths: np.ndarray, flow_task: np.ndarray,
                   flow_class: np.ndarray, num_tasks: int) -> FlowClasses:
     """The classes (their first flows and paths) and each task's set of classes (tasks with
     equal sets share one: sets of each size are found as equal rows)."""
-    width = max(len(first), 1)
-    pairs = np.sort(flow_task * width + flow_class)  # (task, class), each once, in order
-    task, cls = np.divmod(pairs[np.diff(pairs, prepend=-1) != 0], width)
-    starts = np.flatnonzero(np.diff(task, prepend=-1))
+    bits = max(len(first) - 1, 1).bit_length()  # a class in the low bits, the task above
+    # (task, class), each once, in order; flows come in task order, so a stable sort
+    # (a merge of sorted runs) takes a fraction of a quicksort's time
+    pairs = np.sort((flow_task << bits) + flow_class, kind="stable")
+    pairs = pairs[run_starts(pairs)]
+    task, cls = pairs >> bits, pairs & ((1 << bits) - 1)
+    starts = np.flatnonzero(run_starts(task))
     sizes = np.diff(starts, append=len(task))
     task_set = np.full(num_tasks, -1, np.int64)
     members, counts = [], []

@@ -110,7 +110,8 @@ class Tasks:
         counts = [len(d) for d in self.deps]
         dep = np.fromiter(itertools.chain.from_iterable(self.deps), np.int64, sum(counts))
         owner = np.repeat(np.arange(num_tasks), counts)
-        pairs = np.sort(owner[dep >= 0] * num_tasks + dep[dep >= 0])  # by task, then predecessor
+        # by task, then predecessor (tasks in order: a stable sort merges the runs)
+        pairs = np.sort(owner[dep >= 0] * num_tasks + dep[dep >= 0], kind="stable")
         owner, dep = np.divmod(pairs[np.diff(pairs, prepend=-1) != 0], max(num_tasks, 1))
         return np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=num_tasks))]), dep
 

@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from xsweep.plan.program import Category, TaskKind
-from xsweep.ragged import owners_and_places
+from xsweep.ragged import owners_and_places, run_starts
 
 COMPUTE, COMM = int(TaskKind.COMPUTE), int(TaskKind.COMM)
 _F, _B = int(Category.FORWARD), int(Category.BACKWARD)
@@ -154,7 +154,9 @@ def plain_block(tasks, streams: list, where: list[tuple[int, int]], first_stream
     preds.append(np.where(phase == 0, end[phase_piece], phase_task - 1))
     owner = np.concatenate(owners)
     pred = np.concatenate(preds)
-    pairs_sorted = np.unique(owner * max(num_tasks, 1) + pred)  # by task, then predecessor
+    # by task, then predecessor, each once (a stable sort merges the sorted runs)
+    pairs_sorted = np.sort(owner * max(num_tasks, 1) + pred, kind="stable")
+    pairs_sorted = pairs_sorted[run_starts(pairs_sorted)]
     dep_owner, dep_idx = np.divmod(pairs_sorted, max(num_tasks, 1))
     dep_ptr = np.concatenate([[0], np.cumsum(np.bincount(dep_owner, minlength=num_tasks))])
 
