@@ -189,3 +189,36 @@ def test_past_the_limit_the_least_recently_used_executable_goes_and_loads_again(
     assert call(a) == (0, 0) and call(c) == (0, 0)
     assert call(b) == (1, 1)  # back from the store, not compiled
     assert held.loaded() == 2
+
+
+#: One process of the test below: waits until both are ready, then keeps 150 shape
+#: assignments of its own, one call each, in the store in ``argv[1]``.
+_ASSIGNER = """
+import sys, time
+from pathlib import Path
+import jax
+from xsweep.evaluator.kernel_store import KernelStore
+
+folder, me = Path(sys.argv[1]), int(sys.argv[2])
+devices = (jax.devices()[0],)
+store = KernelStore(folder / "kernels")
+(folder / f"ready-{me}").touch()
+while len(list(folder.glob("ready-*"))) < 2:
+    time.sleep(0.002)
+for n in range(150):
+    store.assign(("bound", "float32", 64, False), devices, {(me, n): (me, n + 1)})
+"""
+
+
+def test_two_processes_that_assign_shapes_at_once_keep_every_assignment(tmp_path):
+    """Worker processes keep the shapes they chose at the same time: each read, merge and
+    write holds the file's lock, so neither drops what the other has just kept."""
+    import subprocess
+    import sys
+
+    writers = [subprocess.Popen([sys.executable, "-c", _ASSIGNER, str(tmp_path), str(me)])
+               for me in (0, 1)]
+    assert all(writer.wait(timeout=300) == 0 for writer in writers)
+    kept = KernelStore(tmp_path / "kernels").assignments(
+        ("bound", "float32", 64, False), (jax.devices()[0],))
+    assert kept == {(me, n): (me, n + 1) for me in (0, 1) for n in range(150)}

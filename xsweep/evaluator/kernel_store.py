@@ -222,9 +222,13 @@ class KernelStore:
         path = self._path(config, (), devices, ".shapes.json")
         if path is None or not new:
             return
-        merged = new | self.assignments(config, devices)
-        text = json.dumps([[list(own), list(shape)] for own, shape in merged.items()])
-        self._write_bytes(path, text.encode())
+        # read, merge and write under the file's lock: worker processes assign at once,
+        # and without it one's write could drop what another had just kept (a later
+        # process then chose, and compiled, shapes of its own for those keys)
+        with _locked(path):
+            merged = new | self.assignments(config, devices)
+            text = json.dumps([[list(own), list(shape)] for own, shape in merged.items()])
+            self._write_bytes(path, text.encode())
 
     def compiled(self, jitted: Callable, config: tuple, args, devices: tuple) -> Callable:
         """``jitted``'s executable for ``args``: from disk when kept there, else compiled
