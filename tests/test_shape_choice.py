@@ -89,19 +89,6 @@ def test_rows_come_in_few_sizes_and_pad_vmapped_chunks_little():
     assert _row_chunks(9, "exact", 64, 2, split=False) == [16]
 
 
-def test_rows_run_one_after_another_come_in_two_counts():
-    """An empty row run in turn costs its setup only, while each row count is an
-    executable: the least rows and the chunk size, nothing between."""
-    assert _rungs("exact", 64, 2, vectorized=False) == [2, 64]
-    assert _rungs("exact", 32, 1, vectorized=False) == [1, 32]
-    for n in range(1, 300):
-        chunks = _row_chunks(n, "exact", 32, 1, split=False, vectorized=False)
-        assert set(chunks) <= {1, 32} and n <= sum(chunks) < n + 32
-    assert _row_chunks(1, "exact", 32, 1, split=False, vectorized=False) == [1]
-    assert _row_chunks(5, "exact", 32, 1, split=False, vectorized=False) == [32]
-    assert _row_chunks(70, "exact", 32, 1, split=False, vectorized=False) == [32, 32, 32]
-
-
 def test_choices_reach_another_process_through_the_store(tmp_path):
     devices = tuple(jax.devices()[:1])
     KernelStore(tmp_path).assign(CONFIG, devices, {(1, 2, 3): (4, 4, 4)})

@@ -17,7 +17,7 @@ kept (beside the compiled kernels on disk), so a key runs at the same shape in e
 later call and process, whatever else they hold: rerunning plans compiles nothing.
 Each group runs in chunks of a few row counts (``MIN_ROWS`` times powers of
 ``ROWS_STEP``; a vmapped group of large programs is cut into several so that it pads
-little; rows run one after another come in two counts, the least and the chunk size); the variant axis is padded to a multiple of the device count and
+little); the variant axis is padded to a multiple of the device count and
 split over all devices with ``shard_map``: each device runs its share, vmapped or one
 variant after another (``VECTORIZED``), so one CPU, one GPU or eight run the same
 code. The exact level's slots (tasks and flows under way at once) are sized per
@@ -256,20 +256,11 @@ def _shape_groups(keys: np.ndarray, load: np.ndarray, work: Callable, max_shapes
     return [(key, np.sort(np.concatenate(who))) for key, who in groups.items()], chosen
 
 
-def _rungs(level: str, chunk_size: int, devices: int, vectorized: bool = True) -> list[int]:
+def _rungs(level: str, chunk_size: int, devices: int) -> list[int]:
     """The row counts a chunk may have: ``MIN_ROWS`` times powers of ``ROWS_STEP``, at
     most ``chunk_size``, multiples of the devices (few row counts, so groups of other
-    sizes at one shape share executables).
-
-    Rows that run one after another (not ``vectorized``) take only the smallest and the
-    chunk size: an empty row costs its setup, not its loop, while every row count is an
-    executable of its own (an exact one compiles in seconds and loads in a tenth of one).
-    Measured on CPU, all-distinct Llama-2-7B plans at the exact level: a cold call
-    compiled 45-67 s against 120-121 s; warm calls and sweep-like ones ran as fast.
-    """
+    sizes at one shape share executables)."""
     rows, out = MIN_ROWS[level], set()
-    if not vectorized:
-        return sorted({-(-min(n, chunk_size) // devices) * devices for n in (rows, chunk_size)})
     while True:
         out.add(-(-min(rows, chunk_size) // devices) * devices)
         if rows >= chunk_size:
@@ -278,14 +269,14 @@ def _rungs(level: str, chunk_size: int, devices: int, vectorized: bool = True) -
 
 
 def _row_chunks(count: int, level: str, chunk_size: int, devices: int,
-                split: bool, vectorized: bool = True) -> list[int]:
+                split: bool) -> list[int]:
     """Rows of each chunk of a group of ``count`` variants, each a rung of :func:`_rungs`.
 
     Without ``split``, one rung for the whole group, as far as it goes. With it, the group
     is cut into the largest rungs it fills, then the largest that the rest fills, and so
     on: it pads by less than the smallest rung (one chunk of the next rung up where that
     pads no more), in more calls and with more executables per shape."""
-    rungs = _rungs(level, chunk_size, devices, vectorized)
+    rungs = _rungs(level, chunk_size, devices)
     single = next((r for r in rungs if r >= count), rungs[-1])
     if not split:
         return [single] * -(-count // single)
@@ -356,8 +347,7 @@ class _Run:
             self.executables.remember(config, key)
             begin = 0
             split = cfg.vectorized and float(fmt.work(np.array(key))) >= SPLIT_WORK
-            for rows in _row_chunks(len(run), cfg.level, chunk_size, devices, split,
-                                    cfg.vectorized):
+            for rows in _row_chunks(len(run), cfg.level, chunk_size, devices, split):
                 yield (run[begin: begin + rows], (rows, *key[:num_fields]), key[num_fields:-2],
                        key[-2:])
                 begin += rows
