@@ -45,9 +45,10 @@ import numpy as np
 from xsweep.memo import cached
 from xsweep.plan.collectives import ALLGATHER, REDUCE_SCATTER
 from xsweep.plan.program import Category
-from xsweep.plan.replica_block import COMM, COMPUTE, FlowGroup, plain_block
+from xsweep.plan.replica_block import COMM, COMPUTE, FlowGroup, plain_block, tp_rings
 from xsweep.plan.reshard import reshard
 from xsweep.plan.schedule import stage_order
+from xsweep.ragged import run_starts
 
 ZERO, ONE = ("zero",), ("one",)  # the value keys of the constants 0 and 1
 
@@ -87,11 +88,7 @@ class Tasks:
         """The ring of a stream's TP collective over one piece ``span`` (kind, layers):
         rank ``i`` sends to rank ``i + 1`` (:meth:`flow_group` of those flows, whose value
         keys are all the same three)."""
-        keys = self.tp_keys(stream, span)
-        rank = np.arange(tp, dtype=np.int64)
-        on = np.full(tp, stream, np.int64)
-        return FlowGroup(np.stack([on, rank], axis=1), np.stack([on, (rank + 1) % tp], axis=1),
-                         np.tile(np.array(keys, np.int64), (tp, 1)), np.zeros(tp, bool))
+        return tp_rings([stream], [tp], [self.tp_keys(stream, span)])
 
     def add(self, record: tuple, deps: list[int], flows: FlowGroup | None = None) -> int:
         """Append a task (``record`` as :attr:`records` holds it, its duration's key as an
@@ -112,7 +109,7 @@ class Tasks:
         owner = np.repeat(np.arange(num_tasks), counts)
         # by task, then predecessor (tasks in order: a stable sort merges the runs)
         pairs = np.sort(owner[dep >= 0] * num_tasks + dep[dep >= 0], kind="stable")
-        owner, dep = np.divmod(pairs[np.diff(pairs, prepend=-1) != 0], max(num_tasks, 1))
+        owner, dep = np.divmod(pairs[run_starts(pairs)], max(num_tasks, 1))
         return np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=num_tasks))]), dep
 
     def flow_arrays(self) -> tuple[np.ndarray, ...]:

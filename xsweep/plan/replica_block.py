@@ -34,6 +34,17 @@ class FlowGroup(NamedTuple):
     p2p: np.ndarray  # bool[n]: point-to-point sends
 
 
+def tp_rings(stream: np.ndarray, tp: np.ndarray, keys: np.ndarray) -> FlowGroup:
+    """The flows of TP rings, one after another: ring ``r`` on stream ``stream[r]`` of
+    ``tp[r]`` ranks, rank ``i`` sending to rank ``i + 1``, every flow with the ring's
+    payload, hops and launches keys ``keys[r]``."""
+    ring, rank = owners_and_places(np.asarray(tp, np.int64))
+    on = np.asarray(stream, np.int64)[ring]
+    return FlowGroup(np.stack([on, rank], axis=1),
+                     np.stack([on, (rank + 1) % np.asarray(tp, np.int64)[ring]], axis=1),
+                     np.asarray(keys, np.int64).reshape(-1, 3)[ring], np.zeros(len(ring), bool))
+
+
 def emission_order(need: list[int], send: list[int], bounds: list[tuple[int, int]]) -> np.ndarray:
     """The order in which the round-robin visit emits pieces (indices into ``need``).
 
@@ -182,10 +193,7 @@ def plain_block(tasks, streams: list, where: list[tuple[int, int]], first_stream
     ring_of = np.flatnonzero((tp > 1)[st[order[first_at]]])  # distinct pieces with a ring
     ring_stream = st[order[first_at[ring_of]]]
     ring_tp = tp[ring_stream]
-    ring, rank = owners_and_places(ring_tp)
-    ring_flows = FlowGroup(np.stack([ring_stream[ring], rank], axis=1),
-                           np.stack([ring_stream[ring], (rank + 1) % ring_tp[ring]], axis=1),
-                           ring_keys[ring_of][ring], np.zeros(len(ring), bool))
+    ring_flows = tp_rings(ring_stream, ring_tp, ring_keys[ring_of])
 
     out_cols = np.zeros((num_tasks, 8), np.int64)
     value = np.zeros(num_tasks, np.int64)
