@@ -76,6 +76,7 @@ ARGS = _parse()
 import xsweep  # noqa: E402
 
 xsweep.use_cpu_devices(ARGS.cpu_devices or None)  # before JAX starts its backends
+xsweep.runtime.use_compiled_loops()  # as the evaluator compiles the kernels
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

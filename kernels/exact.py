@@ -60,7 +60,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
-from .slotops import hoisted, owners, prefix_sum, reduce, total
+from .slotops import hoisted, owners, prefix_sum, reduce, scatter, total
 from .types import ProgramArrays, Schedule, Status
 from .waterfill import MAX_ROUNDS, packed_waterfill, waterfill
 
@@ -95,13 +95,17 @@ class _Branching(NamedTuple):
     fill: Callable
     #: ``maybe(pred, then, otherwise, *args)``: ``then`` where ``pred``, else ``otherwise``
     maybe: Callable
+    #: updates at computed indices one after another rather than by XLA's scatter
+    #: (:func:`~xsweep.kernels.slotops.scatter`): a loop body without scatters compiles
+    #: into one function on a CPU
+    sequential: bool
 
 
 #: One variant per call: branches really branch, and each step fills only a packed
 #: prefix of slots that holds the moving flows.
-_ALONE = _Branching(packed_waterfill, _branch)
+_ALONE = _Branching(packed_waterfill, _branch, True)
 #: Under ``vmap``, where a branch runs both sides: no branches, every slot filled.
-_VMAPPED = _Branching(_full_waterfill, _then_alone)
+_VMAPPED = _Branching(_full_waterfill, _then_alone, False)
 
 
 class _Config(NamedTuple):
@@ -266,15 +270,16 @@ def _events(cfg: _Config, t: _Tables, s: _State, due: Array) -> _State:
     live = s.slot_flow < num_flows
     moving = live & (s.slot_moving | (s.slot_latency_end_s <= due))
     drained = live & moving & (s.slot_left_bytes <= 0)
-    run_open = s.run_open.at[jnp.where(drained, s.slot_run, cfg.run_slots)].add(
-        t.minus_ones_k, mode="drop")
+    seq = cfg.branching.sequential
+    run_open = scatter(s.run_open, jnp.where(drained, s.slot_run, cfg.run_slots),
+                       t.minus_ones_k, "add", seq)
     task = jnp.maximum(s.run_task, 0)
     is_task = (s.run_task >= 0) & (s.run_task < num_tasks)
     finished = is_task & ~s.run_done & jnp.where(t.p.task_is_comm[jnp.minimum(
         task, num_tasks - 1)], run_open == 0, s.run_end_s <= due)
     return s._replace(
-        end_s=s.end_s.at[jnp.where(finished, task, num_tasks)].set(
-            jnp.where(finished, s.now, 0), mode="drop"),
+        end_s=scatter(s.end_s, jnp.where(finished, task, num_tasks),
+                      jnp.where(finished, s.now, 0), "set", seq),
         num_done=s.num_done + total(finished, "sum"),
         run_done=s.run_done | finished, run_open=run_open,
         slot_flow=jnp.where(drained, num_flows, s.slot_flow),
@@ -289,18 +294,19 @@ def _release(cfg: _Config, t: _Tables, s: _State, due: Array) -> tuple[_State, A
     left = jnp.where(s.run_done, t.succ_count[task] - s.run_cursor, 0)
     told_upto = prefix_sum(left)
     told_before = told_upto - left
-    owner = owners(jnp.where(left > 0, told_before, budget), budget)
+    seq = cfg.branching.sequential
+    owner = owners(jnp.where(left > 0, told_before, budget), budget, seq)
     told = positions < told_upto[-1]
     edge = t.succ_first[task[owner]] + s.run_cursor[owner] + positions - told_before[owner]
     succ_task = jnp.where(told, t.succ[jnp.where(told, edge, 0)], num_tasks)
     run_cursor = s.run_cursor + jnp.clip(budget - told_before, 0, left)
     freed = s.run_done & (run_cursor == t.succ_count[task])
-    pending = s.pending.at[succ_task].add(t.minus_ones, mode="drop")
+    pending = scatter(s.pending, succ_task, t.minus_ones, "add", seq)
     # a task told twice in one pass starts once: by its last telling, known by its
     # telling's number, which grows from pass to pass, so no reset is needed (a
     # reset would be a second scatter after a gather, for which XLA copies [T])
     telling = s.num_told + positions
-    claim = s.claim.at[succ_task].max(telling, mode="drop")
+    claim = scatter(s.claim, succ_task, telling, "max", seq)
     ready = told & (pending[succ_task] == 0) & (claim[succ_task] == telling)
     # ready tasks take free task slots in order: the one of rank r among the ready
     # the free slot of rank r; each slot looks up the task it takes
@@ -323,8 +329,8 @@ def _release(cfg: _Config, t: _Tables, s: _State, due: Array) -> tuple[_State, A
     takes = source >= 0
     taken = new_task[jnp.maximum(source, 0)]
     s = s._replace(
-        start_s=s.start_s.at[jnp.where(new, new_task, num_tasks)].set(
-            jnp.where(new, s.now, 0), mode="drop"),
+        start_s=scatter(s.start_s, jnp.where(new, new_task, num_tasks),
+                        jnp.where(new, s.now, 0), "set", seq),
         pending=pending, claim=claim, num_told=s.num_told + jnp.minimum(told_upto[-1], budget),
         run_task=jnp.where(takes, taken, jnp.where(freed, -1, s.run_task)),
         run_done=s.run_done & ~freed & ~takes,
@@ -353,7 +359,8 @@ def _place(cfg: _Config, t: _Tables, s: _State, need: Array, new_task: Array,
     take = free & (rank < need_upto[-1]) & ~overflow
     # each taking slot's telling position: the last one whose flows start at or
     # before its rank
-    placer = owners(jnp.where(need > 0, need_before, flow_slots), flow_slots)[
+    placer = owners(jnp.where(need > 0, need_before, flow_slots), flow_slots,
+                    cfg.branching.sequential)[
         jnp.clip(rank, 0, flow_slots - 1)]
     flow = jnp.where(take, t.flow_first[new_task[placer]] + rank - need_before[placer], 0)
     # the task slot of each telling position: the free slot of its rank

@@ -21,6 +21,7 @@ Every helper gives the same integers as its plain form, on every backend.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jax import Array, lax
 
@@ -58,16 +59,16 @@ def prefix_sum(x: Array) -> Array:
     return reduce(jnp.where(upto, x[None, :], 0), "sum")
 
 
-def owners(first: Array, length: int) -> Array:
+def owners(first: Array, length: int, sequential: bool = False) -> Array:
     """For each position ``0..length-1``, the last entry whose ``first`` is at or before it.
 
     ``first`` holds non-decreasing start positions of consecutive ranges (entries
     with empty ranges may hold anything past ``length``); positions before every
-    range get 0. Returns int32[length].
+    range get 0. Returns int32[length]. ``sequential``: as :func:`scatter`.
     """
     entries = jnp.arange(first.shape[0], dtype=jnp.int32)
     if first.shape[0] * length > DENSE_OWNERS_MAX:
-        marks = jnp.zeros((length,), jnp.int32).at[first].max(entries, mode="drop")
+        marks = scatter(jnp.zeros((length,), jnp.int32), first, entries, "max", sequential)
         return lax.cummax(marks)
     at_or_before = first[None, :] <= jnp.arange(length, dtype=jnp.int32)[:, None]
     return reduce(jnp.where(at_or_before, entries[None, :], 0), "max")
@@ -76,3 +77,54 @@ def owners(first: Array, length: int) -> Array:
 def hoisted(x: Array) -> Array:
     """``x``, computed where it is written and kept there, out of any loop using it."""
     return lax.optimization_barrier(x)
+
+
+
+_COMBINE = {"add": jnp.add, "max": jnp.maximum, "min": jnp.minimum,
+            "set": lambda old, new: new}
+
+
+def scatter(target: Array, index: Array, values: Array, how: str,
+            sequential: bool = False) -> Array:
+    """``target.at[index].<how>(values, mode="drop")``: ``how`` is add, max, min or set;
+    ``index`` holds no negative index, and one past the end changes nothing.
+
+    ``sequential``: one update after another, each a slice read and written (a loop of
+    ``len(index)`` short steps), instead of XLA's scatter. XLA's CPU compiler emits a
+    loop whose body holds no scatter as one compiled function rather than an operation
+    at a time (given ``xsweep.runtime.use_compiled_loops``), which for the exact level's
+    event loop, tens of small operations per event, costs far less than the loop's own
+    steps; under ``vmap`` (an accelerator's batch) a loop of slices would become a loop
+    of scatters, so batched callers keep XLA's.
+    """
+    if not sequential:
+        return getattr(target.at[index], how)(values, mode="drop")
+    size, combine = target.shape[0], _COMBINE[how]
+    values = jnp.broadcast_to(values, index.shape + target.shape[1:]).astype(target.dtype)
+
+    def one(i, target):
+        place = jnp.minimum(index[i], size - 1)
+        at = (place,) + (jnp.zeros_like(place),) * (target.ndim - 1)
+        old = lax.dynamic_slice(target, at, (1,) + target.shape[1:])
+        inside = index[i] < size
+        return lax.dynamic_update_slice(
+            target, jnp.where(inside, combine(old, values[i][None]), old), at)
+
+    return lax.fori_loop(0, index.shape[0], one, target)
+
+
+def segment(values: Array, segments: Array, num_segments: int, how: str,
+            sequential: bool = False) -> Array:
+    """Per-segment ``how`` (add or min) of ``values`` (segments on the first axis), as
+    ``jax.ops.segment_sum`` / ``segment_min``: empty segments hold 0 / the dtype's
+    largest value. ``sequential``: as :func:`scatter`."""
+    if not sequential:
+        reduce_by = jax.ops.segment_sum if how == "add" else jax.ops.segment_min
+        return reduce_by(values, segments, num_segments=num_segments)
+    shape, dtype = (num_segments, *values.shape[1:]), values.dtype
+    if how == "add":
+        start = jnp.zeros(shape, dtype)
+    else:
+        largest = jnp.inf if jnp.issubdtype(dtype, jnp.floating) else jnp.iinfo(dtype).max
+        start = jnp.full(shape, largest, dtype)
+    return scatter(start, segments, values, how, sequential=True)

@@ -20,11 +20,10 @@ thousands of links, of which one step's flows may cross a few dozen.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from jax import Array, lax
 
-from .slotops import prefix_sum
+from .slotops import prefix_sum, scatter, segment
 
 #: Default cap on rounds; measured programs need at most a handful.
 MAX_ROUNDS = 64
@@ -34,8 +33,8 @@ PACKED_SMALLEST = 8
 PACKED_GROWTH = 4
 
 
-def waterfill(capacity: Array, paths: Array, active: Array,
-              max_rounds: int = MAX_ROUNDS) -> tuple[Array, Array, Array]:
+def waterfill(capacity: Array, paths: Array, active: Array, max_rounds: int = MAX_ROUNDS,
+              sequential: bool = False) -> tuple[Array, Array, Array]:
     """Max-min fair rates of the active flows.
 
     Args:
@@ -44,6 +43,8 @@ def waterfill(capacity: Array, paths: Array, active: Array,
       active: bool[S], which flows (slots) take part.
       max_rounds: round cap (the first round always runs); reaching it reports
         ``converged = False``.
+      sequential: link sums one hop after another
+        (:func:`~xsweep.kernels.slotops.scatter`), for callers not under ``vmap``.
 
     Returns:
       ``(rates[S], converged, rounds)``. Inactive flows get rate 0. When the cap is
@@ -53,7 +54,7 @@ def waterfill(capacity: Array, paths: Array, active: Array,
     inf = jnp.asarray(jnp.inf, capacity.dtype)
     on = (paths >= 0) & active[:, None]  # [S, P] real hops of active flows
     if on.size < capacity.shape[0]:  # (static) fewer hops than links: local ids
-        hop, local_capacity = _local_links(capacity, paths, on)
+        hop, local_capacity = _local_links(capacity, paths, on, sequential)
     else:
         hop, local_capacity = jnp.where(on, paths, capacity.shape[0]).reshape(-1), capacity
     num_links = local_capacity.shape[0]  # off hops go to a spare segment past the links
@@ -61,16 +62,15 @@ def waterfill(capacity: Array, paths: Array, active: Array,
     def link_sum(values: Array) -> Array:
         """Per-link sums of per-hop values ([S, P] or [S, P, C])."""
         flat = values.reshape(hop.shape[0], *values.shape[2:])
-        return jax.ops.segment_sum(flat, hop, num_segments=num_links + 1)
+        return segment(flat, hop, num_links + 1, "add", sequential)
 
     def freeze(residual: Array, count: Array, frozen: Array) -> tuple[Array, Array]:
         """One round: the flows frozen now, and every unfrozen flow's path share."""
         crossing = on & ~frozen[:, None]
         share = jnp.where(count > 0, residual / jnp.maximum(count, 1), inf)
         path_share = jnp.min(jnp.where(crossing, share[hop].reshape(on.shape), inf), axis=1)
-        link_min = jax.ops.segment_min(
-            jnp.where(crossing, path_share[:, None], inf).reshape(-1), hop,
-            num_segments=num_links + 1)
+        link_min = segment(jnp.where(crossing, path_share[:, None], inf).reshape(-1), hop,
+                           num_links + 1, "min", sequential)
         bottleneck = (count > 0) & (share <= link_min)
         newly = ~frozen & jnp.any(on & bottleneck[hop].reshape(on.shape), axis=1)
         return newly, path_share
@@ -103,7 +103,8 @@ def waterfill(capacity: Array, paths: Array, active: Array,
     return rates, jnp.all(frozen), rounds
 
 
-def _local_links(capacity: Array, paths: Array, on: Array) -> tuple[Array, Array]:
+def _local_links(capacity: Array, paths: Array, on: Array,
+                 sequential: bool) -> tuple[Array, Array]:
     """Local link ids of the hops ``on`` (int32[S * P]) and their capacities (float[S * P]).
 
     A link's local id is the flat index of its first hop; off hops get ``S * P``. The
@@ -111,11 +112,12 @@ def _local_links(capacity: Array, paths: Array, on: Array) -> tuple[Array, Array
     """
     num_hops = on.size
     flat = jnp.where(on, paths, capacity.shape[0]).reshape(-1)
-    first = jnp.full((capacity.shape[0] + 1,), num_hops, jnp.int32).at[flat].min(
-        jnp.arange(num_hops, dtype=jnp.int32))
+    first = scatter(jnp.full((capacity.shape[0] + 1,), num_hops, jnp.int32), flat,
+                    jnp.arange(num_hops, dtype=jnp.int32), "min", sequential)
     hop = jnp.where(on.reshape(-1), first[flat], num_hops)
-    local_capacity = jnp.ones((num_hops,), capacity.dtype).at[hop].set(
-        capacity[jnp.minimum(flat, capacity.shape[0] - 1)], mode="drop")
+    local_capacity = scatter(jnp.ones((num_hops,), capacity.dtype), hop,
+                             capacity[jnp.minimum(flat, capacity.shape[0] - 1)], "set",
+                             sequential)
     return hop, local_capacity
 
 
@@ -132,7 +134,9 @@ def packed_waterfill(capacity: Array, paths: Array, flows: Array, active: Array,
     faster: measured on CPU, sizes 4x apart instead of 2x compiled the exact kernel in
     a quarter less time and loaded it from disk in a fifth to a third less, and
     stepped as fast (within 3% on twelve Llama-2-7B programs of 8-64 GPUs); sizes 1.5x
-    apart ran no faster than 2x and took half as long again to compile.
+    apart ran no faster than 2x and took half as long again to compile. Being for
+    callers outside ``vmap``, it updates at computed indices one after another
+    (``sequential``), so its loops compile whole on a CPU.
 
     Args:
       capacity: float[L], as for :func:`waterfill`.
@@ -152,13 +156,14 @@ def packed_waterfill(capacity: Array, paths: Array, flows: Array, active: Array,
     sizes = sorted(sizes)
     count = jnp.sum(active, dtype=jnp.int32)
     at = jnp.where(active, prefix_sum(active) - 1, num_slots)
-    packed = jnp.zeros_like(flows).at[at].set(flows, mode="drop")
+    packed = scatter(jnp.zeros_like(flows), at, flows, "set", sequential=True)
 
     def fill(size: int):
         def branch(packed: Array):
             rates, converged, rounds = waterfill(capacity, paths[packed[:size]],
-                                                 jnp.arange(size) < count, max_rounds)
-            return jnp.zeros(num_slots, rates.dtype).at[:size].set(rates), converged, rounds
+                                                 jnp.arange(size) < count, max_rounds,
+                                                 sequential=True)
+            return jnp.pad(rates, (0, num_slots - size)), converged, rounds
         return branch
 
     # the first size that holds them (a search would be a loop of several ops)

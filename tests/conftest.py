@@ -10,7 +10,11 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from xsweep.runtime import use_compiled_loops
 from xsweep.spec.catalog import Catalog, load_catalog
+
+# The kernels compile as the evaluator compiles them (before any test starts JAX).
+use_compiled_loops()
 
 # No per-example deadline: the machines are shared, and a wall-clock limit would make
 # property tests fail on load rather than on a wrong answer.

@@ -8,8 +8,16 @@ core busy while the others mostly wait (measured on 2 cores: one device per core
 evaluates the exact level at 2.2x the rate, for less CPU time). JAX fixes its CPU
 device count when it starts its backends, so :func:`use_cpu_devices` must run before
 the first JAX computation of the process; a new :class:`~xsweep.evaluator.Evaluator`
-calls it (so every command that evaluates), importing xsweep does not, and nothing
-here writes to ``os.environ``.
+calls it (so every command that evaluates), and importing xsweep does not.
+
+**Compiled loops.** XLA's CPU runtime runs a loop's body an operation at a time, with a
+fixed cost per operation; the exact level's event loop is tens of small operations per
+event. XLA can compile a loop whose body holds no scatter into one function instead,
+but by default only loops that touch under a kilobyte. :func:`use_compiled_loops` lifts
+that limit before JAX starts (measured on CPU, Llama-2-7B plans of 8-64 GPUs: the
+exact kernel ran its events in 2.3x less time); it is the one setting written to
+``os.environ`` (``XLA_FLAGS``, where XLA reads it; worker processes inherit it), and a
+``--xla_backend_extra_options`` of the user's own is left as it is.
 
 **Compilation cache.** Compiling the kernels for a new shape takes seconds (tens of
 seconds for the exact level), far longer than running them. :func:`use_compile_cache`
@@ -34,6 +42,10 @@ CPU_DEVICES_ENV = "XSWEEP_CPU_DEVICES"
 #: Environment variable read (never written): the compilation cache directory, or 0/off.
 CACHE_DIR_ENV = "XSWEEP_CACHE_DIR"
 _XLA_COUNT_FLAG = "--xla_force_host_platform_device_count"
+_XLA_EXTRA_FLAG = "--xla_backend_extra_options"
+#: XLA's CPU option: loops touching fewer bytes than this compile into one function.
+_LOOP_OPTION = "xla_cpu_small_while_loop_byte_threshold"
+LOOP_BYTES = 10**9
 
 
 def usable_cores() -> int:
@@ -74,6 +86,23 @@ def use_cpu_devices(count: int | None = None) -> bool:
         jax.config.update("jax_num_cpu_devices", wanted)
     except RuntimeError:  # JAX is already running: its device count stays
         return False
+    return True
+
+
+def use_compiled_loops() -> bool:
+    """Have XLA's CPU compiler emit every loop whose body holds no scatter as one function
+    (see the module's description), if JAX has not started its backends and no
+    ``--xla_backend_extra_options`` is set already; return whether loops compile so."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if _LOOP_OPTION in flags:
+        return True
+    if _XLA_EXTRA_FLAG in flags:
+        return False  # the user's own options, not merged into
+    from jax._src import xla_bridge
+
+    if xla_bridge.backends_are_initialized():
+        return False
+    os.environ["XLA_FLAGS"] = f"{flags} {_XLA_EXTRA_FLAG}={_LOOP_OPTION}={LOOP_BYTES}".strip()
     return True
 
 

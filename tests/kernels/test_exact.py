@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jax
+import jax.extend.core
 import numpy as np
 import pytest
 from programs import GB, bottleneck_program, parking_lot_program
@@ -109,6 +110,43 @@ def test_one_variant_per_device_agrees_with_simulator(random_programs, random_si
     assert np.all(out["status"] == Status.OK)
     expected = [random_sims[i].iteration_time_s for i in middle]
     np.testing.assert_allclose(out["iteration_time_s"], expected, rtol=1e-9)
+
+
+def _scatters_in_loops(jaxpr, inside: bool = False) -> int:
+    """Scatter operations inside while loops, in ``jaxpr`` and every jaxpr it calls."""
+    count = 0
+    for eqn in jaxpr.eqns:
+        if inside and eqn.primitive.name.startswith("scatter"):
+            count += 1
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            count += _scatters_in_loops(sub, inside or eqn.primitive.name == "while")
+    return count
+
+
+def test_unbatched_loops_hold_no_scatter(six):
+    """Unbatched, the event loop updates at computed indices one after another, so that
+    XLA's CPU compiler emits each loop as one function (a scatter in a loop body keeps it
+    an operation at a time); batched, it keeps XLA's scatters."""
+    arrays, _ = six
+    one = jax.tree.map(lambda x: x[0], arrays)
+    for batched, scatters in ((False, 0), (True, None)):
+        jaxpr = jax.make_jaxpr(lambda a, b=batched: exact(a, SLOTS, MAX_ROUNDS, b))(one)
+        found = _scatters_in_loops(jaxpr.jaxpr)
+        assert found == scatters if scatters is not None else found > 0
+
+
+def test_branches_and_scatters_only_change_how(six):
+    """The unbatched kernel with XLA's scatters, as the batched form has them, gives the
+    same schedules bit for bit."""
+    from xsweep.kernels.exact import _ALONE, _config, _schedule
+
+    scattering = _ALONE._replace(sequential=False)
+    run = jax.jit(lambda a: _schedule(_config(a, SLOTS, MAX_ROUNDS, scattering), a))
+    arrays, _ = six
+    for i in range(len(arrays.task_valid)):
+        one = jax.tree.map(lambda x, i=i: x[i], arrays)
+        for got, want in zip(run(one), _exact(one, slots=SLOTS, batched=False), strict=True):
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
 def test_wider_padding_does_not_change_results(random_programs, six):

@@ -22,7 +22,7 @@ from xsweep.kernels import MAX_ROUNDS
 from xsweep.pipeline import Prepared, prepare_valid, resolve_inputs
 from xsweep.plan.lower import TEMPLATE_BYTES, TemplateCache
 from xsweep.plan.program import Program
-from xsweep.runtime import usable_cores, use_compile_cache, use_cpu_devices
+from xsweep.runtime import usable_cores, use_compile_cache, use_compiled_loops, use_cpu_devices
 from xsweep.spec.arguments import evaluation_arguments, evaluation_plans, validated_plans
 from xsweep.spec.catalog import Catalog
 from xsweep.spec.profile import Profile
@@ -82,6 +82,7 @@ class Evaluator:
             raise InputError(None, "dtype", dtype, f"must be one of {', '.join(DTYPES)}")
         if chunk_size is not None and chunk_size < 1:
             raise InputError(None, "chunk_size", chunk_size, "must be at least 1")
+        use_compiled_loops()
         if devices is None:
             use_cpu_devices(cpu_devices)
             import jax
