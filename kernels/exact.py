@@ -470,7 +470,18 @@ def exact(p: ProgramArrays, slots: int | tuple[int, int], max_rounds: int = MAX_
         would run both sides), no branches and all slots every time. Results are
         the same.
     """
-    return _schedule(_config(p, slots, max_rounds, _VMAPPED if batched else _ALONE), p)
+    cfg = _config(p, slots, max_rounds, _VMAPPED if batched else _ALONE)
+    if batched:
+        return _schedule(cfg, p)
+    # a row without tasks (a padded variant) skips the loop and what comes before it
+    return lax.cond(jnp.any(p.task_valid), functools.partial(_schedule, cfg), _empty, p)
+
+
+def _empty(p: ProgramArrays) -> Schedule:
+    """The schedule of a program without tasks: every time 0, no step."""
+    zero, times = jnp.int32(0), jnp.zeros(p.task_valid.shape, p.link_capacity.dtype)
+    return Schedule(times, times, jnp.asarray(0, times.dtype), jnp.int32(Status.OK), zero, zero,
+                    zero)
 
 
 def _schedule(cfg: _Config, p: ProgramArrays) -> Schedule:

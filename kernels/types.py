@@ -14,7 +14,9 @@ Padding convention (what lets programs of different sizes share one shape):
   at time 0 and change nothing; ``task_valid`` marks the real ones;
 * padded edges, flow tasks and path entries are ``-1``, after the real ones; a
   padded flow (``flow_task == -1``) never starts;
-* padded links have capacity 1 and no flow crosses them.
+* padded links have capacity 1 and no flow crosses them;
+* a padded variant (a row of a batch without a valid task) may hold zeros everywhere:
+  it finishes at time 0 in no step, whatever its other arrays hold.
 
 The bound's fast form reads a :class:`BlockedProgram` instead (shape names ``B``
 blocks, ``W`` slots per block, ``D`` predecessors per slot), padded with zeros:

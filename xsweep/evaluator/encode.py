@@ -45,10 +45,16 @@ def encode(programs: Sequence[Program], shape: Shape | None = None, *,
     out = ProgramArrays(
         task_valid=host_full((rows, T), 0, bool), task_is_comm=host_full((rows, T), 0, bool),
         task_duration_s=host_full((rows, T), 0, dtype),
-        dep_task=host_full((rows, E), -1, np.int32), dep_pred=host_full((rows, E), -1, np.int32),
-        flow_task=host_full((rows, F), -1, np.int32), flow_bytes=host_full((rows, F), 0, dtype),
+        dep_task=host_full((rows, E), 0, np.int32), dep_pred=host_full((rows, E), 0, np.int32),
+        flow_task=host_full((rows, F), 0, np.int32), flow_bytes=host_full((rows, F), 0, dtype),
         flow_latency_s=host_full((rows, F), 0, dtype),
-        flow_path=host_full((rows, F, P), -1, np.int32), link_capacity=host_full((rows, L), 1, dtype))
+        flow_path=host_full((rows, F, P), 0, np.int32), link_capacity=host_full((rows, L), 0, dtype))
+    # the programs' rows padded as ProgramArrays says; rows past them stay zeros (no valid
+    # task: the kernels finish them at once), which cost nothing until read
+    n = len(programs)
+    for array, fill in ((out.dep_task, -1), (out.dep_pred, -1), (out.flow_task, -1),
+                        (out.flow_path, -1), (out.link_capacity, 1)):
+        array[:n] = fill
     if not programs:
         return out
 
