@@ -15,7 +15,7 @@ fixed cost per operation; the exact level's event loop is tens of small operatio
 event. XLA can compile a loop whose body holds no scatter into one function instead,
 but by default only loops that touch under a kilobyte. :func:`use_compiled_loops` lifts
 that limit before JAX starts (measured on CPU, Llama-2-7B plans of 8-64 GPUs: the
-exact kernel ran its events in 2.3x less time); it is the one setting written to
+exact kernel ran its events in 1.6-2.2x less time); it is the one setting written to
 ``os.environ`` (``XLA_FLAGS``, where XLA reads it; worker processes inherit it), and a
 ``--xla_backend_extra_options`` of the user's own is left as it is.
 
