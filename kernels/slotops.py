@@ -11,6 +11,9 @@ loop's body. These helpers are written to compile into few:
   triangle (``n * n`` work, which on short arrays costs less than the scan);
 * :func:`owners` finds, for every position, the range that holds it, by one
   comparison and reduction instead of a scatter and a running maximum;
+* :func:`scatter` and :func:`segment` update at computed indices either by XLA's
+  scatter or one index after another; the second keeps a loop body free of scatters,
+  which XLA's CPU compiler then emits as one function;
 * :func:`hoisted` keeps a constant array out of the loop: the compiler would move a
   broadcast constant into the loop body and rebuild it at every event;
 * :func:`reduce` and :func:`total` keep integer sums in their input's dtype, so a
@@ -77,7 +80,6 @@ def owners(first: Array, length: int, sequential: bool = False) -> Array:
 def hoisted(x: Array) -> Array:
     """``x``, computed where it is written and kept there, out of any loop using it."""
     return lax.optimization_barrier(x)
-
 
 
 _COMBINE = {"add": jnp.add, "max": jnp.maximum, "min": jnp.minimum,
