@@ -16,9 +16,6 @@ deadline as a constraint and only plans that meet it make the answer.
 
 from __future__ import annotations
 
-import contextlib
-import signal
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +29,7 @@ from xsweep.search.pareto import non_dominated, objective_matrix
 from xsweep.search.planner import Built, Planner
 from xsweep.search.progress import Progress
 from xsweep.search.results import exact_feasible
-from xsweep.search.storage import default_url, masked, open_storage
+from xsweep.search.storage import default_url, interrupts_deferred, masked, open_storage
 from xsweep.search.study import default_sampler, make_sampler, open_study, space_attrs
 from xsweep.search.table import update
 from xsweep.search.tasks import Job, evaluate_points
@@ -125,7 +122,7 @@ def run_optimize(path: str | Path, options: Options = Options(),
         asked: list = []
         try:
             for _ in range(count):
-                with _interrupts_deferred():  # a trial asked is a trial this run will tell
+                with interrupts_deferred():  # a trial asked is a trial this run will tell
                     asked.append(study.ask())
             _run_batch(study, asked, job, planner, deadline)
         except BaseException:
@@ -149,28 +146,6 @@ def run_optimize(path: str | Path, options: Options = Options(),
                "training_days_max": sweep.constraints.training_days_max,
                **best.summary(), "plans": [str(p) for p in written]}
     return Outcome(summary, best, folder)
-
-
-@contextlib.contextmanager
-def _interrupts_deferred():
-    """Hold Ctrl-C back until the block is done: a trial that ``study.ask()`` has created
-    in the storage must reach the list of trials this run fails on an interrupt, or it
-    would stay RUNNING in the study for ever. (A signal mask would not do: another
-    thread may take the signal for the process.)"""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held: list = []
-    previous = signal.signal(signal.SIGINT, lambda *received: held.append(received))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if held:  # now that the block is done, as it would have been handled
-        if callable(previous):
-            previous(*held[0])
-        elif previous != signal.SIG_IGN:
-            raise KeyboardInterrupt
 
 
 def _run_batch(study, asked: list, job: Job, planner: Planner, deadline: Deadline) -> None:

@@ -8,7 +8,12 @@ writes the URL nowhere: not in study attributes, summaries or plans.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import inspect
 import re
+import signal
+import threading
 import time
 from pathlib import Path
 from urllib.parse import unquote
@@ -53,6 +58,56 @@ def default_url(folder: Path) -> str:
     return f"sqlite:///{folder / 'study.db'}"
 
 
+@contextlib.contextmanager
+def interrupts_deferred():
+    """Hold Ctrl-C back until the block is done, then raise it as it would have been.
+
+    A signal mask would not do: another thread may take the signal for the process.
+    Blocks nest: an inner one hands a held interrupt to the outer one's handler.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list = []
+    previous = signal.signal(signal.SIGINT, lambda *received: held.append(received))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:
+        if callable(previous):
+            previous(*held[0])
+        elif previous != signal.SIG_IGN:
+            raise KeyboardInterrupt
+
+
+def _deferring(method):
+    @functools.wraps(method)
+    def call(*args, **kwargs):
+        with interrupts_deferred():
+            return method(*args, **kwargs)
+    return call
+
+
+@functools.cache
+def storage_class():
+    """Optuna's RDB storage, each of whose calls finishes before a Ctrl-C is raised.
+
+    Python raises KeyboardInterrupt wherever the main thread is. Inside SQLAlchemy that
+    invalidates the connection midway through a call, after which SQLAlchemy logs a
+    traceback of its own while closing the cursor, and the call's work is lost. Each
+    call to the storage is short (milliseconds), so holding Ctrl-C back until it returns
+    costs the user nothing.
+    """
+    import optuna
+
+    base = optuna.storages.RDBStorage
+    methods = {name: _deferring(member) for name in dir(base)
+               if (not name.startswith("_") or name == "__init__")
+               and inspect.isfunction(member := inspect.getattr_static(base, name))}
+    return type("InterruptSafeRDBStorage", (base,), methods)
+
+
 def open_storage(url: str):
     """An Optuna RDB storage for ``url``; a URL that cannot be opened is an InputError that
     shows it masked.
@@ -70,7 +125,7 @@ def open_storage(url: str):
     try:
         for attempt in range(SCHEMA_ATTEMPTS):
             try:
-                return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+                return storage_class()(url, engine_kwargs=engine_kwargs)
             except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
                 if attempt == SCHEMA_ATTEMPTS - 1:
                     raise

@@ -29,6 +29,7 @@ from xsweep.errors import InputError
 from xsweep.search.compare import BOUND, COMPARED, EXACT
 from xsweep.search.pareto import objective_matrix
 from xsweep.search.planner import Planner
+from xsweep.search.storage import storage_class
 from xsweep.search.tasks import catalog_version
 from xsweep.search.winners import Candidate, pick
 from xsweep.spec.catalog import Catalog
@@ -116,7 +117,7 @@ def open_study_result(url: str, name: str | None, catalog: Catalog) -> StudyResu
     import optuna
 
     with _storage_errors(url, shown):
-        storage = optuna.storages.RDBStorage(url, skip_table_creation=True)
+        storage = storage_class()(url, skip_table_creation=True)
         try:
             study = optuna.load_study(study_name=name, storage=storage)
         except KeyError:
