@@ -52,12 +52,11 @@ def test_plain_optuna_storage_breaks_on_the_same_interrupt(tmp_path, caplog):
 
 def test_deferred_blocks_nest_and_raise_once_at_the_outer_end():
     order: list[str] = []
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt), interrupts_deferred():
         with interrupts_deferred():
-            with interrupts_deferred():
-                os.kill(os.getpid(), signal.SIGINT)
-                order.append("inner body done")
-            order.append("outer body done")
+            os.kill(os.getpid(), signal.SIGINT)
+            order.append("inner body done")
+        order.append("outer body done")
     assert order == ["inner body done", "outer body done"]
 
 

@@ -116,7 +116,6 @@ def open_storage(url: str):
     one collide on the database's catalog (an integrity error), and then find the tables
     made when they try again.
     """
-    import optuna
     import sqlalchemy.exc
 
     engine_kwargs = {}
