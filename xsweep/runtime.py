@@ -141,6 +141,28 @@ def use_compile_cache(path: str | Path | None = None) -> Path | None:
     return directory
 
 
+#: Allocations between two collections of the youngest objects while xsweep evaluates
+#: (Python's default is 700).
+RELAXED_GC_THRESHOLD = 100_000
+
+
+@contextlib.contextmanager
+def collector_relaxed() -> Iterator[None]:
+    """Collect the youngest objects less often for a stretch of code (an evaluation) that
+    allocates many short-lived containers, most freed by reference counting. At Python's
+    default of 700 allocations, every tenth young collection also scans the middle
+    generation, and every hundredth all that the process holds (the evaluator's memos of
+    program structures included): measured over 580 all-distinct Llama-2-7B plans at the
+    bound level in one process, 0.26 s of 3.0 s went to 260 collections, against 0.07 s
+    to 3 at 100,000. The thresholds before are put back after."""
+    before = gc.get_threshold()
+    gc.set_threshold(max(before[0], RELAXED_GC_THRESHOLD), *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+
+
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
     """Pause Python's cyclic garbage collector (if it runs) for a stretch of code that

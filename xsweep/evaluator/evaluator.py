@@ -22,7 +22,13 @@ from xsweep.kernels import MAX_ROUNDS
 from xsweep.pipeline import Prepared, prepare_valid, resolve_inputs
 from xsweep.plan.lower import TEMPLATE_BYTES, TemplateCache
 from xsweep.plan.program import Program
-from xsweep.runtime import usable_cores, use_compile_cache, use_compiled_loops, use_cpu_devices
+from xsweep.runtime import (
+    collector_relaxed,
+    usable_cores,
+    use_compile_cache,
+    use_compiled_loops,
+    use_cpu_devices,
+)
 from xsweep.spec.arguments import evaluation_arguments, evaluation_plans, validated_plans
 from xsweep.spec.catalog import Catalog
 from xsweep.spec.profile import Profile
@@ -234,22 +240,23 @@ class Evaluator:
         seconds = dict.fromkeys(("prepare_s", "kernels_s", "results_s"), 0.0)
         compiled = compile_count().snapshot()
         tables = []
-        for begin, end in _host_chunks(plans):
-            start = time.perf_counter()
-            prepared = self._prepare_valid(plans[begin: end], catalog, profile)
-            seconds["prepare_s"] += time.perf_counter() - start
+        with collector_relaxed():
+            for begin, end in _host_chunks(plans):
+                start = time.perf_counter()
+                prepared = self._prepare_valid(plans[begin: end], catalog, profile)
+                seconds["prepare_s"] += time.perf_counter() - start
 
-            def step(done: int, total: int, begin=begin) -> None:
-                if progress is not None:
-                    progress(begin + done, n)
+                def step(done: int, total: int, begin=begin) -> None:
+                    if progress is not None:
+                        progress(begin + done, n)
 
-            start = time.perf_counter()
-            out = self.run([p.program for p in prepared], level, dtype=dtype,
-                           chunk_size=chunk_size, progress=step)
-            seconds["kernels_s"] += time.perf_counter() - start
-            start = time.perf_counter()
-            tables.append(table(prepared, out, cost))
-            seconds["results_s"] += time.perf_counter() - start
+                start = time.perf_counter()
+                out = self.run([p.program for p in prepared], level, dtype=dtype,
+                               chunk_size=chunk_size, progress=step)
+                seconds["kernels_s"] += time.perf_counter() - start
+                start = time.perf_counter()
+                tables.append(table(prepared, out, cost))
+                seconds["results_s"] += time.perf_counter() - start
         compiled = compile_count() - compiled
         return tables, {**seconds, "compile_s": compiled.seconds, "compiles": compiled.compiles,
                         "compile_cache_hits": compiled.cache_hits}
