@@ -11,13 +11,16 @@ from xsweep.evaluator.blocks import block_work
 from xsweep.evaluator.driver import (
     MAX_SHAPES,
     MERGE_FACTOR,
+    ROW_CELLS,
     _row_chunks,
+    _rows_alone,
     _rungs,
     _shape_groups,
     run_programs,
     shapes_known,
 )
 from xsweep.evaluator.kernel_store import KernelStore
+from xsweep.kernels import Status
 
 CONFIG = ("bound", "float32", 64, True)
 
@@ -97,6 +100,16 @@ def test_rows_come_in_few_sizes_and_pad_vmapped_chunks_little():
     assert _row_chunks(9, "exact", 64, 2, split=False) == [16]
 
 
+def test_variants_run_one_after_another_take_one_row_count_per_shape():
+    # as many rows as fit ROW_CELLS, on the rungs, whatever the group's size
+    assert _rows_alone(1000, "exact", 32, 1) == 32
+    assert _rows_alone(ROW_CELLS // 20, "exact", 32, 1) == 16
+    assert _rows_alone(ROW_CELLS // 4, "exact", 32, 1) == 4
+    assert _rows_alone(ROW_CELLS // 2, "exact", 32, 1) == 1
+    assert _rows_alone(ROW_CELLS * 3, "exact", 32, 1) == 1  # one row even past the limit
+    assert _rows_alone(1000, "exact", 32, 2) == 32 and _rows_alone(ROW_CELLS * 3, "exact", 32, 2) == 2
+
+
 def test_choices_reach_another_process_through_the_store(tmp_path):
     devices = tuple(jax.devices()[:1])
     KernelStore(tmp_path).assign(CONFIG, devices, {(1, 2, 3): (4, 4, 4)})
@@ -168,3 +181,24 @@ def test_a_store_is_warm_for_a_level_once_an_evaluation_kept_its_shapes(tmp_path
     assert not shapes_known(later, "exact", "float32", 64)
     assert not shapes_known(later, "bound", "float64", 64)
     assert not shapes_known(Executables(devices, store=None), "bound", "float32", 64)
+
+
+def test_the_exact_level_on_a_cpu_runs_a_shape_at_one_row_count(tmp_path):
+    """Calls of 1, 3 and 6 variants of one program load one exact executable, not one per
+    row count: empty rows cost a variant run one after another nothing."""
+    from programs import random_program
+
+    from xsweep.evaluator.derived import Derived
+    from xsweep.evaluator.executables import Executables
+
+    devices = tuple(jax.devices()[:1])
+    program = random_program(3)
+    executables = Executables(devices, store=None)
+    derived = Derived()
+    for count in (1, 3, 6):
+        out = run_programs([program] * count, "exact", executables=executables,
+                           derived=derived, max_rounds=64)
+        assert (out["status"] == Status.OK).all()
+    exact = [kernel for (level, *_), (kernel, _) in executables._kernels.items()
+             if level == "exact"]
+    assert sum(len(kernel._executables) for kernel in exact) == 1

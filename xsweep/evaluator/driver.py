@@ -49,6 +49,7 @@ from xsweep.evaluator.host_metrics import host_metrics
 from xsweep.evaluator.shapes import (
     BlockShape,
     Shape,
+    cells,
     ladder,
     padding_overhead,
     power_of_two,
@@ -132,6 +133,15 @@ ROWS_STEP = {"bound": None, "exact": 4}
 #: on sweep-like ones, at the same warm rates; a cold run compiles half again as many
 #: executables (sweep-like: 41 against 27, 3.5 s more).
 KEY_ROUNDING = {"bound": ladder, "exact": power_of_two}
+#: Array cells of one chunk at most where variants run one after another (the exact
+#: level on a CPU), whose chunks have one row count per shape (:func:`_rows_alone`):
+#: 2**23 cells are 32 MB of 4-byte values, of which only the real rows' pages are ever
+#: written. Measured on CPU (this benchmark's worker processes, all-distinct Llama-2-7B
+#: plans of 8-64 GPUs, a second set of plans in a warm process): one executable per shape
+#: rather than one per shape and row count loaded 2.5-2.6 s of executables against
+#: 4.4-4.6 s and ran 103-110 variants/s against 86-92; sweep-like plans ran as fast as
+#: before (their groups fill 32 rows either way).
+ROW_CELLS = 2**23
 #: Work per row (``_Format.work``) from which a vmapped group is cut into several row
 #: counts so that it pads little (:func:`_row_chunks`): variants run vmapped pay for every
 #: row, padding included, while variants run one after another (the exact level on a
@@ -301,6 +311,15 @@ def _row_chunks(count: int, level: str, chunk_size: int, devices: int,
     return [single] if single >= count and single <= sum(sizes) else sizes
 
 
+def _rows_alone(cells_per_row: int, level: str, chunk_size: int, devices: int) -> int:
+    """Rows of every chunk of a shape whose variants run one after another: the largest
+    rung of :func:`_rungs` whose arrays hold at most ``ROW_CELLS`` cells (one row at
+    least). Such a chunk loses nothing to an empty row (it is skipped, and its pages are
+    never written), so each shape needs one executable whatever its groups' sizes."""
+    rungs = _rungs(level, chunk_size, devices)
+    return max([r for r in rungs if r * cells_per_row <= ROW_CELLS], default=rungs[0])
+
+
 class _Run:
     """One call of :func:`run_programs`: its configuration and the evaluator's state."""
 
@@ -358,8 +377,14 @@ class _Run:
             run = pending[local]
             self.executables.remember(config, key)
             begin = 0
-            split = cfg.vectorized and float(fmt.work(np.array(key))) >= SPLIT_WORK
-            for rows in _row_chunks(len(run), cfg.level, chunk_size, devices, split):
+            if cfg.vectorized:
+                split = float(fmt.work(np.array(key))) >= SPLIT_WORK
+                counts = _row_chunks(len(run), cfg.level, chunk_size, devices, split)
+            else:
+                rows = _rows_alone(cells(fmt.shape(*key[:num_fields])), cfg.level,
+                                   chunk_size, devices)
+                counts = [rows] * -(-len(run) // rows)
+            for rows in counts:
                 yield (run[begin: begin + rows], (rows, *key[:num_fields]), key[num_fields:-2],
                        key[-2:])
                 begin += rows
