@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import jax
 import numpy as np
+from xsweep.kernels import Status
 
 from xsweep.evaluator.blocks import block_work
 from xsweep.evaluator.driver import (
@@ -20,7 +21,6 @@ from xsweep.evaluator.driver import (
     shapes_known,
 )
 from xsweep.evaluator.kernel_store import KernelStore
-from xsweep.kernels import Status
 
 CONFIG = ("bound", "float32", 64, True)
 

@@ -17,7 +17,8 @@ kept (beside the compiled kernels on disk), so a key runs at the same shape in e
 later call and process, whatever else they hold: rerunning plans compiles nothing.
 Each group runs in chunks of a few row counts (``MIN_ROWS`` and up, by ``ROWS_STEP``
 or along the ladder; a vmapped group of large programs is cut into several so that it pads
-little); the variant axis is padded to a multiple of the device count and
+little; where variants run one after another, a shape has one row count, ``ROW_CELLS``);
+the variant axis is padded to a multiple of the device count and
 split over all devices with ``shard_map``: each device runs its share, vmapped or one
 variant after another (``VECTORIZED``), so one CPU, one GPU or eight run the same
 code. The exact level's slots (tasks and flows under way at once) are sized per
