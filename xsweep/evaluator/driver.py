@@ -15,8 +15,8 @@ at most ``MAX_SHAPES`` new shapes (an already compiled shape that covers a varia
 up to ``REUSE`` times its work is used as it is). The shape a key was given is
 kept (beside the compiled kernels on disk), so a key runs at the same shape in every
 later call and process, whatever else they hold: rerunning plans compiles nothing.
-Each group runs in chunks of a few row counts (``MIN_ROWS`` and up, by ``ROWS_STEP``
-or along the ladder; a vmapped group of large programs is cut into several so that it pads
+Each group runs in chunks of a few row counts (``MIN_ROWS`` times powers of
+``ROWS_STEP``; a vmapped group of large programs is cut into several so that it pads
 little; where variants run one after another, a shape has one row count, ``ROW_CELLS``);
 the variant axis is padded to a multiple of the device count and
 split over all devices with ``shard_map``: each device runs its share, vmapped or one
@@ -118,21 +118,22 @@ SPARE_WORK = {"cpu": {"bound": 0.0, "exact": 2e7}, "gpu": {"bound": 0.0, "exact"
 MAX_STRETCH = 3.0
 #: Rows of a chunk at least (a multiple of the devices, up to the chunk size) ...
 MIN_ROWS = {"bound": 1, "exact": 1}
-#: ... growing by this factor up to the chunk size (None: along the ladder 1, 2, 3, 4,
-#: 6, 8, ... of ``xsweep.evaluator.shapes``), so that a shape needs a few executables.
-ROWS_STEP = {"bound": None, "exact": 4}
+#: ... growing by this factor up to the chunk size, so that a shape needs a few
+#: executables: the bound's vmapped rows in steps of 2 (each row costs its share of a
+#: step), the exact level's in steps of 4.
+ROWS_STEP = {"bound": 2, "exact": 4}
 #: How a variant's sizes round up into its shape key, by level. The bound runs its
-#: variants vmapped, and every spare cell (a slot, a gather, a row) costs its share of
-#: each step, while its executables are small (tens of kB, loaded in milliseconds): sizes
-#: and rows on the ladder, at most a third spare on each axis. The exact level's steps
-#: cost in proportion to its slots, not its sizes (spare tasks and flows cost memory),
-#: its rows run one after another and skip a padded one, and its executables are large
-#: (about a megabyte, a tenth to a fifth of a second to load, seconds to compile): sizes
-#: on powers of two, rows 1, 4, 16, ..., fewer shapes. Measured on CPU (Llama-2-7B plans
-#: of 8-64 GPUs, this benchmark's worker processes): the bound's padding went from 4.2-4.8
-#: padded cells per real cell to 1.0-1.1 on all-distinct plans and from 3.1-3.6 to 1.4-1.6
-#: on sweep-like ones, at the same warm rates; a cold run compiles half again as many
-#: executables (sweep-like: 41 against 27, 3.5 s more).
+#: variants vmapped, and every spare cell (a slot, a gather) costs its share of each
+#: step, while its executables are small (tens of kB, loaded in milliseconds): sizes on
+#: the ladder, at most a third spare on each axis. The exact level's steps cost in
+#: proportion to its slots, not its sizes (spare tasks and flows cost memory and a
+#: little setup), its rows run one after another and skip a padded one, and its
+#: executables are large (about a megabyte, a tenth to a fifth of a second to load,
+#: seconds to compile): sizes on powers of two, fewer shapes. Measured on CPU (Llama-2-7B
+#: plans of 8-64 GPUs, this benchmark's worker processes), against powers of two and
+#: rows of 8, 32 or 64: the bound's padding went from 4.2-4.8 padded cells per real cell
+#: to 1.4 on all-distinct plans and from 3.1-3.6 to 1.7-1.8 on sweep-like ones, at the
+#: same warm rates, for a few more executables (sweep-like, cold: 31 against 27).
 KEY_ROUNDING = {"bound": ladder, "exact": power_of_two}
 #: Array cells of one chunk at most where variants run one after another (the exact
 #: level on a CPU), whose chunks have one row count per shape (:func:`_rows_alone`):
@@ -281,15 +282,15 @@ def _shape_groups(keys: np.ndarray, load: np.ndarray, work: Callable, max_shapes
 
 
 def _rungs(level: str, chunk_size: int, devices: int) -> list[int]:
-    """The row counts a chunk may have: from ``MIN_ROWS`` up by ``ROWS_STEP`` (or along the
-    ladder), at most ``chunk_size``, multiples of the devices (few row counts, so groups of other
+    """The row counts a chunk may have: ``MIN_ROWS`` times powers of ``ROWS_STEP``, at
+    most ``chunk_size``, multiples of the devices (few row counts, so groups of other
     sizes at one shape share executables)."""
     rows, out = MIN_ROWS[level], set()
     while True:
         out.add(-(-min(rows, chunk_size) // devices) * devices)
         if rows >= chunk_size:
             return sorted(out)
-        rows = ladder(rows + 1) if ROWS_STEP[level] is None else rows * ROWS_STEP[level]
+        rows *= ROWS_STEP[level]
 
 
 def _row_chunks(count: int, level: str, chunk_size: int, devices: int,
