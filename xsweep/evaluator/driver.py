@@ -132,8 +132,9 @@ ROWS_STEP = {"bound": 2, "exact": 4}
 #: seconds to compile): sizes on powers of two, fewer shapes. Measured on CPU (Llama-2-7B
 #: plans of 8-64 GPUs, this benchmark's worker processes), against powers of two and
 #: rows of 8, 32 or 64: the bound's padding went from 4.2-4.8 padded cells per real cell
-#: to 1.4 on all-distinct plans and from 3.1-3.6 to 1.7-1.8 on sweep-like ones, at the
-#: same warm rates, for a few more executables (sweep-like, cold: 31 against 27).
+#: to 1.4 on all-distinct plans and from 3.1-3.6 to 1.7-1.8 on sweep-like ones; the finer
+#: keys make more shapes, so all-distinct plans ran about 6% slower warm (63 executables
+#: loaded against 20-25) and compiled more when cold (65 against 25 on a second set).
 KEY_ROUNDING = {"bound": ladder, "exact": power_of_two}
 #: Array cells of one chunk at most where variants run one after another (the exact
 #: level on a CPU), whose chunks have one row count per shape (:func:`_rows_alone`):
