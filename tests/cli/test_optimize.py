@@ -233,7 +233,7 @@ def test_ctrl_c_stops_cleanly_and_leaves_no_trial_running(tmp_path):
         time.sleep(0.2)
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=60)
-    assert process.returncode == 130 and stdout == ""
+    assert process.returncode == 130 and stdout == "", (process.returncode, stdout, stderr)
     assert "Traceback" not in stderr and stderr.rstrip().endswith("interrupted"), stderr
     trials = load(tmp_path, "a100-cannot-hold-70b").get_trials()
     odd = [(t.number, t.state, t.user_attrs) for t in trials

@@ -65,3 +65,17 @@ def test_outside_a_deferred_block_the_handler_is_put_back():
     with interrupts_deferred():
         assert signal.getsignal(signal.SIGINT) is not before
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_the_connection_pool_does_not_report_an_interrupt_as_an_error(tmp_path, caplog):
+    # SQLAlchemy resets connections that the garbage collector finds unused; an interrupt
+    # landing there is raised again, but the pool logs it first: only that record goes
+    storage = open_storage(f"sqlite:///{tmp_path / 'study.db'}")
+    logger = storage.engine.pool.logger
+    with caplog.at_level(logging.ERROR):
+        for error in (KeyboardInterrupt(), RuntimeError("a real failure")):
+            try:
+                raise error
+            except BaseException:  # noqa: BLE001 - logged as the pool would
+                logger.error("Exception during reset or similar", exc_info=True)
+    assert [r.exc_info[0] for r in caplog.records] == [RuntimeError]

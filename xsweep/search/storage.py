@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import logging
 import re
 import signal
 import threading
@@ -89,6 +90,22 @@ def _deferring(method):
     return call
 
 
+class _WithoutInterrupts(logging.Filter):
+    """Drops log records of an exception that is a KeyboardInterrupt."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = record.exc_info[0] if record.exc_info else None
+        return not (kind is not None and issubclass(kind, KeyboardInterrupt))
+
+
+def _quiet_about_interrupts(logger) -> None:
+    """Keep ``logger`` (a logger, or SQLAlchemy's wrapper of one) from reporting a
+    Ctrl-C as an error of its own; the command reports it once, as "interrupted"."""
+    base = getattr(logger, "logger", logger)
+    if not any(isinstance(f, _WithoutInterrupts) for f in base.filters):
+        base.addFilter(_WithoutInterrupts())
+
+
 @functools.cache
 def storage_class():
     """Optuna's RDB storage, each of whose calls finishes before a Ctrl-C is raised.
@@ -97,7 +114,10 @@ def storage_class():
     invalidates the connection midway through a call, after which SQLAlchemy logs a
     traceback of its own while closing the cursor, and the call's work is lost. Each
     call to the storage is short (milliseconds), so holding Ctrl-C back until it returns
-    costs the user nothing.
+    costs the user nothing. SQLAlchemy also resets a connection whose last user has gone
+    when the garbage collector gets to it, anywhere in the program; an interrupt that
+    lands there is raised again, but SQLAlchemy's connection pool would log it first as
+    an error with a traceback: its logger drops such records.
     """
     import optuna
 
@@ -105,6 +125,12 @@ def storage_class():
     methods = {name: _deferring(member) for name in dir(base)
                if (not name.startswith("_") or name == "__init__")
                and inspect.isfunction(member := inspect.getattr_static(base, name))}
+
+    def __init__(self, *args, **kwargs):
+        base.__init__(self, *args, **kwargs)
+        _quiet_about_interrupts(self.engine.pool.logger)
+
+    methods["__init__"] = _deferring(__init__)
     return type("InterruptSafeRDBStorage", (base,), methods)
 
 
