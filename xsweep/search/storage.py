@@ -123,7 +123,7 @@ def storage_class():
 
     base = optuna.storages.RDBStorage
     methods = {name: _deferring(member) for name in dir(base)
-               if (not name.startswith("_") or name == "__init__")
+               if not name.startswith("_")
                and inspect.isfunction(member := inspect.getattr_static(base, name))}
 
     def __init__(self, *args, **kwargs):
