@@ -187,13 +187,12 @@ def _successors(p: ProgramArrays) -> tuple[Array, Array, Array, Array]:
     """Successor lists of every task and of the virtual source (index ``T``).
 
     Returns ``(succ, first, count, in_degree)``: ``succ`` int32[E + T], the
-    dependency edges' tasks grouped by predecessor, then the tasks without
-    predecessors (the source's); ``first`` and ``count`` int32[T + 1], each task's
-    range in ``succ``; ``in_degree`` int32[T].
+    dependency edges' tasks grouped by predecessor (``p.succ_task``, sorted where the
+    program is encoded), then the tasks without predecessors (the source's); ``first``
+    and ``count`` int32[T + 1], each task's range in ``succ``; ``in_degree`` int32[T].
     """
     num_tasks, num_edges = p.task_duration_s.shape[0], p.dep_task.shape[0]
     real = p.dep_task >= 0
-    by_pred = jnp.argsort(jnp.where(real, p.dep_pred, num_tasks), stable=True)
     in_degree = jax.ops.segment_sum(real.astype(jnp.int32), p.dep_task, num_segments=num_tasks)
     out_degree = jax.ops.segment_sum(real.astype(jnp.int32), p.dep_pred, num_segments=num_tasks)
     root = p.task_valid & (in_degree == 0)
@@ -201,7 +200,7 @@ def _successors(p: ProgramArrays) -> tuple[Array, Array, Array, Array]:
     count = jnp.concatenate([out_degree, jnp.sum(root, dtype=jnp.int32)[None]])
     first = jnp.cumsum(count, dtype=jnp.int32) - count
     first = first.at[num_tasks].set(num_edges)  # the source's list follows the edges
-    return jnp.concatenate([p.dep_task[by_pred], roots]), first, count, in_degree
+    return jnp.concatenate([p.succ_task, roots]), first, count, in_degree
 
 
 def _config(p: ProgramArrays, slots: int | tuple[int, int], max_rounds: int,

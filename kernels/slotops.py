@@ -28,10 +28,15 @@ import jax
 import jax.numpy as jnp
 from jax import Array, lax
 
-#: Longest array whose prefix sums are one triangular reduction.
-DENSE_MAX = 64
-#: Most comparisons (ranges x positions) :func:`owners` makes in one reduction.
-DENSE_OWNERS_MAX = 4 * DENSE_MAX * DENSE_MAX
+#: Longest array whose prefix sums are one triangular reduction, and most comparisons
+#: (ranges x positions) :func:`owners` makes in one reduction. The work of both grows
+#: with the square of the slots while the scan and the scatter that replace them grow
+#: linearly, and a loop compiled whole (``xsweep.runtime.use_compiled_loops``) runs them
+#: without a dispatch per operation. Measured on CPU, the exact kernel on four Llama-2-7B
+#: programs at 16-64 task and 24-192 flow slots: 32 and 1,024 took 25% less time than 64
+#: and 16,384 (the sum of thirteen runs: 84 ms against 112), 16 and 1,024 as little.
+DENSE_MAX = 32
+DENSE_OWNERS_MAX = DENSE_MAX * DENSE_MAX
 
 _REDUCERS = {"max": jnp.max, "min": jnp.min, "any": jnp.any, "all": jnp.all}
 

@@ -55,6 +55,7 @@ class ProgramArrays(NamedTuple):
     task_duration_s: Array  # float[T], 0 for COMM tasks
     dep_task: Array  # int32[E], dependency edges in ascending task order: the task, -1 pad
     dep_pred: Array  # int32[E], and its predecessor, -1 pad
+    succ_task: Array  # int32[E], the edges' tasks grouped by predecessor (stably), -1 pad
     flow_task: Array  # int32[F], owning COMM task, -1 pad
     flow_bytes: Array  # float[F]
     flow_latency_s: Array  # float[F]

@@ -71,6 +71,13 @@ def test_round_trip_and_padding(seeds):
         for name, value in _decode(arrays, row, p).items():
             np.testing.assert_array_equal(value, getattr(p, name), err_msg=name)
         assert np.all(arrays.dep_task[row, len(p.dep_idx):] == -1)
+        # successor lists: each predecessor's successors together, in ascending order of
+        # predecessor, each list in the order of the program's edges
+        tasks = np.repeat(np.arange(p.num_tasks), np.diff(p.dep_ptr))
+        expected = [t for pred in range(p.num_tasks) for t, q in zip(tasks, p.dep_idx)
+                    if q == pred]
+        assert arrays.succ_task[row, :len(tasks)].tolist() == expected
+        assert np.all(arrays.succ_task[row, len(tasks):] == -1)
         # padding: zero-duration compute tasks without predecessors; flows of no task
         assert arrays.task_valid[row].sum() == p.num_tasks
         pad = ~arrays.task_valid[row]

@@ -232,6 +232,7 @@ def test_status_codes_with_finite_outputs():
     arrays = encode(programs, batch_shape(program_sizes(programs))._replace(edges=2))
     # task 0 now also waits for task 1: no valid program does
     arrays.dep_task[2, :2], arrays.dep_pred[2, :2] = (0, 1), (1, 0)
+    arrays.succ_task[2, :2] = (1, 0)  # the successors of task 0, then of task 1
     out = _exact_batch(arrays, 4, 1)
     assert np.asarray(out.status).tolist() == [Status.NOT_CONVERGED, Status.OVERFLOW,
                                                Status.INFEASIBLE]

@@ -46,13 +46,15 @@ def encode(programs: Sequence[Program], shape: Shape | None = None, *,
         task_valid=host_full((rows, T), 0, bool), task_is_comm=host_full((rows, T), 0, bool),
         task_duration_s=host_full((rows, T), 0, dtype),
         dep_task=host_full((rows, E), 0, np.int32), dep_pred=host_full((rows, E), 0, np.int32),
+        succ_task=host_full((rows, E), 0, np.int32),
         flow_task=host_full((rows, F), 0, np.int32), flow_bytes=host_full((rows, F), 0, dtype),
         flow_latency_s=host_full((rows, F), 0, dtype),
         flow_path=host_full((rows, F, P), 0, np.int32), link_capacity=host_full((rows, L), 0, dtype))
     # the programs' rows padded as ProgramArrays says; rows past them stay zeros (no valid
     # task: the kernels finish them at once), which cost nothing until read
     n = len(programs)
-    for array, fill in ((out.dep_task, -1), (out.dep_pred, -1), (out.flow_task, -1),
+    for array, fill in ((out.dep_task, -1), (out.dep_pred, -1), (out.succ_task, -1),
+                        (out.flow_task, -1),
                         (out.flow_path, -1), (out.link_capacity, 1)):
         array[:n] = fill
     if not programs:
@@ -67,8 +69,14 @@ def encode(programs: Sequence[Program], shape: Shape | None = None, *,
     out.task_duration_s[task_row, task_col] = cat("task_duration_s")
     dep_owner, _ = owners_and_places(ptr_counts([p.dep_ptr for p in programs]))
     edge_row, edge_col = owners_and_places(sizes[:, 1])
-    out.dep_task[edge_row, edge_col] = task_col[dep_owner]
-    out.dep_pred[edge_row, edge_col] = cat("dep_idx")
+    dep_task, dep_pred = task_col[dep_owner], cat("dep_idx")
+    out.dep_task[edge_row, edge_col] = dep_task
+    out.dep_pred[edge_row, edge_col] = dep_pred
+    # the successor lists the exact kernel walks: each program's edges by predecessor, in
+    # one stable sort of the batch (programs stay in their rows); a sort in the kernel
+    # would cost its padded size for every variant
+    by_pred = np.argsort(edge_row * (1 << 32) + dep_pred, kind="stable")
+    out.succ_task[edge_row, edge_col] = dep_task[by_pred]
 
     flow_row, flow_col = owners_and_places(sizes[:, 2])
     flow_owner, _ = owners_and_places(ptr_counts([p.flow_ptr for p in programs]))
