@@ -74,7 +74,7 @@ def test_round_trip_and_padding(seeds):
         # successor lists: each predecessor's successors together, in ascending order of
         # predecessor, each list in the order of the program's edges
         tasks = np.repeat(np.arange(p.num_tasks), np.diff(p.dep_ptr))
-        expected = [t for pred in range(p.num_tasks) for t, q in zip(tasks, p.dep_idx)
+        expected = [t for pred in range(p.num_tasks) for t, q in zip(tasks, p.dep_idx, strict=True)
                     if q == pred]
         assert arrays.succ_task[row, :len(tasks)].tolist() == expected
         assert np.all(arrays.succ_task[row, len(tasks):] == -1)
