@@ -124,7 +124,7 @@ def main() -> None:
             cells_own += cells(Shape(*(int(n) for n in sizes[i])))
             print(f"  variant {i:4d}: tasks {sizes[i][0]:5d}, flows {sizes[i][2]:5d}; as run "
                   f"{padded * 1e3:7.2f} ms (rows {key[0]}, shape {key[1:6]}, slots "
-                  f"{tuple(slots)}); own shape {alone * 1e3:7.2f} ms (slots {tuple(need)})",
+                  f"{tuple(slots)}); own shape {alone * 1e3:7.2f} ms (slots {tuple(int(n) for n in need)})",
                   file=sys.stderr)
     finally:
         executables._Kernel.__call__ = call
