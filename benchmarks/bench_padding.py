@@ -53,26 +53,27 @@ def main() -> None:
     sys.path.insert(0, str(HERE))
     from bench_end_to_end import plans_of
 
-    # The chunk each program last ran in (the one it did not overflow in) and, for the
-    # timing calls below, the kernel time of the last call (after loading).
+    # The slots and (rows, *shape) key of the chunk each program last ran in (the one it
+    # did not overflow in) and, for the timing calls below, the kernel time of the last
+    # call (after loading).
     chunk_of: dict[int, tuple] = {}
     last_run = [0.0]
     dispatch, call = driver._Run.dispatch, executables._Kernel.__call__
 
     def recording_dispatch(self, programs, sizes, with_metrics, slots, key, metric_dims):
         for p in programs:
-            chunk_of[id(p)] = (slots, key, metric_dims, with_metrics)
+            chunk_of[id(p)] = (slots, key)
         return dispatch(self, programs, sizes, with_metrics, slots, key, metric_dims)
 
     def timed_call(self, *arguments):
-        call(self, *arguments)  # loads or compiles the executable, and runs it once
+        out = call(self, *arguments)  # loads or compiles the executable, and runs it once
         best = np.inf
         for _ in range(3):
             start = time.perf_counter()
-            jax.block_until_ready(call(self, *arguments))
+            out = jax.block_until_ready(call(self, *arguments))
             best = min(best, time.perf_counter() - start)
         last_run[0] = best
-        return call(self, *arguments)
+        return out
 
     evaluator = xsweep.Evaluator(processes=1)
     # the first set first, as bench_end_to_end.py's "warm in process" run: the shapes the
@@ -107,24 +108,24 @@ def main() -> None:
     try:
         for i in pick:
             program = programs[i]
-            slots, key, _, _ = chunk_of[id(program)]
+            slots, key = chunk_of[id(program)]
             padded, status = kernel_time("as run", program, sizes[i], slots, key)
             assert status == result["status"][i], (status, result["status"][i])
-            need = driver._initial_slots([program], evaluator._executables,
-                                         evaluator._derived)[0]
+            need = tuple(int(n) for n in driver._initial_slots(
+                [program], evaluator._executables, evaluator._derived)[0])
+            own_shape = tuple(int(n) for n in sizes[i])
             while True:
-                alone, status = kernel_time("own", program, sizes[i], tuple(int(n) for n in need),
-                                            (1, *(int(n) for n in sizes[i])))
+                alone, status = kernel_time("own", program, sizes[i], need, (1, *own_shape))
                 if status != Status.OVERFLOW:
                     break
-                need = need * 2
+                need = (2 * need[0], 2 * need[1])
             as_run += padded
             own += alone
-            cells_run += key[0] * cells(Shape(*key[1:6]))
-            cells_own += cells(Shape(*(int(n) for n in sizes[i])))
+            cells_run += key[0] * cells(Shape(*key[1:]))
+            cells_own += cells(Shape(*own_shape))
             print(f"  variant {i:4d}: tasks {sizes[i][0]:5d}, flows {sizes[i][2]:5d}; as run "
-                  f"{padded * 1e3:7.2f} ms (rows {key[0]}, shape {key[1:6]}, slots "
-                  f"{tuple(slots)}); own shape {alone * 1e3:7.2f} ms (slots {tuple(int(n) for n in need)})",
+                  f"{padded * 1e3:7.2f} ms (rows {key[0]}, shape {key[1:]}, slots "
+                  f"{tuple(slots)}); own shape {alone * 1e3:7.2f} ms (slots {need})",
                   file=sys.stderr)
     finally:
         executables._Kernel.__call__ = call

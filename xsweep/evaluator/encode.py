@@ -54,8 +54,7 @@ def encode(programs: Sequence[Program], shape: Shape | None = None, *,
     # task: the kernels finish them at once), which cost nothing until read
     n = len(programs)
     for array, fill in ((out.dep_task, -1), (out.dep_pred, -1), (out.succ_task, -1),
-                        (out.flow_task, -1),
-                        (out.flow_path, -1), (out.link_capacity, 1)):
+                        (out.flow_task, -1), (out.flow_path, -1), (out.link_capacity, 1)):
         array[:n] = fill
     if not programs:
         return out
