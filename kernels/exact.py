@@ -60,7 +60,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
-from .slotops import hoisted, owners, prefix_sum, reduce, scatter, total
+from .slotops import hoisted, inverse, owners, prefix_sum, reduce, scatter, total
 from .types import ProgramArrays, Schedule, Status
 from .waterfill import MAX_ROUNDS, packed_waterfill, waterfill
 
@@ -323,8 +323,8 @@ def _release(cfg: _Config, t: _Tables, s: _State, due: Array) -> tuple[_State, A
     overflow |= flow_overflow
     new &= ~flow_overflow
     # the telling position each slot takes its task from, -1 for none
-    source = reduce(jnp.where(new[None, :] & (new_rank[None, :] == run_rank[:, None]),
-                              positions[None, :], -1), "max")
+    position_of = inverse(jnp.where(new, new_rank, -1), budget, seq)
+    source = jnp.where(run_rank < budget, position_of[jnp.minimum(run_rank, budget - 1)], -1)
     takes = source >= 0
     taken = new_task[jnp.maximum(source, 0)]
     s = s._replace(
@@ -363,8 +363,8 @@ def _place(cfg: _Config, t: _Tables, s: _State, need: Array, new_task: Array,
         jnp.clip(rank, 0, flow_slots - 1)]
     flow = jnp.where(take, t.flow_first[new_task[placer]] + rank - need_before[placer], 0)
     # the task slot of each telling position: the free slot of its rank
-    slot_of = reduce(jnp.where(run_rank[None, :] == new_rank[:, None],
-                               t.positions[None, :], -1), "max")
+    slot_of = inverse(run_rank, cfg.run_slots, cfg.branching.sequential)[
+        jnp.clip(new_rank, 0, cfg.run_slots - 1)]
     latency_end_s = s.now + p.flow_latency_s[flow]
     fields = dict(
         slot_flow=jnp.where(take, flow, s.slot_flow),

@@ -9,8 +9,10 @@ loop's body. These helpers are written to compile into few:
 * a library prefix sum is a multi-level scan of several operations, so up to
   ``DENSE_MAX`` elements :func:`prefix_sum` is one masked sum over an ``n x n``
   triangle (``n * n`` work, which on short arrays costs less than the scan);
-* :func:`owners` finds, for every position, the range that holds it, by one
-  comparison and reduction instead of a scatter and a running maximum;
+* :func:`owners` finds, for every position, the range that holds it, and
+  :func:`inverse` the entry that holds each rank, by one comparison and reduction
+  on short arrays, by a scatter (and a running maximum) on long ones, whose
+  comparisons would grow with the square of the slots;
 * :func:`scatter` and :func:`segment` update at computed indices either by XLA's
   scatter or one index after another; the second keeps a loop body free of scatters,
   which XLA's CPU compiler then emits as one function;
@@ -80,6 +82,24 @@ def owners(first: Array, length: int, sequential: bool = False) -> Array:
         return lax.cummax(marks)
     at_or_before = first[None, :] <= jnp.arange(length, dtype=jnp.int32)[:, None]
     return reduce(jnp.where(at_or_before, entries[None, :], 0), "max")
+
+
+def inverse(rank: Array, length: int, sequential: bool = False) -> Array:
+    """For each rank ``0..length-1``, the entry of ``rank`` that holds it (the last one
+    if several do), -1 if none; entries outside ``0..length-1`` hold no rank.
+
+    Up to ``DENSE_OWNERS_MAX`` comparisons (entries x ranks), one comparison and
+    reduction; beyond, one scatter (``sequential``: as :func:`scatter`), since the
+    comparisons grow with the product and the scatter with the entries alone.
+    Returns int32[length].
+    """
+    entries = jnp.arange(rank.shape[0], dtype=jnp.int32)
+    if rank.shape[0] * length > DENSE_OWNERS_MAX:
+        inside = (rank >= 0) & (rank < length)
+        return scatter(jnp.full((length,), -1, jnp.int32), jnp.where(inside, rank, length),
+                       entries, "max", sequential)
+    holds = rank[None, :] == jnp.arange(length, dtype=jnp.int32)[:, None]
+    return reduce(jnp.where(holds, entries[None, :], -1), "max")
 
 
 def hoisted(x: Array) -> Array:

@@ -38,6 +38,20 @@ def test_owners_finds_the_range_holding_each_position(length, sequential, data):
     np.testing.assert_array_equal(got, _owners_reference(first, length))
 
 
+@pytest.mark.parametrize("sequential", [False, True])
+@pytest.mark.parametrize("length", [12, 4 * slotops.DENSE_MAX])  # dense, then scatter
+@settings(max_examples=20, deadline=None)
+@given(data=st.data())
+def test_inverse_finds_the_entry_holding_each_rank(length, sequential, data):
+    # ranks repeat, fall outside 0..length-1 on both sides, or are missing
+    rank = data.draw(st.lists(st.integers(-2, length + 2), min_size=1, max_size=length))
+    got = np.asarray(slotops.inverse(jnp.asarray(rank, jnp.int32), length, sequential))
+    want = [max([i for i, r in enumerate(rank) if r == at], default=-1)
+            for at in range(length)]
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == np.int32
+
+
 def _scatter_reference(target, index, values, how):
     out = np.array(target)
     for i, at in enumerate(index):  # one update after another: set keeps the last
