@@ -101,6 +101,32 @@ def test_variants_one_after_another_equal_single_calls(random_programs, exact_fl
             np.testing.assert_array_equal(value, exact_float64[name][middle], err_msg=name)
 
 
+def test_rows_one_after_another_skip_padded_rows_wherever_they_lie(random_programs):
+    """The exact level's rows run one after another visit only rows that hold a program:
+    with padded rows before, between and after them, each program's row gives what it
+    gives among programs alone, and a padded row gives zeros."""
+    import jax
+
+    from xsweep.evaluator.encode import encode
+    from xsweep.evaluator.executables import Executables, unpack
+    from xsweep.evaluator.shapes import batch_shape
+
+    programs = random_programs[:3]
+    shape = batch_shape(program_sizes(programs))
+    first = encode(programs, shape, num_variants=3)
+    # rows 3-5 padded as the encoder pads them, then moved before and between the programs
+    mixed = jax.tree.map(lambda x: x[[3, 0, 1, 4, 5, 2]],
+                         encode(programs, shape, num_variants=6))
+    kernel, sharding = Executables(jax.devices()[:1]).kernel(
+        "exact", (shape.tasks + 1, shape.flows), 64, False, False)
+    alone, together = (unpack(kernel(*jax.device_put((arrays, None, None), sharding)), False)
+                       for arrays in (first, mixed))
+    for name, value in together.items():
+        np.testing.assert_array_equal(value[[1, 2, 5]], alone[name], err_msg=name)
+        assert not np.any(value[[0, 3, 4]]), name
+    assert np.all(alone["steps"] > 0)
+
+
 def test_bound_metrics_are_the_metrics_of_its_times(random_programs):
     programs = random_programs[:12]
     out = default_evaluator().run(programs, "bound", dtype="float64", task_times=True)

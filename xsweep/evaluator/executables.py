@@ -9,6 +9,7 @@ covers theirs at little extra cost instead of compiling their own.
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -37,23 +38,46 @@ MAX_COMPILED = 64
 _AXIS = "variant"
 
 
-def _sharded(fn: Callable, devices: tuple,
-             vectorized: bool = True) -> tuple[Callable, NamedSharding]:
+def _sharded(fn: Callable, devices: tuple, vectorized: bool = True,
+             present: Callable | None = None) -> tuple[Callable, NamedSharding]:
     """``fn`` (of one variant) over a variant axis split across ``devices``, jitted.
 
     Each device runs its share of the variants vmapped or, not ``vectorized``, one
-    after another with ``lax.map``.
+    after another (:func:`_one_by_one`), visiting only the rows ``present`` marks (a
+    bool per row, from the arguments; default: every row).
     """
     mesh = Mesh(np.array(devices), (_AXIS,))
     spec = PartitionSpec(_AXIS)
-    if vectorized:
-        local = jax.vmap(fn)
-    else:
-        def local(*args):
-            return lax.map(lambda one: fn(*one), args)
+    local = jax.vmap(fn) if vectorized else functools.partial(_one_by_one, fn, present)
     sharded = jax.shard_map(local, mesh=mesh, in_specs=spec, out_specs=spec,
                             check_vma=False)  # the kernels know nothing of the mesh
     return jax.jit(sharded), NamedSharding(mesh, spec)
+
+
+def _one_by_one(fn: Callable, present: Callable | None, *args):
+    """``fn`` of each row of ``args`` present, one after another; zeros in the other rows.
+
+    A loop over every row (``lax.map``) copies each row's inputs out of the stacked
+    arrays before ``fn`` sees it, padded rows too: at the exact level's largest shapes
+    (a megabyte a row) that cost more than running a small program. Here the loop runs
+    over the present rows' indices alone, so a chunk that holds a few variants pays
+    for those.
+    """
+    rows = jax.tree.leaves(args)[0].shape[0]
+    out = jax.eval_shape(fn, *jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
+                                           args))
+    out = jax.tree.map(lambda leaf: jnp.zeros((rows, *leaf.shape), leaf.dtype), out)
+    marks = jnp.ones((rows,), bool) if present is None else present(*args)
+    which = jnp.nonzero(marks, size=rows, fill_value=0)[0]
+
+    def one(j, out):
+        row = which[j]
+        result = fn(*jax.tree.map(lambda x: lax.dynamic_index_in_dim(x, row, keepdims=False),
+                                  args))
+        return jax.tree.map(lambda o, r: lax.dynamic_update_index_in_dim(o, r, row, 0),
+                            out, result)
+
+    return lax.fori_loop(0, jnp.sum(marks, dtype=jnp.int32), one, out)
 
 
 def _evaluate_one(level: str, slots: tuple[int, int], max_rounds: int, batched: bool,
@@ -75,6 +99,11 @@ def _evaluate_one(level: str, slots: tuple[int, int], max_rounds: int, batched: 
     summary = timeline.summarize(jnp, index, per_stream, start_s, end_s, *scalars)
     del summary["iteration_time_s"]  # the kernel's own, which also covers the bound
     return out | per_stream | summary
+
+
+def _holds_tasks(arrays, index, scalars) -> jax.Array:
+    """Which rows of an exact chunk hold a program (a padded row has no valid task)."""
+    return jnp.any(arrays.task_valid, axis=1)
 
 
 def output_names(with_metrics: bool) -> tuple[tuple[str, ...], tuple[str, ...],
@@ -163,7 +192,8 @@ class Executables:
             def one(arrays, index, scalars):
                 return _packed(_evaluate_one(level, slots, max_rounds, vectorized, arrays,
                                              index, scalars), with_metrics)
-            jitted, sharding = _sharded(one, self.devices, vectorized)
+            jitted, sharding = _sharded(one, self.devices, vectorized,
+                                         _holds_tasks if level == "exact" else None)
             self._kernels[key] = (_Kernel(jitted, key, self.devices, self._store, self._used),
                                   sharding)
         return self._kernels[key]
