@@ -6,9 +6,10 @@ Run: ``python benchmarks/bench_padding.py [--family distinct] [--sample 16]``.
 The padding overhead ``xsweep.evaluate`` reports counts array cells: padded cells per
 real cell of each chunk's arrays. For the bound, whose chunks run their rows vmapped
 (every cell takes part in every step), cells are a fair measure of the work padding
-adds. The exact level on a CPU runs a chunk's rows one after another: an empty row is
-skipped, and within a row its loop's steps cost by its slots far more than by its sizes,
-so cells overstate what padding costs there. This benchmark measures it.
+adds. The exact level on a CPU runs a chunk's rows one after another over the rows that
+hold a variant (an empty row is neither read nor run, and is not counted), and within a
+row its loop's steps cost by its slots far more than by its sizes, so cells overstate
+what padding costs there. This benchmark measures it.
 
 In one process on one CPU device (as each worker of an evaluation runs), it evaluates a
 family's two sets of plans (``bench_end_to_end.py``'s) at the exact level as
@@ -121,7 +122,7 @@ def main() -> None:
                 need = (2 * need[0], 2 * need[1])
             as_run += padded
             own += alone
-            cells_run += key[0] * cells(Shape(*key[1:]))
+            cells_run += cells(Shape(*key[1:]))  # the rows run: its own
             cells_own += cells(Shape(*own_shape))
             print(f"  variant {i:4d}: tasks {sizes[i][0]:5d}, flows {sizes[i][2]:5d}; as run "
                   f"{padded * 1e3:7.2f} ms (rows {key[0]}, shape {key[1:]}, slots "

@@ -28,6 +28,15 @@ STATUS_NAMES = (*Status.NAMES, "pruned")
 PRUNED = len(Status.NAMES)
 #: Solver diagnostics copied from the kernels' output, per variant.
 DIAGNOSTICS = ("steps", "max_active_flows", "waterfill_rounds", "padding_overhead")
+#: What each diagnostic counts (the variables' ``description`` attribute).
+_DIAGNOSTIC_ABOUT = {
+    "steps": "events the exact level stepped through (0 for the bound)",
+    "max_active_flows": "most flows transferring at once (exact level)",
+    "waterfill_rounds": "most water-filling rounds one step needed (exact level)",
+    "padding_overhead": "padded array cells per real cell in the variant's kernel call "
+                        "(rows run one after another count only the rows holding a "
+                        "variant: the others are neither read nor run)",
+}
 
 
 def _attrs(name: str) -> dict:
@@ -101,7 +110,8 @@ def assemble(tables: Sequence[dict[str, np.ndarray]], level: str, dtype: str,
     for name in ("status", "feasible", "reason", *DIAGNOSTICS):
         empty = np.zeros(0, bool if name == "feasible" else float)
         values = columns[name] if columns else empty
-        data[name] = (("variant",), values.astype(str) if values.dtype == object else values)
+        data[name] = (("variant",), values.astype(str) if values.dtype == object else values,
+                      {"description": _DIAGNOSTIC_ABOUT[name]} if name in DIAGNOSTICS else {})
     data["level"] = (("variant",), np.full(n, level))
     names = columns["name"].astype(str) if columns else np.zeros(0, str)
     import xarray as xr

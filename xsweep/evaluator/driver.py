@@ -337,9 +337,9 @@ class _Run:
         rows, shape = key[0], fmt.shape(*key[1:])
         if cfg.level == "exact":
             slots = (min(slots[0], shape.tasks + 1), min(slots[1], shape.flows))  # no more is used
-        kernel, sharding = self.executables.kernel(
-            cfg.level, slots, cfg.max_rounds, cfg.vectorized and rows > len(devices),
-            with_metrics)
+        vmapped = cfg.vectorized and rows > len(devices)
+        kernel, sharding = self.executables.kernel(cfg.level, slots, cfg.max_rounds, vmapped,
+                                                   with_metrics)
         arrays = fmt.encode(programs, shape, dtype=cfg.dtype, num_variants=rows)
         index = scalars = None
         if with_metrics:
@@ -352,7 +352,8 @@ class _Run:
         out = kernel(*jax.device_put((arrays, index, scalars), sharding))
         if not (cfg.task_times or cfg.host_metrics):
             del out["start_s"], out["end_s"]
-        overhead = padding_overhead(sizes, shape, rows)
+        # rows run one after another skip the padded ones unread: only run rows count
+        overhead = padding_overhead(sizes, shape, rows if vmapped else len(programs))
         return {"packed": out, "padding_overhead": np.full(len(programs), overhead)}
 
     def chunks(self, programs: Sequence[Program], sizes: np.ndarray, pending: np.ndarray,
