@@ -115,6 +115,36 @@ def test_one_variant_per_device_agrees_with_simulator(random_programs, random_si
     np.testing.assert_allclose(out["iteration_time_s"], expected, rtol=1e-9)
 
 
+@pytest.mark.parametrize("how", ["one after another", "xla scatters", "batched"])
+def test_slots_past_the_dense_forms_agree_with_simulator(random_programs, random_sims, how):
+    """At 64 task slots (4,096 slot pairs) the slot matching and range lookups run as
+    scatters rather than comparisons (``slotops.DENSE_OWNERS_MAX``): the same schedules
+    as the simulator, in float64, whether they update one after another, by XLA's
+    scatters or batched."""
+    from xsweep.kernels import slotops
+    from xsweep.kernels.exact import _ALONE, _config, _schedule
+
+    slots = (64, 128)
+    assert slots[0] * slots[0] > slotops.DENSE_OWNERS_MAX
+    if how == "batched":
+        def run(a):
+            return exact(a, slots, MAX_ROUNDS, True)
+    else:
+        form = _ALONE._replace(sequential=how == "one after another")
+
+        def run(a):
+            return _schedule(_config(a, slots, MAX_ROUNDS, form), a)
+    run = jax.jit(run)
+    with jax.enable_x64(True):
+        arrays = encode(random_programs[:6], dtype=np.float64)
+        for i, sim in enumerate(random_sims[:6]):
+            out = run(jax.tree.map(lambda x, i=i: x[i], arrays))
+            assert int(out.status) == Status.OK, i
+            n = random_programs[i].num_tasks
+            np.testing.assert_allclose(np.asarray(out.end_s)[:n], sim.task_end_s, rtol=1e-9,
+                                       atol=1e-12)
+
+
 def _scatters_in_loops(jaxpr, inside: bool = False) -> int:
     """Scatter operations inside while loops, in ``jaxpr`` and every jaxpr it calls."""
     count = 0
