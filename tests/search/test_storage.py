@@ -41,6 +41,20 @@ def test_a_ctrl_c_inside_a_storage_call_is_raised_after_it_completes(tmp_path, c
     assert [t.value for t in study.get_trials()] == [1.0]
 
 
+def test_a_ctrl_c_inside_a_call_of_optunas_cache_is_raised_after_it(tmp_path, caplog):
+    # A study goes through Optuna's cache, which calls the storage's private methods
+    # (_create_new_trial, _get_trials, ...): those calls too finish before the interrupt.
+    storage = open_storage(f"sqlite:///{tmp_path / 'study.db'}")
+    study = optuna.create_study(study_name="made", storage=storage)
+    sent = _interrupt_inside_next_statement(storage)
+    caplog.clear()  # the study's creation is logged
+    with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
+        storage._create_new_trial(study._study_id)
+    assert sent, "the interrupt was never sent"
+    assert not caplog.records
+    assert len(study.get_trials()) == 1  # the trial was made whole
+
+
 def test_plain_optuna_storage_breaks_on_the_same_interrupt(tmp_path, caplog):
     # The premise of the test above: without deferral the interrupt lands in SQLAlchemy.
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'study.db'}")

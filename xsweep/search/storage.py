@@ -122,8 +122,10 @@ def storage_class():
     import optuna
 
     base = optuna.storages.RDBStorage
+    # private methods too: Optuna's cache in front of the storage (the storage a study
+    # holds) calls several directly (``_get_trials``, ``_create_new_trial``, ...)
     methods = {name: _deferring(member) for name in dir(base)
-               if not name.startswith("_")
+               if not name.startswith("__")
                and inspect.isfunction(member := inspect.getattr_static(base, name))}
 
     def __init__(self, *args, **kwargs):
