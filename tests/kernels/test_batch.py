@@ -10,13 +10,16 @@ import sys
 import textwrap
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
 from xsweep import metrics, timeline
 from xsweep.errors import InputError
 from xsweep.evaluator import default_evaluator
-from xsweep.evaluator.shapes import predicted_size, program_sizes
+from xsweep.evaluator.encode import encode
+from xsweep.evaluator.executables import Executables, unpack
+from xsweep.evaluator.shapes import batch_shape, predicted_size, program_sizes
 from xsweep.sim import summary
 
 TESTS = Path(__file__).resolve().parent.parent
@@ -105,12 +108,6 @@ def test_rows_one_after_another_skip_padded_rows_wherever_they_lie(random_progra
     """The exact level's rows run one after another visit only rows that hold a program:
     with padded rows before, between and after them, each program's row gives what it
     gives among programs alone, and a padded row gives zeros."""
-    import jax
-
-    from xsweep.evaluator.encode import encode
-    from xsweep.evaluator.executables import Executables, unpack
-    from xsweep.evaluator.shapes import batch_shape
-
     programs = random_programs[:3]
     shape = batch_shape(program_sizes(programs))
     first = encode(programs, shape, num_variants=3)

@@ -70,7 +70,8 @@ DTYPES = {"float32": np.float32, "float64": np.float64}
 #: large ones). The accelerator sizes are first guesses, not measurements.
 DEFAULT_CHUNK = {"cpu": {"bound": 64, "exact": 32}, "gpu": {"bound": 16384, "exact": 2048}}
 #: Whether the variants of a chunk run vmapped, in lockstep, or one after another
-#: (``lax.map``), each in the unbatched kernel whose branches really branch and which
+#: (over the rows that hold one: ``executables._one_by_one``), each in the unbatched
+#: kernel whose branches really branch and which
 #: stops at its own last event. Measured on CPU: one after another wins for the
 #: exact level (a vmapped event loop runs as long as its slowest member and touches
 #: every slot at every step).
