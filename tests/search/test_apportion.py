@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from xsweep.search.apportion import apportion
@@ -17,13 +17,23 @@ def test_worked_examples():
     assert apportion(10, [100.0, 1.0]) == [9, 1]
 
 
+def _raised(total: int, weights: list[float], raised: frozenset = frozenset()) -> frozenset:
+    """The parts raised to the minimum of 1: those whose share of what the raised ones
+    leave falls below 1, until none does (raising one lowers the others' shares)."""
+    free = [i for i in range(len(weights)) if i not in raised]
+    rest, weight = total - len(raised), sum(weights[i] for i in free)
+    below = {i for i in free if rest * weights[i] / weight < 1}
+    return raised if not below else _raised(total, weights, raised | below)
+
+
 @given(st.lists(st.floats(0.01, 100.0), min_size=1, max_size=12), st.integers(0, 200))
+@example([1.0, 1.0, 1.0, 1.0, 9.0, 9.0, 37.0], 0)  # the 9s fall below 1 once the 1s are raised
 def test_sum_minimum_and_proportion(weights, extra):
     total = len(weights) + extra
     parts = apportion(total, weights)
     assert sum(parts) == total
     assert min(parts) >= 1
-    raised = [i for i, w in enumerate(weights) if total * w / sum(weights) < 1]
+    raised = _raised(total, weights)
     free = [i for i in range(len(weights)) if i not in raised]
     rest = total - len(raised)
     weight = sum(weights[i] for i in free)
