@@ -128,7 +128,7 @@ def test_worker_processes_run_one_per_core_and_a_bad_plan_late_in_the_list_stops
         again = pool.evaluate(plans, level="bound")
         assert (again["status"] == "ok").all()
         if hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) >= 2:
-            pinned = [os.sched_getaffinity(w.pid) for w in pool._workers._workers]
+            pinned = [os.sched_getaffinity(pid) for pid in pool._workers.pids()]
             assert all(len(cores) == 1 for cores in pinned)
             assert len(set().union(*pinned)) == 2  # each its own core
     finally:

@@ -4,12 +4,22 @@ errors with the worker's traceback, and workers that stop when told."""
 from __future__ import annotations
 
 import operator
+import os
 
 import pytest
 
-from xsweep.pipes import WorkerError
+from xsweep.workers import WorkerError
 from xsweep.search.distributed import LocalExecutor
 from xsweep.search.processes import ProcessExecutor
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a child reaped by its pool no longer exists)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def test_units_give_what_they_give_in_this_process():
@@ -19,12 +29,13 @@ def test_units_give_what_they_give_in_this_process():
         found = dict(executor.run(operator.mul, 3, items))
         assert found == dict(LocalExecutor().run(operator.mul, 3, items))
         assert found == {k: 3 * k for k in range(1, 9)}
-        workers = list(executor._workers)
-        assert len(workers) == 2 and all(w.poll() is None for w in workers)  # kept warm
+        workers = executor.pids()
+        assert len(workers) == 2 and all(alive(pid) for pid in workers)  # kept warm
         assert dict(executor.run(operator.sub, 10, items[:2])) == {1: 9, 2: 8}  # another job
+        assert executor.pids() == workers  # the same workers took the new job
     finally:
         executor.close()
-    assert all(w.returncode == 0 for w in workers)  # they ended when their input closed
+    assert not any(alive(pid) for pid in workers)  # they ended when their input closed
 
 
 def test_a_failing_unit_raises_with_the_workers_traceback():
@@ -32,6 +43,6 @@ def test_a_failing_unit_raises_with_the_workers_traceback():
     try:
         with pytest.raises(WorkerError, match="ZeroDivisionError"):
             dict(executor.run(operator.truediv, 1, [("a", (1,)), ("b", (0,)), ("c", (2,))]))
-        assert executor._workers == []  # stopped: their other answers are lost
+        assert executor.pids() == []  # stopped: their other answers are lost
     finally:
         executor.close()

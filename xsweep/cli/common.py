@@ -16,11 +16,14 @@ from pathlib import Path
 
 from xsweep.errors import InputError
 from xsweep.metrics import jsonable
+from xsweep.workers.pipes import WorkerError
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # the shell's code for a process ended by SIGINT (128 + 2)
+#: Environment variable read: set to 1, a failed worker's traceback follows its one line.
+DEBUG_ENV = "XSWEEP_DEBUG"
 
 
 def one_line(text: object) -> str:
@@ -65,6 +68,13 @@ def run_guarded(run: Callable[[argparse.Namespace], int], args: argparse.Namespa
     except BAD_INPUT_ERRORS as error:
         print(error_line(error), file=sys.stderr)
         return EXIT_BAD_INPUT
+    except WorkerError as error:  # the run failed, not the input: one line and exit 1
+        print(one_line(error), file=sys.stderr)
+        if error.details and os.environ.get(DEBUG_ENV, "").strip() not in ("", "0"):
+            print(error.details, file=sys.stderr)
+        elif error.details:
+            print(f"(set {DEBUG_ENV}=1 to see the worker's traceback)", file=sys.stderr)
+        return EXIT_CHECK_FAILED
     except KeyboardInterrupt:
         return interrupted()
 

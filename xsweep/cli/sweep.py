@@ -36,6 +36,9 @@ def register(subparsers) -> None:
     p.add_argument("--chunk-size", type=positive_int, metavar="N",
                    help="points planned and bounded per unit of work (a unit is what a "
                    "rerun resumes from and what a Dask worker takes)")
+    p.add_argument("--processes", type=positive_int, metavar="N",
+                   help="worker processes that plan and bound chunks on this machine "
+                   "(default: one per core; 1 runs everything in this process)")
     p.add_argument("--emit-plan", type=int, metavar="INDEX",
                    help="print the plan of point INDEX (the dataset's `point`) and exit")
 
@@ -57,6 +60,7 @@ def run(args) -> int:
     options = Options(out_dir=Path(args.output) if args.output else None,
                       catalog_files=tuple(args.catalog), overwrite=args.overwrite,
                       scheduler=args.scheduler, exhaustive=args.exhaustive,
+                      processes=args.processes,
                       **({"chunk_size": args.chunk_size} if args.chunk_size else {}))
     try:
         outcome = run_sweep(args.space, options, Progress())

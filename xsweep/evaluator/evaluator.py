@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -49,6 +51,17 @@ HOST_CELLS = 4_000_000
 PARALLEL_MIN = 256
 
 
+def _taking_turns(method: Callable) -> Callable:
+    """A method that runs under its evaluator's lock: calls from several threads take turns."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return wrapper
+
+
 class Evaluator:
     """Evaluates many deployment plans at once with the JAX kernels.
 
@@ -76,6 +89,11 @@ class Evaluator:
       template_bytes: memory the program structures kept between calls may take
         (:class:`xsweep.plan.lower.TemplateCache`; about as much again is derived from
         them for the kernels).
+
+    Threads: an evaluator may be called from several threads at once (an Optuna study
+    with ``n_jobs > 1``, say). Its calls take turns, each with every core, device and
+    worker process to itself, so one call's results never reach another; a thread that
+    needs its own turn at the same time needs an evaluator of its own.
     """
 
     def __init__(self, *, devices: Sequence | None = None, dtype: str = "float32",
@@ -88,6 +106,7 @@ class Evaluator:
             raise InputError(None, "dtype", dtype, f"must be one of {', '.join(DTYPES)}")
         if chunk_size is not None and chunk_size < 1:
             raise InputError(None, "chunk_size", chunk_size, "must be at least 1")
+        self._lock = threading.RLock()
         use_compiled_loops()
         if devices is None:
             use_cpu_devices(cpu_devices)
@@ -115,6 +134,7 @@ class Evaluator:
         if self._workers is not None:
             weakref.finalize(self, self._workers.close)
 
+    @_taking_turns
     def close(self) -> None:
         """Stop the worker processes, if any were started."""
         if self._workers is not None:
@@ -127,6 +147,7 @@ class Evaluator:
             return self.catalog, self.profile
         return resolve_inputs(catalog or self.catalog, profile)
 
+    @_taking_turns
     def prepare(self, plans: Sequence, catalog: Catalog | None = None,
                 profile: Profile | str | Path | None = None) -> list[Prepared]:
         """Validate, analyse and lower every plan (messages or paths), against ``catalog``
@@ -140,12 +161,14 @@ class Evaluator:
         return [prepare_valid(plan, catalog, profile, templates=self._templates, names=False)
                 for plan in plans]
 
+    @_taking_turns
     def shapes_known(self, level: str, dtype: str | None = None) -> bool:
         """Whether the kernel store holds shapes of ``level`` chosen for this evaluator's
         settings (by this process or an earlier one): an evaluation's kernels then mostly
         load, not compile."""
         return shapes_known(self._executables, level, dtype or self.dtype, self.max_rounds)
 
+    @_taking_turns
     def run(self, programs: Sequence[Program], level: str = "exact", *,
             dtype: str | None = None, chunk_size: int | None = None,
             progress: Callable[[int, int], None] | None = None, slots: int | None = None,
@@ -160,6 +183,7 @@ class Evaluator:
                             slots=slots, max_rounds=self.max_rounds,
                             with_metrics=with_metrics, task_times=task_times)
 
+    @_taking_turns
     def evaluate(self, plans: Sequence, level: str = "exact", *,
                  catalog: Catalog | None = None, profile: Profile | str | Path | None = None,
                  cost: CostModel | None = None, dtype: str | None = None,
@@ -228,6 +252,7 @@ class Evaluator:
         ds.attrs["results_s"] += time.perf_counter() - start
         return ds
 
+    @_taking_turns
     def tables(self, plans: Sequence, level: str, *, catalog: Catalog | None = None,
                profile: Profile | str | Path | None = None, cost: CostModel | None = None,
                dtype: str | None = None, chunk_size: int | None = None,
@@ -292,14 +317,16 @@ _SECONDS = ("prepare_s", "kernels_s", "results_s", "compile_s", "compiles",
 
 
 _default: Evaluator | None = None
+_default_lock = threading.Lock()
 
 
 def default_evaluator() -> Evaluator:
-    """The evaluator :func:`evaluate` uses, made on first use."""
+    """The evaluator :func:`evaluate` uses, made on first use (once, whichever threads ask)."""
     global _default
-    if _default is None:
-        _default = Evaluator()
-    return _default
+    with _default_lock:
+        if _default is None:
+            _default = Evaluator()
+        return _default
 
 
 def evaluate(plans: Sequence, level: str = "exact", *, catalog: Catalog | None = None,
@@ -310,7 +337,8 @@ def evaluate(plans: Sequence, level: str = "exact", *, catalog: Catalog | None =
     """Evaluate every plan with the batched kernels of the default :class:`Evaluator`.
 
     Arguments as :meth:`Evaluator.evaluate`; ``catalog`` and ``profile`` default to the
-    built-in catalog and no profile.
+    built-in catalog and no profile. Safe to call from several threads: calls take turns
+    (see :class:`Evaluator`).
     """
     return default_evaluator().evaluate(plans, level, catalog=catalog, profile=profile,
                                         cost=cost, dtype=dtype, chunk_size=chunk_size,

@@ -55,6 +55,7 @@ class Options:
     exact_batch: int = 64  # points per exact unit
     exhaustive: bool = False  # evaluate every bounded point exactly (no pruning)
     dtype: str = "float32"
+    processes: int | None = None  # worker processes of the bound phase (default: per core)
 
 
 @dataclass
@@ -174,10 +175,11 @@ def _bound_phase(grid: Grid, folder: SweepFolder, job: Job, executor, options: O
     left = sum(stop - start for (start, stop), _ in todo)
     buildable = sum(int(np.sum(t["level"] != "none")) for t in found.values() if t is not None)
     units = executor
-    if isinstance(executor, LocalExecutor) and min(len(todo), usable_cores()) > 1:
+    processes = min(len(todo), options.processes or usable_cores())
+    if isinstance(executor, LocalExecutor) and processes > 1:
         # whole chunks on a worker process per core: planning runs in parallel too, and
         # no chunk waits for another's slowest share
-        units = ProcessExecutor(min(len(todo), usable_cores()))
+        units = ProcessExecutor(processes)
     try:
         for (start, stop), (table, spent) in units.run(bound_chunk, job, todo):
             saving = time.perf_counter()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -81,6 +82,7 @@ class Session:
             evaluator = default_evaluator()
         self.evaluator = evaluator
         self._results: dict[tuple, dict[str, object]] = {}
+        self._lock = threading.RLock()  # threads of one process share its session
 
     def results(self, job: Job, plans: dict[bytes, object], cost, level: str,
                 timings: dict[str, float]) -> list[dict[str, object]]:
@@ -88,6 +90,11 @@ class Session:
         those this process has not; adds where the time went to ``timings``."""
         keys = {key: (hashlib.blake2b(key, digest_size=16).digest(), cost, level, job.dtype,
                       job.catalog_version) for key in plans}
+        with self._lock:
+            return self._results_of(job, plans, keys, cost, level, timings)
+
+    def _results_of(self, job: Job, plans: dict[bytes, object], keys: dict[bytes, tuple], cost,
+                    level: str, timings: dict[str, float]) -> list[dict[str, object]]:
         todo = [key for key in plans if keys[key] not in self._results]
         if todo:
             ds = self.evaluator.evaluate([plans[key] for key in todo], level,
@@ -105,14 +112,16 @@ class Session:
 
 
 _session: Session | None = None
+_session_lock = threading.Lock()
 
 
 def session() -> Session:
     """This process's session, made on first use."""
     global _session
-    if _session is None:
-        _session = Session()
-    return _session
+    with _session_lock:
+        if _session is None:
+            _session = Session()
+        return _session
 
 
 def start_session(evaluator) -> None:

@@ -84,6 +84,21 @@ class IntRange(BaseModel, Generic[T]):
     def values(self) -> list[int]:
         return list(range(self.low, self.high + 1, self.step))
 
+    def __reduce__(self):
+        # A parametrized class (``IntRange[...]``) is made at run time and cannot be
+        # found by name, as pickle looks classes up: it travels as its place among the
+        # classes this module makes at import, the same in every process of one version.
+        return _rebuild_range, (_RANGE_CLASSES.index(type(self)), self.low, self.high,
+                                self.step)
+
+
+#: The parametrized range classes, in the order :func:`int_axis` made them.
+_RANGE_CLASSES: list[type] = []
+
+
+def _rebuild_range(index: int, low: int, high: int, step: int) -> IntRange:
+    return _RANGE_CLASSES[index](low=low, high=high, step=step)
+
 
 def _range_or_list(value: object) -> str:
     return "[range]" if isinstance(value, dict | IntRange) else "[list]"
@@ -93,8 +108,11 @@ def int_axis(element: Any) -> Any:
     """An integer axis of ``element`` values: a scalar, a list, or a range mapping. (A
     function rather than a generic alias: the element's bounds must reach the range.)
     The branch tags are bracketed so that error locations skip them (see _loc_path)."""
+    kind = IntRange[element]
+    if kind not in _RANGE_CLASSES:
+        _RANGE_CLASSES.append(kind)
     return Annotated[
-        Annotated[IntRange[element], Tag("[range]")] | Annotated[Axis[element], Tag("[list]")],
+        Annotated[kind, Tag("[range]")] | Annotated[Axis[element], Tag("[list]")],
         Discriminator(_range_or_list), _AXIS]
 
 

@@ -1,0 +1,259 @@
+"""A pool of worker processes (see the package's description for the rules it keeps)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterable, Iterator
+
+from xsweep.errors import XsweepError
+from xsweep.workers.pipes import WorkerError, receive, send, stop
+
+#: Seconds the caller waits for news from the workers before it checks that the pool's
+#: threads still live (a thread always reports how it ended; this is the safety net).
+POLL_S = 0.5
+#: Characters of a failure's own text kept in the one-line message.
+_MAX_REASON = 300
+_NO_CONTEXT = object()
+
+
+class PoolBusy(XsweepError, RuntimeError):
+    """A pool was asked to serve a call while it served another (from another thread)."""
+
+
+class Pool:
+    """``processes`` worker processes, started on first use, each with the handler
+    ``factory(settings)`` (``factory`` must be importable: it travels by name).
+
+    Args:
+      pin: give each worker a core of its own once all of them run (a worker that moves
+        between cores, or whose compiled code spreads threads over its neighbour's core,
+        runs 5-10% slower: measured on the evaluator's workers).
+    """
+
+    def __init__(self, processes: int, factory: Callable, settings: object = None, *,
+                 pin: bool = False):
+        if processes < 1:
+            raise ValueError(f"a pool needs at least one process (got {processes})")
+        self.processes = processes
+        self._setup = ("setup", factory, settings)
+        self._pin_cores = pin
+        self._workers: list[subprocess.Popen] = []
+        self._contexts: list[object] = []  # per worker: the context it holds
+        self._pinned = False
+        self._busy = threading.Lock()
+        self._pin_lock = threading.Lock()
+
+    @property
+    def started(self) -> bool:
+        return bool(self._workers)
+
+    def pids(self) -> list[int]:
+        """The process ids of the running workers."""
+        return [worker.pid for worker in self._workers]
+
+    def _start(self) -> None:
+        # workers prepare plans on the CPU: an accelerator is its one owner's, the caller
+        env = dict(os.environ, XSWEEP_CPU_DEVICES="1", JAX_PLATFORMS="cpu")
+        self._pinned = False
+        for _ in range(self.processes):
+            self._workers.append(subprocess.Popen(
+                [sys.executable, "-m", "xsweep.workers.serve"], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, env=env))
+            self._contexts.append(_NO_CONTEXT)
+        try:
+            for worker in self._workers:
+                send(worker.stdin, self._setup)
+        except Exception as error:  # a setup that cannot travel, or a worker already dead
+            self.close(kill=True)
+            raise WorkerError(f"could not start the worker processes: {_describe(error)}") \
+                from None
+
+    def _pin(self) -> None:
+        """One core each, once all workers run (see ``pin``); not before: a worker alone,
+        compiling a first request, may use every core."""
+        with self._pin_lock:
+            if self._pinned or not self._pin_cores or not hasattr(os, "sched_setaffinity"):
+                return
+            self._pinned = True
+            cores = sorted(os.sched_getaffinity(0))
+            if len(cores) >= len(self._workers):
+                for core, worker in zip(cores, self._workers, strict=False):
+                    with contextlib.suppress(OSError):  # it ended meanwhile: nothing to pin
+                        os.sched_setaffinity(worker.pid, {core})
+
+    def run(self, requests: Iterable, *, context: object = _NO_CONTEXT,
+            on_note: Callable[[int, str, object], None] | None = None,
+            first_alone: bool = False) -> Iterator[tuple[int, object]]:
+        """Hand each request to whichever worker is free; yield ``(index, answer)`` (the
+        request's place in ``requests``) in the order answers come back.
+
+        Args:
+          requests: read here one at a time while the workers already work on the ones
+            before (a generator that validates plans, say); an error it raises stops the
+            workers and is raised.
+          context: sent to each worker once, before its first request of this call, and
+            passed to the handler with every request (kept by a worker from call to
+            call while it is the same object).
+          on_note: called here, in the caller's thread, with ``(index, kind, payload)``
+            for each note a handler sends while it works on request ``index``.
+          first_alone: on the pool's first call, the other workers start only once the
+            first has answered, or has sent the note ``"open"`` (what it compiles, the
+            others then load instead of compiling it too).
+
+        Raises:
+          WorkerError: a request or context could not be sent, a worker answered with a
+            traceback, died, or a thread of the pool ended: at once, with every worker
+            stopped (the next call starts new ones).
+          PoolBusy: another thread's call is being served.
+        """
+        if not self._busy.acquire(blocking=False):
+            raise PoolBusy("this worker pool is serving a call from another thread; calls "
+                           "take turns (or use a pool per thread)")
+        try:
+            yield from self._run(requests, context, on_note, first_alone)
+        finally:
+            self._busy.release()
+
+    def _run(self, requests: Iterable, context: object, on_note, first_alone: bool):
+        first_call = not self._workers
+        if first_call:
+            self._start()
+        todo: queue.Queue = queue.Queue()
+        events: queue.Queue = queue.Queue()
+        gate = threading.Event()
+        if not (first_call and first_alone):
+            self._pin()
+            gate.set()
+
+        def open_gate() -> None:
+            if not gate.is_set():
+                self._pin()
+                gate.set()
+
+        threads = [threading.Thread(target=self._serve, daemon=True,
+                                    args=(slot, todo, events, gate, open_gate, context))
+                   for slot in range(len(self._workers))]
+        for thread in threads:
+            thread.start()
+        sent, answered = 0, 0
+
+        def take(block: bool) -> Iterator[tuple[int, object]]:
+            nonlocal answered
+            while True:
+                try:
+                    kind, index, *rest = events.get(block=block, timeout=POLL_S)
+                except queue.Empty:
+                    if not block:
+                        return
+                    if not any(thread.is_alive() for thread in threads):
+                        raise WorkerError("the worker pool's threads ended with "
+                                          f"{sent - answered} requests unanswered") from None
+                    continue
+                if kind == "note":
+                    if on_note is not None:
+                        on_note(index, *rest)
+                    continue
+                status, value = rest[0]
+                if status != "ok":
+                    raise WorkerError.from_traceback(value) if status == "error" \
+                        else WorkerError(value)
+                answered += 1
+                yield index, value
+                return
+
+        try:
+            for request in requests:
+                todo.put((sent, request))
+                sent += 1
+                yield from take(block=False)
+            for _ in threads:
+                todo.put(None)
+            while answered < sent:
+                yield from take(block=True)
+        except BaseException:  # an error, Ctrl-C, or the caller stopped early
+            with contextlib.suppress(queue.Empty):
+                while True:  # no request left for the threads: they take their stop next
+                    todo.get_nowait()
+            for _ in threads:
+                todo.put(None)
+            gate.set()
+            self.close(kill=True)
+            for thread in threads:
+                thread.join()
+            raise
+        for thread in threads:
+            thread.join()
+
+    def close(self, kill: bool = False) -> None:
+        """Stop the workers: at once with ``kill``, else once they finish their request
+        (their input closes, so they end). The next call starts new ones."""
+        stop(self._workers, kill)
+        self._workers, self._contexts = [], []
+
+    def _serve(self, slot: int, todo: queue.Queue, events: queue.Queue, gate: threading.Event,
+               open_gate: Callable[[], None], context: object) -> None:
+        """One worker's side of a call, on a thread of its own: every way it can end is
+        put on ``events``, so the caller never waits for an answer that cannot come."""
+        worker = self._workers[slot]
+        index = -1
+        try:
+            if slot:
+                gate.wait()
+            while (item := todo.get()) is not None:
+                index, request = item
+                try:
+                    if context is not _NO_CONTEXT and self._contexts[slot] is not context:
+                        _send(worker, ("context", context), "the call's context")
+                        self._contexts[slot] = context
+                    _send(worker, ("call", request), f"request {index}")
+                    while (answer := _receive(worker))[0] == "note":
+                        if answer[1] == "open":
+                            open_gate()
+                        else:
+                            events.put(("note", index, answer[1], answer[2]))
+                finally:
+                    open_gate()  # an answer, or a failure: the others need not wait
+                events.put(("answer", index, answer))
+                if answer[0] != "ok":
+                    return
+        except BaseException as error:  # noqa: BLE001 - whatever it is, the caller hears of it
+            events.put(("answer", index, ("failed", _describe(error))))
+
+
+def _send(worker: subprocess.Popen, message: object, what: str) -> None:
+    try:
+        send(worker.stdin, message)
+    except OSError as error:
+        raise WorkerError(f"a worker process ended ({_exit_status(worker)}) before it took "
+                          f"{what}") from error
+    except Exception as error:  # pickling: nothing was written, the worker is intact
+        raise WorkerError(f"{what} could not be sent to a worker process: "
+                          f"{_describe(error)}") from error
+
+
+def _receive(worker: subprocess.Popen) -> tuple:
+    try:
+        return receive(worker.stdout)
+    except (EOFError, OSError, ValueError) as error:  # ValueError: a stream closed by us
+        raise WorkerError(f"a worker process ended unexpectedly ({_exit_status(worker)})") \
+            from error
+
+
+def _exit_status(worker: subprocess.Popen) -> str:
+    try:
+        code = worker.wait(timeout=2)
+    except subprocess.TimeoutExpired:
+        return "still running, its output closed"
+    return f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, WorkerError):
+        return str(error)
+    text = " ".join(f"{type(error).__name__}: {error}".split())
+    return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 3] + "..."
