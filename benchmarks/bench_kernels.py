@@ -85,10 +85,10 @@ from xsweep.kernels import Status, blocked_bound, exact  # noqa: E402
 
 from xsweep.evaluator import default_evaluator  # noqa: E402
 from xsweep.evaluator.blocks import block_form, block_layout, block_sizes, encode_blocks  # noqa: E402
-from xsweep.evaluator.driver import BLOCK_STEP_COST  # noqa: E402
 from xsweep.evaluator.encode import encode  # noqa: E402
 from xsweep.evaluator.shapes import BlockShape, program_sizes  # noqa: E402
 from xsweep.evaluator.slots import exact_slots  # noqa: E402
+from xsweep.evaluator.tuning import tuning  # noqa: E402
 from xsweep.plan.analysis import analyze  # noqa: E402
 from xsweep.plan.builder import random_plan  # noqa: E402
 from xsweep.plan.lower import lower  # noqa: E402
@@ -146,7 +146,7 @@ def per_variant_loop(level: str, programs, sims) -> float:
     arrays = [jax.tree.map(lambda x: x[0], encode([p])) for p in programs]
     if level == "bound":
         single = jax.jit(blocked_bound)
-        step_cost = BLOCK_STEP_COST["cpu"]
+        step_cost = tuning("cpu", "bound").step_cost
         shapes = [BlockShape(*block_sizes([p], [block_form(p, step_cost)])[0]) for p in programs]
         blocked = [jax.tree.map(lambda x: x[0], encode_blocks([block_layout(p, s.width)], s))
                    for p, s in zip(programs, shapes, strict=True)]

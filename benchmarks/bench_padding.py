@@ -50,6 +50,7 @@ def main() -> None:
     import xsweep
     from xsweep.evaluator import driver, executables
     from xsweep.evaluator.shapes import Shape, cells, program_sizes
+    from xsweep.evaluator.tuning import tuning
 
     sys.path.insert(0, str(HERE))
     from bench_end_to_end import plans_of
@@ -61,10 +62,10 @@ def main() -> None:
     last_run = [0.0]
     dispatch, call = driver._Run.dispatch, executables._Kernel.__call__
 
-    def recording_dispatch(self, programs, sizes, with_metrics, slots, key, metric_dims):
+    def recording_dispatch(self, programs, sizes, with_metrics, key):
         for p in programs:
-            chunk_of[id(p)] = (slots, key)
-        return dispatch(self, programs, sizes, with_metrics, slots, key, metric_dims)
+            chunk_of[id(p)] = key
+        return dispatch(self, programs, sizes, with_metrics, key)
 
     def timed_call(self, *arguments):
         out = call(self, *arguments)  # loads or compiles the executable, and runs it once
@@ -93,15 +94,15 @@ def main() -> None:
     pick = np.linspace(0, len(programs) - 1, min(args.sample, len(programs))).astype(int)
 
     cfg = driver._Config("exact", np.float32, evaluator.max_rounds, False, False, False,
-                         False, driver.BLOCK_STEP_COST["cpu"], 0.0)
-    fmt = driver._format("exact", cfg.step_cost, evaluator._derived)
+                         tuning("cpu", "exact"))
+    fmt = driver._format("exact", cfg.tune.step_cost, evaluator._derived)
     # own shapes compile in an evaluator that keeps nothing on disk
     alone_in = xsweep.Evaluator(processes=1, compile_cache=False)
     runs = {"as run": driver._Run(cfg, fmt, evaluator._executables, evaluator._derived),
             "own": driver._Run(cfg, fmt, alone_in._executables, alone_in._derived)}
 
-    def kernel_time(how, program, size, slots, key) -> tuple[float, int]:
-        out = runs[how].dispatch([program], size[None], False, slots, key, ())
+    def kernel_time(how, program, size, key) -> tuple[float, int]:
+        out = runs[how].dispatch([program], size[None], False, key)
         return last_run[0], int(np.asarray(out["packed"]["ints"])[0, 0])
 
     executables._Kernel.__call__ = timed_call
@@ -109,24 +110,25 @@ def main() -> None:
     try:
         for i in pick:
             program = programs[i]
-            slots, key = chunk_of[id(program)]
-            padded, status = kernel_time("as run", program, sizes[i], slots, key)
+            key = chunk_of[id(program)]
+            padded, status = kernel_time("as run", program, sizes[i], key)
             assert status == result["status"][i], (status, result["status"][i])
             need = tuple(int(n) for n in driver._initial_slots(
                 [program], evaluator._executables, evaluator._derived)[0])
             own_shape = tuple(int(n) for n in sizes[i])
             while True:
-                alone, status = kernel_time("own", program, sizes[i], need, (1, *own_shape))
+                alone, status = kernel_time("own", program, sizes[i],
+                                            driver.ChunkKey(1, own_shape, (), need))
                 if status != Status.OVERFLOW:
                     break
                 need = (2 * need[0], 2 * need[1])
             as_run += padded
             own += alone
-            cells_run += cells(Shape(*key[1:]))  # the rows run: its own
+            cells_run += cells(Shape(*key.shape))  # the rows run: its own
             cells_own += cells(Shape(*own_shape))
             print(f"  variant {i:4d}: tasks {sizes[i][0]:5d}, flows {sizes[i][2]:5d}; as run "
-                  f"{padded * 1e3:7.2f} ms (rows {key[0]}, shape {key[1:]}, slots "
-                  f"{tuple(slots)}); own shape {alone * 1e3:7.2f} ms (slots {need})",
+                  f"{padded * 1e3:7.2f} ms (rows {key.rows}, shape {key.shape}, slots "
+                  f"{key.slots}); own shape {alone * 1e3:7.2f} ms (slots {need})",
                   file=sys.stderr)
     finally:
         executables._Kernel.__call__ = call

@@ -38,15 +38,15 @@ from plans import distinct, sweep_like
 
 from xsweep.evaluator import blocks
 from xsweep.evaluator.derived import Derived
-from xsweep.evaluator.driver import BLOCK_STEP_COST
 from xsweep.evaluator.evaluator import _host_chunks
+from xsweep.evaluator.tuning import tuning
 from xsweep.memo import clear_memos
 from xsweep.plan.analysis import analyze
 from xsweep.plan.lower import TemplateCache, lower
 from xsweep.spec import load_catalog
 from xsweep.spec.arguments import evaluation_plans
 
-STEP_COST = BLOCK_STEP_COST["cpu"]
+STEP_COST = tuning("cpu", "bound").step_cost
 STAGES = ("validate", "chunks", "analyse", "lower", "layout")
 
 

@@ -10,9 +10,6 @@ from xsweep.kernels import Status
 
 from xsweep.evaluator.blocks import block_work
 from xsweep.evaluator.driver import (
-    MAX_SHAPES,
-    MERGE_FACTOR,
-    ROW_CELLS,
     _row_chunks,
     _rows_alone,
     _rungs,
@@ -21,8 +18,10 @@ from xsweep.evaluator.driver import (
     shapes_known,
 )
 from xsweep.evaluator.kernel_store import KernelStore
+from xsweep.evaluator.tuning import ROW_CELLS, tuning
 
 CONFIG = ("bound", "float32", 64, True)
+BOUND, EXACT = tuning("cpu", "bound"), tuning("cpu", "exact")
 
 
 def _work(keys):
@@ -73,41 +72,41 @@ def test_without_earlier_choices_a_small_call_merges_less():
     groups, _ = _shape_groups(keys, np.ones(len(keys)), _work, 2, [], {})
     first = _shape_of(groups, keys)
     part = keys[:40]
-    alone = _shape_of(_shape_groups(part, np.ones(len(part)), _work, MAX_SHAPES["bound"],
+    alone = _shape_of(_shape_groups(part, np.ones(len(part)), _work, BOUND.max_shapes,
                                     [], {})[0], part)
     assert any(alone[k] != first[k] for k in map(tuple, part.tolist()))
 
 
 def test_rows_come_in_few_sizes_and_pad_vmapped_chunks_little():
     # the bound's rows in steps of 2 (as multiples of the devices), the exact's of 4
-    assert _rungs("bound", 64, 1) == [1, 2, 4, 8, 16, 32, 64]
-    assert _rungs("bound", 128, 2) == [2, 4, 8, 16, 32, 64, 128]
-    assert _rungs("exact", 64, 2) == [2, 4, 16, 64]
-    rungs = set(_rungs("bound", 128, 2))
+    assert _rungs(BOUND, 64, 1) == [1, 2, 4, 8, 16, 32, 64]
+    assert _rungs(BOUND, 128, 2) == [2, 4, 8, 16, 32, 64, 128]
+    assert _rungs(EXACT, 64, 2) == [2, 4, 16, 64]
+    rungs = set(_rungs(BOUND, 128, 2))
     for n in range(1, 1000):
-        vmapped = _row_chunks(n, "bound", 128, 2, split=True)  # large programs
+        vmapped = _row_chunks(n, BOUND, 128, 2, split=True)  # large programs
         assert set(vmapped) <= rungs and n <= sum(vmapped) < n + 2
-        one_size = _row_chunks(n, "bound", 128, 2, split=False)  # small ones
+        one_size = _row_chunks(n, BOUND, 128, 2, split=False)  # small ones
         assert len(set(one_size)) == 1 and n <= sum(one_size) < n + 128
         if n <= 128:  # at most half the rows spare (and one for the second device)
             assert sum(one_size) <= 2 * n + 1
-        whole = _row_chunks(n, "exact", 64, 2, split=False)
+        whole = _row_chunks(n, EXACT, 64, 2, split=False)
         assert len(set(whole)) == 1 and n <= sum(whole) < n + 64
-    assert _row_chunks(9, "bound", 128, 2, split=True) == [8, 2]  # not 16 rows
-    assert _row_chunks(15, "bound", 128, 2, split=True) == [16]  # pads no more than [8, 4, 4]
-    assert _row_chunks(300, "bound", 128, 2, split=True) == [128, 128, 32, 8, 4]
-    assert _row_chunks(9, "bound", 128, 2, split=False) == [16]
-    assert _row_chunks(9, "exact", 64, 2, split=False) == [16]
+    assert _row_chunks(9, BOUND, 128, 2, split=True) == [8, 2]  # not 16 rows
+    assert _row_chunks(15, BOUND, 128, 2, split=True) == [16]  # pads no more than [8, 4, 4]
+    assert _row_chunks(300, BOUND, 128, 2, split=True) == [128, 128, 32, 8, 4]
+    assert _row_chunks(9, BOUND, 128, 2, split=False) == [16]
+    assert _row_chunks(9, EXACT, 64, 2, split=False) == [16]
 
 
 def test_variants_run_one_after_another_take_one_row_count_per_shape():
     # as many rows as fit ROW_CELLS, on the rungs, whatever the group's size
-    assert _rows_alone(1000, "exact", 32, 1) == 32
-    assert _rows_alone(ROW_CELLS // 20, "exact", 32, 1) == 16
-    assert _rows_alone(ROW_CELLS // 4, "exact", 32, 1) == 4
-    assert _rows_alone(ROW_CELLS // 2, "exact", 32, 1) == 1
-    assert _rows_alone(ROW_CELLS * 3, "exact", 32, 1) == 1  # one row even past the limit
-    assert _rows_alone(1000, "exact", 32, 2) == 32 and _rows_alone(ROW_CELLS * 3, "exact", 32, 2) == 2
+    assert _rows_alone(1000, EXACT, 32, 1) == 32
+    assert _rows_alone(ROW_CELLS // 20, EXACT, 32, 1) == 16
+    assert _rows_alone(ROW_CELLS // 4, EXACT, 32, 1) == 4
+    assert _rows_alone(ROW_CELLS // 2, EXACT, 32, 1) == 1
+    assert _rows_alone(ROW_CELLS * 3, EXACT, 32, 1) == 1  # one row even past the limit
+    assert _rows_alone(1000, EXACT, 32, 2) == 32 and _rows_alone(ROW_CELLS * 3, EXACT, 32, 2) == 2
 
 
 def test_choices_reach_another_process_through_the_store(tmp_path):
@@ -135,7 +134,7 @@ def test_merges_are_judged_by_what_they_cost_each_member():
     groups, _ = _shape_groups(keys, np.ones(len(keys)), work, len(keys), [], {})
     for shape, rows in groups:
         for row in rows:
-            assert work(shape) <= MERGE_FACTOR["bound"] * work(keys[row])
+            assert work(shape) <= BOUND.merge_factor * work(keys[row])
     assert len(groups) < len(keys)  # neighbours did share shapes
 
 

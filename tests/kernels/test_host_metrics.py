@@ -11,7 +11,7 @@ import pytest
 from programs import random_program
 
 from xsweep import metrics, timeline
-from xsweep.evaluator import Evaluator, driver
+from xsweep.evaluator import Evaluator, tuning
 from xsweep.evaluator.executables import output_names
 from xsweep.evaluator.host_metrics import host_index, host_metrics, metric_names
 from xsweep.sim import simulate
@@ -104,7 +104,8 @@ def test_host_and_device_metrics_agree(level, monkeypatch):
     evaluator = Evaluator(devices=jax.devices()[:1], compile_cache=False, processes=1)
     with jax.enable_x64(True):
         host = evaluator.run(programs, level, dtype="float64")
-        monkeypatch.setitem(driver.METRICS_ON_DEVICE, "cpu", True)
+        monkeypatch.setitem(tuning.TUNINGS, ("cpu", level), dataclasses.replace(
+            tuning.TUNINGS["cpu", level], metrics_on_device=True))
         device = evaluator.run(programs, level, dtype="float64")
     assert set(host) == set(device)
     for name, value in device.items():

@@ -8,19 +8,20 @@ evaluator (``xsweep.evaluator.derived``), so a program seen again costs only its
 copy into a chunk.
 
 Variants are grouped by shape: each variant's sizes, its metrics' index sizes and
-slots rounded up (``KEY_ROUNDING``: its key, so shapes repeat across calls, and across
+slots rounded up (``key_rounding``: its key, so shapes repeat across calls, and across
 processes through the disk cache of compiled kernels); neighbouring groups share a
-shape while that costs at most ``MERGE_FACTOR`` times their own work, and a call needs
-at most ``MAX_SHAPES`` new shapes (an already compiled shape that covers a variant at
-up to ``REUSE`` times its work is used as it is). The shape a key was given is
+shape while that costs at most ``merge_factor`` times their own work, and a call needs
+at most ``max_shapes`` new shapes (an already compiled shape that covers a variant at
+up to ``reuse`` times its work is used as it is). Every such setting is a field of the
+level's :class:`~xsweep.evaluator.tuning.Tuning` on the platform. The shape a key was given is
 kept (beside the compiled kernels on disk), so a key runs at the same shape in every
 later call and process, whatever else they hold: rerunning plans compiles nothing.
-Each group runs in chunks of a few row counts (``MIN_ROWS`` times powers of
-``ROWS_STEP``; a vmapped group of large programs is cut into several so that it pads
+Each group runs in chunks of a few row counts (``min_rows`` times powers of
+``rows_step``; a vmapped group of large programs is cut into several so that it pads
 little; where variants run one after another, a shape has one row count, ``ROW_CELLS``);
 the variant axis is padded to a multiple of the device count and
 split over all devices with ``shard_map``: each device runs its share, vmapped or one
-variant after another (``VECTORIZED``), so one CPU, one GPU or eight run the same
+variant after another (``vectorized``), so one CPU, one GPU or eight run the same
 code. The exact level's slots (tasks and flows under way at once) are sized per
 variant from its bound schedule; variants that still overflow are rerun together,
 in a second pass with twice the slots of both kinds.
@@ -28,7 +29,7 @@ in a second pass with twice the slots of both kinds.
 On an accelerator the metrics of ``xsweep.timeline`` are computed in the same compiled
 call, from task times that never leave the device unless asked for; their index arrays
 share one size per group too. On a CPU they are computed on the host from the task times
-(``METRICS_ON_DEVICE``). While the device works on one chunk, the host encodes the next.
+(``metrics_on_device``). While the device works on one chunk, the host encodes the next.
 """
 
 from __future__ import annotations
@@ -53,107 +54,22 @@ from xsweep.evaluator.shapes import (
     cells,
     ladder,
     padding_overhead,
-    power_of_two,
     program_sizes,
 )
-from xsweep.evaluator.slots import exact_slots
+from xsweep.evaluator.slots import exact_slots, grown, used_slots
+from xsweep.evaluator.tuning import (
+    MAX_STRETCH,
+    ROW_CELLS,
+    SPLIT_WORK,
+    Tuning,
+    platform_of,
+    tuning,
+)
 from xsweep.kernels import MAX_ROUNDS, Status
 from xsweep.plan.program import Program
 
 LEVELS = ("bound", "exact")
 DTYPES = {"float32": np.float32, "float64": np.float64}
-#: Variants per chunk and device, by platform. A CPU pays per element: the bound's
-#: blocked scan runs as fast at 32-64 variants per chunk as at 256 (its times stay in
-#: cache); the exact level runs its variants one after another (``VECTORIZED``), and
-#: 32 per call spread the call's overhead (several ms) at few compiled row counts
-#: (measured: 2-3x the rate of one variant per call on small programs, the same on
-#: large ones). The accelerator sizes are first guesses, not measurements.
-DEFAULT_CHUNK = {"cpu": {"bound": 64, "exact": 32}, "gpu": {"bound": 16384, "exact": 2048}}
-#: Whether the variants of a chunk run vmapped, in lockstep, or one after another
-#: (over the rows that hold one: ``executables._one_by_one``), each in the unbatched
-#: kernel whose branches really branch and which
-#: stops at its own last event. Measured on CPU: one after another wins for the
-#: exact level (a vmapped event loop runs as long as its slowest member and touches
-#: every slot at every step).
-VECTORIZED = {"cpu": {"bound": True, "exact": False}, "gpu": {"bound": True, "exact": True}}
-#: Where the metrics of ``xsweep.timeline`` are computed, by platform: on an accelerator
-#: in the kernels' compiled call, from task times that never leave the device; on a CPU,
-#: whose device memory is the host's, on the host from the task times the call returns
-#: (``xsweep.evaluator.host_metrics``: numpy, each structure's variants at once, its index
-#: unpadded). Measured on CPU (Llama-2-7B plans on 8-64 GPUs): the metrics made the bound's
-#: executables 4.7 times as large (1,110 HLO instructions against 185) and 3.4 times as slow
-#: to compile, the exact's 1.3 times as large, and an executable loads from the kernel store
-#: in time with its size; their index added its sizes to the shape keys (147 keys against
-#: 80 over 580 all-distinct plans), and a shape that programs of unlike streams shared
-#: padded it 150-260 times over at the exact level.
-METRICS_ON_DEVICE = {"cpu": False, "gpu": True}
-#: Cost of one step of the bound's scan in gathered predecessors per variant, by
-#: platform; it sets how wide the bound's blocks are (``xsweep.evaluator.blocks``).
-#: On CPU the rate of the Llama-2-7B plans barely moves between 8 and 512; the
-#: accelerator's (whose steps are kernel launches) is a first guess.
-BLOCK_STEP_COST = {"cpu": 32, "gpu": 1024}
-#: New compiled shapes one call uses at most, by level, besides reruns after an
-#: overflow: each compiles once (kept on disk after, ``xsweep.runtime.use_compile_cache``).
-MAX_SHAPES = {"bound": 8, "exact": 6}
-#: Two groups of variants share one shape (the larger of each size) only while that
-#: costs each at most this many times its own work, unless a call would need more than
-#: ``MAX_SHAPES`` new shapes: padding stays below it in all but the most varied calls.
-#: The exact level's work grows with its slots, and its runs are long: a few more
-#: shapes cost less than the slots a loose merge adds to every step of every member.
-MERGE_FACTOR = {"bound": 2.0, "exact": 1.5}
-#: A variant runs at an already compiled shape that costs up to this many times its own.
-REUSE = {"bound": 2.0, "exact": 1.5}
-#: Beyond those factors, a group of variants still runs at a larger shape (an already
-#: compiled one, or one merged with another group) while the work this adds to the
-#: group in all (its load times the work per unit) stays below this, by platform and
-#: level, and the larger shape costs at most ``MAX_STRETCH`` times its own: one more
-#: executable costs the time to load it from the kernel store, while a few variants of
-#: a shape lose less than that to padding. The exact level on CPU: loading one of its
-#: executables takes 0.15-0.25 s and a unit of its work (an event at one slot unit,
-#: ``_exact_work``) about 1e-8 s (measured on Llama-2-7B plans of 8-64 GPUs, sweep-like
-#: and all-distinct), so 2e7 units are worth 0.2 s. Sweep-like calls, whose groups hold
-#: many variants of a shape, keep their own shapes; all-distinct ones, whose groups hold
-#: a few, share. The bound level's and the accelerator's are not measured: 0, no sharing
-#: beyond the factors.
-SPARE_WORK = {"cpu": {"bound": 0.0, "exact": 2e7}, "gpu": {"bound": 0.0, "exact": 0.0}}
-MAX_STRETCH = 3.0
-#: Rows of a chunk at least (a multiple of the devices, up to the chunk size) ...
-MIN_ROWS = {"bound": 1, "exact": 1}
-#: ... growing by this factor up to the chunk size, so that a shape needs a few
-#: executables: the bound's vmapped rows in steps of 2 (each row costs its share of a
-#: step), the exact level's in steps of 4.
-ROWS_STEP = {"bound": 2, "exact": 4}
-#: How a variant's sizes round up into its shape key, by level. The bound runs its
-#: variants vmapped, and every spare cell (a slot, a gather) costs its share of each
-#: step, while its executables are small (tens of kB, loaded in milliseconds): sizes on
-#: the ladder, at most a third spare on each axis. The exact level's steps cost in
-#: proportion to its slots, not its sizes (spare tasks and flows cost memory and a
-#: little setup), its rows run one after another and skip a padded one, and its
-#: executables are large (about a megabyte, a tenth to a fifth of a second to load,
-#: seconds to compile): sizes on powers of two, fewer shapes. Measured on CPU (Llama-2-7B
-#: plans of 8-64 GPUs, this benchmark's worker processes), against powers of two and
-#: rows of 8, 32 or 64: the bound's padding went from 4.2-4.8 padded cells per real cell
-#: to 1.4 on all-distinct plans and from 3.1-3.6 to 1.7-1.8 on sweep-like ones; the finer
-#: keys make more shapes, so all-distinct plans ran about 6% slower warm (63 executables
-#: loaded against 20-25) and compiled more when cold (65 against 25 on a second set).
-KEY_ROUNDING = {"bound": ladder, "exact": power_of_two}
-#: Array cells of one chunk at most where variants run one after another (the exact
-#: level on a CPU), whose chunks have one row count per shape (:func:`_rows_alone`):
-#: 2**23 cells are 32 MB of 4-byte values, of which only the real rows' pages are ever
-#: written. Measured on CPU (this benchmark's worker processes, all-distinct Llama-2-7B
-#: plans of 8-64 GPUs, a second set of plans in a warm process): one executable per shape
-#: rather than one per shape and row count loaded 2.5-2.6 s of executables against
-#: 4.4-4.6 s and ran 103-110 variants/s against 86-92; sweep-like plans ran as fast as
-#: before (their groups fill 32 rows either way).
-ROW_CELLS = 2**23
-#: Work per row (``_Format.work``) from which a vmapped group is cut into several row
-#: counts so that it pads little (:func:`_row_chunks`): variants run vmapped pay for every
-#: row, padding included, while variants run one after another (the exact level on a
-#: CPU) lose nothing to an empty row. Below it a row costs less than the extra calls and
-#: executables (measured on CPU: Llama-2-7B plans of 8-64 GPUs, 1-53 thousand, ran slower
-#: and compiled twice the shapes when cut; 512-GPU Llama-3-70B plans, 49-200 thousand,
-#: ran their kernels 1.6x faster).
-SPLIT_WORK = 2**16
 _SCALARS = ("tokens_per_iteration", "model_flops_per_iteration", "peak_flops_per_s")
 
 
@@ -194,6 +110,24 @@ def _format(level: str, step_cost: int, derived: Derived) -> _Format:
     return _Format(BlockShape, sizes, lambda sizes: np.ones(len(sizes)), work, encoded)
 
 
+class ChunkKey(NamedTuple):
+    """Where one chunk runs: its rows, its level's shape, the metrics' index sizes and the
+    exact level's (task, flow) slots. The kernel store keeps a shape key flat, in this
+    order without the rows (``shape + metric_dims + slots``), which is also how keys are
+    grouped and merged, as arrays (:func:`_shape_groups`)."""
+
+    rows: int
+    shape: tuple[int, ...]
+    metric_dims: tuple[int, ...]
+    slots: tuple[int, int]
+
+    @classmethod
+    def of(cls, rows: int, flat, num_fields: int) -> ChunkKey:
+        """The key of a flat shape key whose level's shape has ``num_fields`` fields."""
+        flat = tuple(int(n) for n in flat)
+        return cls(rows, flat[:num_fields], flat[num_fields:-2], flat[-2:])
+
+
 class _Config(NamedTuple):
     level: str
     dtype: type
@@ -201,15 +135,12 @@ class _Config(NamedTuple):
     with_metrics: bool  # in the kernels' call
     task_times: bool  # returned to the caller
     host_metrics: bool  # computed here from the task times
-    vectorized: bool
-    step_cost: int
-    spare_work: float
+    tune: Tuning  # how the level runs on the platform
 
 
 def _shape_groups(keys: np.ndarray, load: np.ndarray, work: Callable, max_shapes: int,
                   fixed: list[tuple[int, ...]], assigned: dict[tuple, tuple],
-                  merge_factor: float = MERGE_FACTOR["bound"],
-                  reuse_factor: float = REUSE["bound"], spare: float = 0.0,
+                  merge_factor: float = 2.0, reuse_factor: float = 2.0, spare: float = 0.0,
                   ) -> tuple[list[tuple[tuple[int, ...], np.ndarray]], dict[tuple, tuple]]:
     """Variants grouped by the shape they run at: ``(shape key, variant indices)``, and the
     shape chosen here for each variant key not in ``assigned``.
@@ -225,7 +156,7 @@ def _shape_groups(keys: np.ndarray, load: np.ndarray, work: Callable, max_shapes
     while more than ``max_shapes`` groups are left, the merge that adds the least work.
     Either also happens where it adds at most ``spare`` work to the variants concerned
     in all (load times work) at up to ``MAX_STRETCH`` times their work
-    (:data:`SPARE_WORK`).
+    (``Tuning.spare_work``).
     """
     order = np.lexsort(keys.T[::-1])
     unique, first = np.unique(keys[order], axis=0, return_index=True)
@@ -283,19 +214,19 @@ def _shape_groups(keys: np.ndarray, load: np.ndarray, work: Callable, max_shapes
     return [(key, np.sort(np.concatenate(who))) for key, who in groups.items()], chosen
 
 
-def _rungs(level: str, chunk_size: int, devices: int) -> list[int]:
-    """The row counts a chunk may have: ``MIN_ROWS`` times powers of ``ROWS_STEP``, at
+def _rungs(tune: Tuning, chunk_size: int, devices: int) -> list[int]:
+    """The row counts a chunk may have: ``min_rows`` times powers of ``rows_step``, at
     most ``chunk_size``, multiples of the devices (few row counts, so groups of other
     sizes at one shape share executables)."""
-    rows, out = MIN_ROWS[level], set()
+    rows, out = tune.min_rows, set()
     while True:
         out.add(-(-min(rows, chunk_size) // devices) * devices)
         if rows >= chunk_size:
             return sorted(out)
-        rows *= ROWS_STEP[level]
+        rows *= tune.rows_step
 
 
-def _row_chunks(count: int, level: str, chunk_size: int, devices: int,
+def _row_chunks(count: int, tune: Tuning, chunk_size: int, devices: int,
                 split: bool) -> list[int]:
     """Rows of each chunk of a group of ``count`` variants, each a rung of :func:`_rungs`.
 
@@ -303,7 +234,7 @@ def _row_chunks(count: int, level: str, chunk_size: int, devices: int,
     is cut into the largest rungs it fills, then the largest that the rest fills, and so
     on: it pads by less than the smallest rung (one chunk of the next rung up where that
     pads no more), in more calls and with more executables per shape."""
-    rungs = _rungs(level, chunk_size, devices)
+    rungs = _rungs(tune, chunk_size, devices)
     single = next((r for r in rungs if r >= count), rungs[-1])
     if not split:
         return [single] * -(-count // single)
@@ -315,12 +246,12 @@ def _row_chunks(count: int, level: str, chunk_size: int, devices: int,
     return [single] if single >= count and single <= sum(sizes) else sizes
 
 
-def _rows_alone(cells_per_row: int, level: str, chunk_size: int, devices: int) -> int:
+def _rows_alone(cells_per_row: int, tune: Tuning, chunk_size: int, devices: int) -> int:
     """Rows of every chunk of a shape whose variants run one after another: the largest
     rung of :func:`_rungs` whose arrays hold at most ``ROW_CELLS`` cells (one row at
     least). Such a chunk loses nothing to an empty row (it is skipped, and its pages are
     never written), so each shape needs one executable whatever its groups' sizes."""
-    rungs = _rungs(level, chunk_size, devices)
+    rungs = _rungs(tune, chunk_size, devices)
     return max([r for r in rungs if r * cells_per_row <= ROW_CELLS], default=rungs[0])
 
 
@@ -332,20 +263,20 @@ class _Run:
         self.cfg, self.fmt, self.executables, self.derived = cfg, fmt, executables, derived
 
     def dispatch(self, programs: Sequence[Program], sizes: np.ndarray, with_metrics: bool,
-                 slots: tuple[int, int], key: tuple, metric_dims: tuple) -> dict:
-        """Encode one chunk at the (rows, *shape) ``key`` and start the kernel on it."""
+                 key: ChunkKey) -> dict:
+        """Encode one chunk at its ``key`` and start the kernel on it."""
         cfg, fmt, devices = self.cfg, self.fmt, self.executables.devices
-        rows, shape = key[0], fmt.shape(*key[1:])
+        rows, shape, slots = key.rows, fmt.shape(*key.shape), key.slots
         if cfg.level == "exact":
-            slots = (min(slots[0], shape.tasks + 1), min(slots[1], shape.flows))  # no more is used
-        vmapped = cfg.vectorized and rows > len(devices)
+            slots = used_slots(slots, shape)
+        vmapped = cfg.tune.vectorized and rows > len(devices)
         kernel, sharding = self.executables.kernel(cfg.level, slots, cfg.max_rounds, vmapped,
                                                    with_metrics)
         arrays = fmt.encode(programs, shape, dtype=cfg.dtype, num_variants=rows)
         index = scalars = None
         if with_metrics:
             index = pad_metric_index([self.derived.metric_index(p) for p in programs],
-                                     shape.tasks, metric_dims, dtype=cfg.dtype,
+                                     shape.tasks, key.metric_dims, dtype=cfg.dtype,
                                      num_variants=rows)
             scalars = tuple(np.array([getattr(p, name) for p in programs]
                                      + [0.0] * (rows - len(programs)), cfg.dtype)
@@ -359,39 +290,38 @@ class _Run:
 
     def chunks(self, programs: Sequence[Program], sizes: np.ndarray, pending: np.ndarray,
                need: np.ndarray, chunk_size: int):
-        """(variant indices, key, metric dims, slots) of every call: groups of one shape
-        and one number of slots, in chunks of rows."""
-        cfg, fmt = self.cfg, self.fmt
+        """``(variant indices, ChunkKey)`` of every call: groups of one shape and one
+        number of slots, in chunks of rows."""
+        cfg, fmt, tune = self.cfg, self.fmt, self.cfg.tune
         devices = len(self.executables.devices)
         dims = np.array([self.derived.metric_dims(programs[i]) for i in pending]
                         if cfg.with_metrics else np.zeros((len(pending), 0)), np.int64)
-        # sizes rounded as KEY_ROUNDING says; the exact level's slots on the ladder they
-        # were sized on (each step costs in proportion to them)
-        keys = np.concatenate([KEY_ROUNDING[cfg.level](np.concatenate(
+        # flat keys, as the kernel store keeps them (see ChunkKey): sizes rounded as the
+        # tuning says; the exact level's slots on the ladder they were sized on (each step
+        # costs in proportion to them)
+        keys = np.concatenate([tune.key_rounding(np.concatenate(
             [sizes[pending], dims.reshape(len(pending), -1)], axis=1)),
             ladder(need[pending]).reshape(len(pending), 2)], axis=1)
         config = (cfg.level, np.dtype(cfg.dtype).name, cfg.max_rounds, cfg.with_metrics)
         groups, chosen = _shape_groups(keys, fmt.load(sizes[pending]), fmt.work,
-                                       MAX_SHAPES[cfg.level], self.executables.compiled(config),
+                                       tune.max_shapes, self.executables.compiled(config),
                                        self.executables.assignments(config),
-                                       MERGE_FACTOR[cfg.level], REUSE[cfg.level],
-                                       cfg.spare_work)
+                                       tune.merge_factor, tune.reuse, tune.spare_work)
         self.executables.assign(config, chosen)
         num_fields = len(fmt.shape._fields)
-        for key, local in groups:
+        for flat, local in groups:
             run = pending[local]
-            self.executables.remember(config, key)
+            self.executables.remember(config, flat)
+            key = ChunkKey.of(0, flat, num_fields)
             begin = 0
-            if cfg.vectorized:
-                split = float(fmt.work(np.array(key))) >= SPLIT_WORK
-                counts = _row_chunks(len(run), cfg.level, chunk_size, devices, split)
+            if tune.vectorized:
+                split = float(fmt.work(np.array(flat))) >= SPLIT_WORK
+                counts = _row_chunks(len(run), tune, chunk_size, devices, split)
             else:
-                rows = _rows_alone(cells(fmt.shape(*key[:num_fields])), cfg.level,
-                                   chunk_size, devices)
+                rows = _rows_alone(cells(fmt.shape(*key.shape)), tune, chunk_size, devices)
                 counts = [rows] * -(-len(run) // rows)
             for rows in counts:
-                yield (run[begin: begin + rows], (rows, *key[:num_fields]), key[num_fields:-2],
-                       key[-2:])
+                yield run[begin: begin + rows], key._replace(rows=rows)
                 begin += rows
 
 
@@ -408,8 +338,8 @@ def _put(target: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
 def shapes_known(executables: Executables, level: str, dtype: str, max_rounds: int) -> bool:
     """Whether some process has chosen (and compiled) shapes of ``level`` for these
     settings, with metrics, and kept them beside the kernels on disk: a warm store."""
-    platform = "cpu" if executables.devices[0].platform == "cpu" else "gpu"
-    config = (level, np.dtype(DTYPES[dtype]).name, max_rounds, METRICS_ON_DEVICE[platform])
+    on_device = tuning(platform_of(executables.devices), level).metrics_on_device
+    config = (level, np.dtype(DTYPES[dtype]).name, max_rounds, on_device)
     return bool(executables.assignments(config))
 
 
@@ -448,15 +378,14 @@ def run_programs(programs: Sequence[Program], level: str, *, executables: Execut
     if dtype not in DTYPES:
         raise InputError(None, "dtype", dtype, f"must be one of {', '.join(DTYPES)}")
     devices = executables.devices
-    platform = "cpu" if devices[0].platform == "cpu" else "gpu"
-    chunk_size = chunk_size or DEFAULT_CHUNK[platform][level] * len(devices)
+    tune = tuning(platform_of(devices), level)
+    chunk_size = chunk_size or tune.chunk * len(devices)
     n = len(programs)
     with_metrics = with_metrics and n > 0
-    on_device = METRICS_ON_DEVICE[platform]
+    on_device = tune.metrics_on_device
     cfg = _Config(level, DTYPES[dtype], max_rounds, with_metrics and on_device, task_times,
-                  with_metrics and not on_device, VECTORIZED[platform][level],
-                  BLOCK_STEP_COST[platform], SPARE_WORK[platform][level])
-    run = _Run(cfg, _format(level, cfg.step_cost, derived), executables, derived)
+                  with_metrics and not on_device, tune)
+    run = _Run(cfg, _format(level, tune.step_cost, derived), executables, derived)
     sizes = run.fmt.sizes(programs)
     order = np.arange(n)
     widths = dict.fromkeys(("start_s", "end_s"), max([p.num_tasks for p in programs] + [1]))
@@ -498,17 +427,17 @@ def run_programs(programs: Sequence[Program], level: str, *, executables: Execut
         pending = order
         while pending.size:  # each pass reruns the overflowed variants with twice the slots
             in_flight = None  # one chunk computes on the device while the next is encoded
-            for idx, key, dims, value in run.chunks(programs, sizes, pending, need, chunk_size):
-                need[idx] = value  # what the chunk runs with, doubled if it overflows
+            for idx, key in run.chunks(programs, sizes, pending, need, chunk_size):
+                need[idx] = key.slots  # what the chunk runs with, grown if it overflows
                 started = (idx, run.dispatch([programs[i] for i in idx], sizes[idx],
-                                             cfg.with_metrics, value, key, dims))
+                                             cfg.with_metrics, key))
                 if in_flight is not None:
                     store(*in_flight)
                 in_flight = started
             if in_flight is not None:
                 store(*in_flight)
             pending = pending[result["status"][pending] == Status.OVERFLOW]
-            need[pending] *= 2  # task slots > tasks and flow slots >= flows cannot overflow
+            need[pending] = grown(need[pending])
     if "iteration_time_s" in result:
         result["iteration_time_s"][result["status"] == Status.INFEASIBLE] = np.inf
     return result
@@ -520,8 +449,8 @@ def _initial_slots(programs: Sequence[Program], executables: Executables,
     schedule. The bound runs its kernel as the bound level does (with the metrics in it
     where they are computed there): the same keys at the same shapes, so variants bounded
     before (a sweep's funnel, say) compile nothing here; metrics on the host are skipped."""
-    platform = "cpu" if executables.devices[0].platform == "cpu" else "gpu"
+    on_device = tuning(platform_of(executables.devices), "bound").metrics_on_device
     bound = run_programs(programs, "bound", executables=executables, derived=derived,
-                         with_metrics=METRICS_ON_DEVICE[platform], task_times=True)
+                         with_metrics=on_device, task_times=True)
     return np.array([exact_slots(p, bound["start_s"][i], bound["end_s"][i])
                      for i, p in enumerate(programs)], np.int64).reshape(-1, 2)

@@ -19,6 +19,7 @@ from xsweep.evaluator.dataset import assemble, table
 from xsweep.evaluator.derived import Derived
 from xsweep.evaluator.driver import DTYPES, LEVELS, run_programs, shapes_known
 from xsweep.evaluator.executables import Executables
+from xsweep.evaluator.tuning import platform_of
 from xsweep.evaluator.workers import WorkerPool
 from xsweep.kernels import MAX_ROUNDS
 from xsweep.pipeline import Prepared, prepare_valid, resolve_inputs
@@ -126,7 +127,7 @@ class Evaluator:
         self._templates = TemplateCache(max_bytes=template_bytes)
         self.parallel_min = parallel_min
         if processes is None:
-            processes = usable_cores() if self.devices[0].platform == "cpu" else 1
+            processes = usable_cores() if platform_of(self.devices) == "cpu" else 1
         self._workers = WorkerPool(processes, dict(
             dtype=dtype, chunk_size=chunk_size, max_rounds=max_rounds, catalog=self.catalog,
             profile=self.profile, cost=cost, compile_cache=compile_cache)) \

@@ -56,3 +56,18 @@ def exact_slots(program: Program, start_s: np.ndarray, end_s: np.ndarray,
     """
     tasks, flows = peak_in_flight(program, start_s, end_s)
     return _rounded(margin * (tasks + 1)), _rounded(margin * flows)
+
+
+def used_slots(slots: tuple[int, int], shape) -> tuple[int, int]:
+    """The slots a variant runs with at ``shape`` (a :class:`~xsweep.evaluator.shapes.Shape`):
+    no more task slots than its tasks and the starting task, no more flow slots than its
+    flows, which is all that can ever be under way."""
+    return min(slots[0], shape.tasks + 1), min(slots[1], shape.flows)
+
+
+def grown(slots: np.ndarray) -> np.ndarray:
+    """The (task, flow) slots of variants that overflowed, for their rerun: twice as many
+    of both. A variant whose task slots exceed its tasks and whose flow slots reach its
+    flows cannot overflow, so doubling ends; doubling one kind only was tried and cost
+    more passes (``docs/performance.md``)."""
+    return np.asarray(slots) * 2
