@@ -10,6 +10,7 @@ bytes and what kind of input it is.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -253,7 +254,10 @@ def write(sample: Sample, folder, index: int = 0):
 
 # -- valid inputs at the ends of their ranges ---------------------------------------------
 def _ends(bounds, typical):
-    return st.sampled_from([bounds.low, bounds.high, typical])
+    """An end of ``bounds`` or ``typical``, an integer where the field is one (a catalog
+    takes ``512`` for an integer field, not ``512.0``)."""
+    ends = [bounds.low, bounds.high, typical]
+    return st.sampled_from([int(v) for v in ends] if bounds.integer else ends)
 
 
 @st.composite
@@ -295,3 +299,148 @@ def extreme_catalogs(draw):
            for name, bounds in ranges.CATALOG["nics"].items()}
     text = yaml.safe_dump({"gpus": {"H100-SXM": gpu}, "nics": {"cx7": nic}})
     return Sample("catalog", "catalog.yaml", text.encode())
+
+
+# -- arguments of the library's functions ----------------------------------------------------
+@functools.cache
+def _argument_makers() -> tuple:
+    """Makers of wrong (and a few right) arguments for the public API: wrong types, numbers
+    at and past every end, empty and nested containers, strings where lists belong, paths
+    that are folders or missing or hold a NUL. Each is made afresh when drawn (an iterator
+    is used up by one call)."""
+    import numpy as np
+
+    from xsweep.cost import CostModel
+
+    values = [None, True, False, 0, -1, 1, 2, 3, 64, 2**31, 2**63, -(2**63), 10**40, 0.0, -0.0,
+              2.5, 1e308, math.nan, math.inf, -math.inf, "", " ", "x", "cpu", "bound",
+              "float16", "float32", "capex", "a\0b", "é", "x" * 300, "/", ".",
+              "spaces/appendix-b.pbtxt", "spaces/quickstart.yaml", "does/not/exist.yaml",
+              b"", b"spaces/appendix-b.pbtxt"]
+    makers = [lambda value=value: value for value in values]
+    makers += [
+        list, lambda: [None], lambda: [0], lambda: ["cpu"], lambda: ["does/not/exist.yaml"],
+        lambda: [[]], tuple, lambda: (1,), dict, lambda: {"x": [1]}, lambda: {"x": "ab"},
+        lambda: {"x": [1, 2]}, lambda: {3: [1]}, lambda: {"name": [1]}, lambda: {"x": [[1]]},
+        set, lambda: frozenset({1}), object, lambda: SPACES / "appendix-b.pbtxt",
+        lambda: SPACES, lambda: SPACES / "missing.yaml", lambda: iter([]), lambda: iter([1]),
+        lambda: range(3), lambda: (lambda *args: None), lambda: np.int64(2),
+        lambda: np.float64(2.0), lambda: np.bool_(True), lambda: np.array([1]),
+        lambda: np.array([[1]]), CostModel, lambda: CostModel(pricing="spot"),
+        lambda: CostModel(pue=math.nan), lambda: CostModel(pricing=["capex"]),
+        lambda: CostModel(amortization_years="4"),
+    ]
+    return tuple(makers)
+
+
+@st.composite
+def library_arguments(draw):
+    """One argument for a function of the public API, from :func:`_argument_makers`."""
+    return draw(st.sampled_from(_argument_makers()))()
+
+
+# -- hostile sweeps: names, ranges, pools ---------------------------------------------------
+#: Stands for the absolute path of a folder of the test's own in a drawn name: the test
+#: writes the sample with it replaced, so that an absolute name points where it watches.
+SANDBOX = "@SANDBOX@"
+HOSTILE_NAMES = [
+    f"{SANDBOX}/abs", SANDBOX, "/", ".", "..", "./x", "../x", "../../x", "a/../../x", "x/",
+    "a\\b", "C:\\x", "~", "$HOME", "*", "a\0b", "\0", "x" * 100, "x" * 101, "x" * 300,
+    "café", "cafe\u0301", "名前", "a\u202eb", "\ufeffx", "a\u200bb", "a\nb", "a\tb", " x",
+    "x ", "", "-x", ".x", "x.", "CON", "nul.txt", "com1", "ok-name_1.0",
+]
+#: Names: the hostile ones (two draws in five), names of the right shape and length or
+#: longer, any text, and values that are no string.
+sweep_names = st.one_of(
+    st.sampled_from(HOSTILE_NAMES), st.sampled_from(HOSTILE_NAMES),
+    st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,110}", fullmatch=True), st.text(max_size=120),
+    st.one_of(st.integers(), st.none(), st.lists(st.text(max_size=3), max_size=2)))
+
+ODD_INTEGERS = [0, -1, 1, 2, 3, 7, 8, 64, 4096, 65_536, 65_537, 2**31, 2**63, 10**40, -(2**63)]
+odd_integers = st.one_of(st.sampled_from(ODD_INTEGERS), st.integers(-10, 100_000))
+ODD_VALUES = [1.5, 2.0, math.nan, math.inf, True, False, None, "8", "", [], {}, [1, 2]]
+
+
+@st.composite
+def odd_ranges(draw):
+    """A ``{low, high, step}`` mapping: mostly well formed, of any length (empty, one value,
+    a million, a trillion), with odd ends and steps, now and then a value of another type,
+    a key missing or one too many."""
+    low = draw(odd_integers)
+    step = draw(st.one_of(st.sampled_from([1, 2, 3, 8, 4096, 0, -1]), odd_integers))
+    count = draw(st.sampled_from([0, 1, 2, 7, 1000, 1_000_000, 1_000_001, 10**12]))
+    high = low + (count - 1) * step if draw(st.integers(0, 3)) else draw(odd_integers)
+    mapping = {"low": low, "high": high, "step": step}
+    for _ in range(draw(st.integers(0, 2))):
+        op = draw(st.sampled_from(["value", "delete", "extra"]))
+        key = draw(st.sampled_from(["low", "high", "step"]))
+        if op == "value":
+            mapping[key] = draw(st.sampled_from(ODD_VALUES))
+        elif op == "delete":
+            mapping.pop(key, None)
+        else:
+            mapping[draw(st.sampled_from(["stride", "count", "LOW"]))] = 1
+    return mapping
+
+
+@st.composite
+def clean_ranges(draw, highs):
+    """A well-formed range up to one of ``highs``: one value or a few, steps of any size."""
+    high = draw(st.sampled_from(highs))
+    step = draw(st.sampled_from([1, 2, 8, 64, 4096]))
+    low = high - step * draw(st.integers(0, 8))
+    return {"low": low if low >= 1 else high, "high": high, "step": step}
+
+
+def int_axes(values, valid=None):
+    """An integer axis: mostly of ``valid`` values (a scalar, a list of distinct ones, a
+    well-formed range), else of ``values`` (a scalar, a short list, repeats and empty ones
+    included) or an odd range."""
+    valid = valid or [1, 2, 8, 64]
+    return st.one_of(
+        st.sampled_from(valid), st.lists(st.sampled_from(valid), min_size=1, max_size=3,
+                                         unique=True), clean_ranges(valid),
+        values, st.lists(values, max_size=4), odd_ranges())
+
+
+POOL_GPUS = ["H100-SXM", "A100-40GB", "H100", "h100-sxm", "B200", "no-such-gpu"]
+HUGE_COUNTS = [0, 1, 2, 8, 512, 4096, 8192, 65_535, 65_536, 65_537, 2**31]
+POOL_SIZES = [1, 2, 8, 512, 4096, 8192, 65_536]
+
+
+@st.composite
+def odd_pools(draw):
+    """One to three pools of any size up to 65,536 x 65,536 GPUs and past it, a GPU now and
+    then twice (by one name, an alias or another case)."""
+    pools = []
+    for _ in range(draw(st.integers(1, 3))):
+        pool = {"gpu": draw(st.sampled_from(POOL_GPUS)),
+                "nodes": draw(int_axes(st.sampled_from(HUGE_COUNTS), POOL_SIZES))}
+        if draw(st.booleans()):
+            pool["gpus_per_node"] = draw(int_axes(st.sampled_from(HUGE_COUNTS[1:]), POOL_SIZES))
+        pools.append(pool)
+    if draw(st.integers(0, 3)) == 0:
+        pools.append(copy.deepcopy(pools[0]))
+    return pools
+
+
+SWEEP_INT_AXES = [("training", "global_batch_size"), ("training", "virtual_pipeline_stages"),
+                  ("training", "dp_bucket_params"), ("parallelism", "pp"),
+                  ("parallelism", "micro_batch_size")]
+
+
+@st.composite
+def hostile_sweeps(draw):
+    """A base sweep with a drawn name, pools and integer axes (see above), as a file."""
+    document = copy.deepcopy(draw(st.sampled_from(BASE_SWEEPS)))
+    if draw(st.booleans()):  # else the base's name, and the other sections' checks run
+        document["name"] = draw(sweep_names)
+    if draw(st.booleans()):
+        pools = draw(odd_pools())
+        document["cluster"]["pools"] = pools
+        document["parallelism"]["tp"] = {
+            pool["gpu"]: draw(int_axes(st.sampled_from([0, 1, 2, 8, 16, 4096, 16_385]),
+                                       [1, 2, 8, 16, 4096])) for pool in pools}
+    for section, key in draw(st.lists(st.sampled_from(SWEEP_INT_AXES), max_size=3, unique=True)):
+        document[section][key] = draw(int_axes(odd_integers))
+    return Sample("sweep", "sweep.yaml", yaml.safe_dump(document, sort_keys=False).encode())

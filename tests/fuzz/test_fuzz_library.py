@@ -8,26 +8,32 @@ runs more examples and the batched evaluator on the accepted plans.
 
 from __future__ import annotations
 
+import functools
+import numbers
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import xsweep
 from tests.budget import in_process_budget
+from tests.conftest import SPACES
 from tests.fuzz.mutations import (
     catalog_samples,
     extreme_catalogs,
     extreme_plans,
+    library_arguments,
     plan_samples,
     profile_samples,
     sweep_samples,
     write,
 )
 from tests.fuzz.verdict import FUZZ_PROGRAM_SIZE, library_accepts, simulated
+from tests.hostile_inputs import PLAN
 from xsweep.errors import InputError
-from xsweep.spec.plan_io import load_plan
+from xsweep.spec.plan_io import load_plan, plan_from_text
+from xsweep.spec.sweep import load_sweep
 
 
 def fuzz(examples: int):
@@ -133,3 +139,73 @@ def test_evaluate_scores_only_valid_plans_with_finite_numbers(tmp_path_factory, 
             values = ds[name].values[ok]
             assert (abs(values) < float("inf")).all(), (level, name, values)
     assert os.environ["XSWEEP_MAX_PROGRAM_SIZE"] == FUZZ_PROGRAM_SIZE
+
+
+# -- the library's arguments ---------------------------------------------------------------
+APPENDIX = SPACES / "appendix-b.pbtxt"
+#: Constructor arguments every drawn Evaluator starts from: one device, no worker processes,
+#: no disk cache (a drawn argument replaces one of them).
+EVALUATOR = {"processes": 1, "compile_cache": False}
+EVALUATOR_ARGUMENTS = ("devices", "dtype", "chunk_size", "max_rounds", "catalog", "profile",
+                       "cost", "cpu_devices", "compile_cache", "processes", "parallel_min",
+                       "template_bytes")
+EVALUATE_ARGUMENTS = ("plans", "level", "catalog", "profile", "cost", "dtype", "chunk_size",
+                      "progress", "coords")
+
+
+def _count_in(value, low: int, high: int) -> bool:
+    return (isinstance(value, numbers.Integral) and not isinstance(value, bool)
+            and low <= value <= high)
+
+
+def _construct(name, value, devices, catalog):
+    evaluator = xsweep.Evaluator(**{**EVALUATOR, "devices": devices[:1], name: value})
+    evaluator.close()
+
+
+def _evaluate(name, value, devices, catalog):
+    arguments = {"plans": [plan_from_text(PLAN)], "level": "bound", "catalog": catalog,
+                 name: value}
+    ds = xsweep.evaluate(**arguments)
+    assert list(ds["status"].values) == ["ok"]
+
+
+LIBRARY_CALLS = {
+    **{f"Evaluator({name}=...)": functools.partial(_construct, name)
+       for name in EVALUATOR_ARGUMENTS},
+    **{f"evaluate({name}=...)": functools.partial(_evaluate, name)
+       for name in EVALUATE_ARGUMENTS},
+    "load_catalog": lambda value, *_: xsweep.load_catalog(value),
+    "load_plan": lambda value, *_: xsweep.load_plan(value),
+    "load_plan(catalog=...)": lambda value, *_: xsweep.load_plan(APPENDIX, value),
+    "prepare": lambda value, *_: xsweep.prepare(value, names=False),
+    "prepare(catalog=...)": lambda value, *_: xsweep.prepare(APPENDIX, value, names=False),
+    "prepare(profile=...)": lambda value, *_: xsweep.prepare(APPENDIX, profile=value),
+    "prepare(templates=...)": lambda value, *_: xsweep.prepare(APPENDIX, templates=value),
+    "prepare(names=...)": lambda value, *_: xsweep.prepare(APPENDIX, names=value),
+    "use_cpu_devices": lambda value, *_: xsweep.use_cpu_devices(value),
+    "load_sweep": lambda value, *_: load_sweep(value),
+}
+
+
+@pytest.fixture(scope="module")
+def jax_started():
+    """The devices, once JAX has started: a ``cpu_devices`` or ``use_cpu_devices`` drawn
+    below then changes nothing for the tests after this one."""
+    import jax
+
+    return jax.devices()
+
+
+@fuzz(200)
+@given(call=st.sampled_from(sorted(LIBRARY_CALLS)), value=library_arguments())
+def test_the_public_api_takes_an_argument_or_refuses_it_in_one_line(jax_started, catalog,
+                                                                     call, value):
+    # Arguments that are right and would make the default run slow are left out: worker
+    # processes, and other row counts of the kernels (each a compilation).
+    assume(not (call == "Evaluator(processes=...)" and _count_in(value, 2, 2**20)))
+    assume(not (call == "evaluate(chunk_size=...)" and _count_in(value, 1, 2**20)))
+    try:
+        LIBRARY_CALLS[call](value, jax_started, catalog)
+    except InputError as error:
+        assert "\n" not in str(error), str(error)

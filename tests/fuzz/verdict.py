@@ -18,7 +18,7 @@ from xsweep.pipeline import prepare_valid
 from xsweep.spec.catalog import load_catalog
 from xsweep.spec.plan_io import load_plan, plan_from_text
 from xsweep.spec.profile import load_profile
-from xsweep.spec.sweep import load_sweep
+from xsweep.spec.sweep import check_sweep_limits, load_sweep
 from xsweep.spec.validate import validate_plan
 
 # Small programs keep each example quick; the limit is a real one, so a mutation that
@@ -53,7 +53,9 @@ def library_accepts(kind: str, path: Path, catalog) -> bool:
         if kind == "plan":
             simulated(load_plan(path, catalog), catalog)
         elif kind == "sweep":
-            load_sweep(path, catalog).grid_size()
+            sweep = load_sweep(path, catalog)
+            check_sweep_limits(sweep, str(path))  # as xsweep check: the GPU limit
+            sweep.grid_size()
         elif kind == "catalog":
             merged = load_catalog([path])
             plan = plan_from_text(PLAN)

@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from xsweep.workers import WorkerError
 from xsweep.search.distributed import LocalExecutor
 from xsweep.search.processes import ProcessExecutor
+from xsweep.workers import WorkerError
 
 
 def alive(pid: int) -> bool:

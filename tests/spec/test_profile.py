@@ -118,7 +118,7 @@ def test_malformed_yaml_names_field_and_value(tmp_path, text, field, value):
     ("gpu,tp,micro_batch_size,forward_s,backward_s\nH100-SXM,2,1,0.1\n", "line 2: backward_s"),
     ("gpu,tp,micro_batch_size,forward_s,backward_s\nH100-SXM,2,1,0.1,0.2,9\n",
      "line 2: extra column"),
-    ("gpu,tp,batch,forward_s,backward_s\nH100-SXM,2,1,0.1,0.2\n", "line 2: batch"),
+    ("gpu,tp,batch,forward_s,backward_s\nH100-SXM,2,1,0.1,0.2\n", "line 1"),
     ("", None),
 ])
 def test_malformed_csv_names_line_and_field(tmp_path, text, field):
@@ -127,6 +127,94 @@ def test_malformed_csv_names_line_and_field(tmp_path, text, field):
     with pytest.raises(InputError) as error:
         load_profile(path)
     assert error.value.field == field
+
+
+HEADER = "gpu,tp,micro_batch_size,forward_s,backward_s"
+
+
+@pytest.mark.parametrize("text,field,value,reason", [
+    ("H100-SXM,2,1,0.002,0.004\n", "line 1", "H100-SXM,2,1,0.002,0.004",
+     f"the header line is missing: the first line must name the columns {HEADER}"),
+    ("\ngpu,tp,micro_batch_size,forward_s\nH100-SXM,2,1,0.002\n", "line 2", None,
+     f"the header lacks the column backward_s; expected {HEADER}"),
+    (f"{HEADER},tp\n", "line 1", "tp", "column named twice"),
+    (f"{HEADER}\n\n", None, None, "has no measurement: only a header line"),
+])
+def test_csv_header_problems_are_named(tmp_path, text, field, value, reason):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    with pytest.raises(InputError) as error:
+        load_profile(path)
+    assert (error.value.field, error.value.value, error.value.reason) == (field, value, reason)
+
+
+def test_csv_header_may_name_the_columns_in_any_order_with_spaces(tmp_path):
+    path = tmp_path / "p.csv"
+    path.write_text("tp, gpu ,backward_s,forward_s,micro_batch_size\n2,H100-SXM,0.004,0.002,1\n")
+    assert load_profile(path).lookup("H100-SXM", 2, 1) == (0.002, 0.004)
+
+
+def test_csv_errors_name_the_line_each_value_starts_on(tmp_path):
+    """A quoted value may hold a line break: the row then spans lines, and each value is
+    reported on its own line, not on the row's last."""
+    path = tmp_path / "bad.csv"
+    path.write_text(f'{HEADER}\nH100-SXM,2,1,0.002,0.004\nH100-SXM,2,2,-0.002,"0.004\n"\n'
+                    '"H100\r\nSXM",2,3,0.002,-1\n')
+    with pytest.raises(InputError) as error:
+        load_profile(path)
+    assert (error.value.field, error.value.value) == ("line 3: forward_s", "-0.002")
+    path.write_text(f'{HEADER}\n"H100-SXM\n\n",2,3,0.002,-1\nH100-SXM,x,1,1,1\n')
+    with pytest.raises(InputError) as error:
+        load_profile(path)
+    assert error.value.field == "line 4: backward_s"
+    path.write_text(f'{HEADER}\n"H100-SXM\n",2,3,0.002,0.004\nH100-SXM,x,1,1,1\n')
+    with pytest.raises(InputError) as error:
+        load_profile(path)
+    assert (error.value.field, error.value.value) == ("line 4: tp", "x")
+
+
+@pytest.mark.parametrize("row,field,value", [
+    ("H100-SXM,2,1,0.00_2,0.004", "line 2: forward_s", "0.00_2"),
+    ("H100-SXM,1_0,1,0.002,0.004", "line 2: tp", "1_0"),
+    ("H100-SXM,2,1,0.002,4_0e-3", "line 2: backward_s", "4_0e-3"),
+])
+def test_csv_numbers_with_underscores_are_refused_alike(tmp_path, row, field, value):
+    path = tmp_path / "bad.csv"
+    path.write_text(f"{HEADER}\n{row}\n")
+    with pytest.raises(InputError, match="underscores") as error:
+        load_profile(path)
+    assert (error.value.field, error.value.value) == (field, value)
+
+
+@pytest.mark.parametrize("cell", ["inf", "nan", "\u0661", "0x1", "1.5.2", "+2"])
+def test_csv_numbers_are_decimal_digits_only(tmp_path, cell):
+    path = tmp_path / "bad.csv"
+    path.write_text(f"{HEADER}\nH100-SXM,{cell},1,0.002,0.004\n", encoding="utf-8")
+    with pytest.raises(InputError, match="must be a positive integer") as error:
+        load_profile(path)
+    assert error.value.value == cell
+
+
+@pytest.mark.parametrize("field,written,value", [
+    ("tp", "'2'", "2"), ("forward_s", '"0.002"', "0.002"), ("tp", "yes", "yes"),
+])
+def test_yaml_profile_numbers_are_yaml_numbers(tmp_path, field, written, value):
+    row = {"gpu": "H100-SXM", "tp": "2", "micro_batch_size": "1", "forward_s": "0.002",
+           "backward_s": "0.004", field: written}
+    path = tmp_path / "bad.yaml"
+    path.write_text("measurements:\n  - {" + ", ".join(f"{k}: {v}" for k, v in row.items())
+                    + "}\n")
+    with pytest.raises(InputError) as error:
+        load_profile(path)
+    assert (error.value.field, error.value.value) == (f"measurements[0].{field}", value)
+
+
+def test_yaml_profile_numbers_in_yaml_1_1_forms_are_refused(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(f"measurements:\n  - {ROW.replace('tp: 2', 'tp: 0_2')}\n")
+    with pytest.raises(InputError, match="write it in decimal digits") as error:
+        load_profile(path)
+    assert error.value.field == "measurements[0].tp"
 
 
 def test_unreadable_or_unsafe_files_are_input_errors(tmp_path):

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import datetime
 import os
 
 import pytest
-import yaml
 
 from xsweep.errors import InputError
 from xsweep.spec.limits import MAX_NESTING_DEPTH, Limits
@@ -63,16 +61,52 @@ def test_folders_missing_files_and_pipes_are_refused(tmp_path):
 
 
 # -- YAML ----------------------------------------------------------------------------------
-def test_plain_yaml_reads_as_safe_load_would():
-    text = ("name: x\nnumbers: [1, 2.5, 0x10, 1_000, -3, 1:30]\nflags: {on: true, off: no}\n"
-            "nothing: ~\nquoted: '12'\nday: 2024-01-02\nblock: |\n  two\n  lines\n"
-            "anchored: &n 7\nagain: *n\n")
+def test_plain_yaml_reads_by_the_yaml_1_2_core_schema():
+    text = ("name: x\nnumbers: [1, 2.5, -3, +4, 1e5, .5, 0, 00.5]\n"
+            "flags: [true, False, TRUE, yes, no, on, off, y]\n"
+            "nothing: [~, null, Null, NULL, nULL]\nempty:\nquoted: ['12', \"0x10\", '1:30']\n"
+            "day: 2024-01-02\nblock: |\n  two\n  lines\nanchored: &n 7\nagain: *n\n"
+            "tagged: [!!int 12, !!float 2, !!str 12, ! 010, !!bool true, !!null '']\n")
     doc = parse_yaml(text, "f")
-    assert doc == yaml.safe_load(text)
-    assert doc["numbers"] == [1, 2.5, 16, 1000, -3, 90] and doc["again"] == 7
-    assert doc["flags"] == {True: True, False: False}  # YAML 1.1: on and off are booleans
-    assert doc["day"] == datetime.date(2024, 1, 2)
+    assert doc["numbers"] == [1, 2.5, -3, 4, 100000.0, 0.5, 0, 0.5]
+    assert doc["flags"] == [True, False, True, "yes", "no", "on", "off", "y"]  # YAML 1.2
+    assert doc["nothing"] == [None, None, None, None, "nULL"] and doc["empty"] is None
+    assert doc["quoted"] == ["12", "0x10", "1:30"] and doc["day"] == "2024-01-02"
+    assert doc["again"] == 7 and doc["block"] == "two\nlines\n"
+    assert doc["tagged"] == [12, 2.0, "12", "010", True, None]
+    assert isinstance(doc["tagged"][1], float)
     assert parse_yaml("", "f") is None
+
+
+@pytest.mark.parametrize(("written", "form"), [
+    ("1:30", "base 60"), ("-1:30:00", "base 60"), ("1:30.5", "base 60"),
+    ("010", "leading zero"), ("-010", "leading zero"), ("09", "leading zero"),
+    ("0_10", "leading zero"),
+    ("0x8", "base prefix"), ("0o17", "base prefix"), ("0b101", "base prefix"),
+    ("-0X1F", "base prefix"),
+    ("1_000", "underscores"), ("1_000.5", "underscores"),
+])
+def test_numbers_the_yaml_versions_read_differently_are_refused(written, form):
+    """YAML 1.1 reads ``1:30`` as 90 and ``010`` as 8: no reader may guess."""
+    error = refused(parse_yaml, f"training:\n  global_batch_size: {written}\n", "s.yaml",
+                    match=form)
+    assert (error.field, error.value) == ("training.global_batch_size", written)
+    assert "write it in decimal digits" in error.reason and "(line 2)" in error.reason
+    assert parse_yaml(f"a: '{written}'\n", "s.yaml") == {"a": written}  # quoted: text
+
+
+@pytest.mark.parametrize("text", ["a: !!int x\n", "a: !!int 010\n", "a: !!bool yes\n",
+                                  "a: !!float abc\n", "a: !!null 0\n"])
+def test_a_scalar_that_is_not_a_value_of_its_tag_is_refused(text):
+    error = refused(parse_yaml, text, "f.yaml", match="a:|not a value of its tag")
+    assert error.field == "a"
+
+
+def test_a_merge_key_in_a_path_reads_as_itself():
+    error = refused(parse_yaml, "name: x\ncost: &c\n  <<: *c\n", "s.yaml", match="a cycle")
+    assert error.field == "cost.<<"
+    assert str(error) == ("s.yaml: cost.<<: an alias inside the value it names (a cycle) "
+                          "(line 3) (got '*c')")
 
 
 def test_anchors_aliases_and_merge_keys_work():
@@ -125,9 +159,9 @@ def test_deep_yaml_nesting_is_refused():
 
 
 def test_yaml_special_floats_are_read_for_the_validators_to_refuse():
-    doc = parse_yaml("a: .nan\nb: -.inf\nc: 1e400\n", "f")
+    doc = parse_yaml("a: .nan\nb: -.inf\nc: 1e400\nd: +.INF\n", "f")
     assert doc["a"] != doc["a"] and doc["b"] == float("-inf")
-    assert doc["c"] == "1e400"  # YAML 1.1 needs a dot in a float: this is a string
+    assert doc["c"] == doc["d"] == float("inf")  # YAML 1.2 needs no dot: a number too large
 
 
 # -- JSON ----------------------------------------------------------------------------------
@@ -147,3 +181,9 @@ def test_malformed_json_is_one_error(text, reason):
 def test_plain_json_reads_normally():
     assert parse_json('{"a": [1, 2.5, "x", null, true]}', "f") == {"a": [1, 2.5, "x", None, True]}
     assert parse_json("5", "f") == 5  # callers decide what a document must be
+
+
+def test_a_file_name_with_a_nul_is_refused_in_one_line():
+    with pytest.raises(InputError) as info:
+        read_text_file("plan\0.pbtxt")
+    assert info.value.field == "file name" and "NUL" in info.value.reason

@@ -159,9 +159,10 @@ def test_integer_axes_take_ranges():
     ({"low": 0, "high": 2, "stride": 1}, "Extra inputs are not permitted"),
     ({"low": 0, "high": 60_000}, None),  # within the node bound: accepted
 ])
-def test_bad_ranges_are_one_line_errors_naming_the_field(value, message):
+def test_bad_ranges_are_one_line_errors_naming_the_field(value, message, monkeypatch):
     document = with_change("cluster", {"pools": [{"gpu": "H100", "nodes": value}]})
     if message is None:
+        monkeypatch.setenv("XSWEEP_MAX_GPUS", str(8 * 60_000))  # the GPU limit, raised
         assert len(sweep_from_dict(document).axes()["cluster.pools[0].nodes"]) == 60_001
         return
     with pytest.raises(InputError) as caught:
@@ -182,3 +183,83 @@ def test_deadline_needs_total_tokens():
     document = with_change("constraints", {"training_days_max": 30})
     document["training"]["total_tokens"] = 1e12
     assert sweep_from_dict(document).constraints.training_days_max == 30
+
+
+# -- one GPU, one pool; one value, one spelling --------------------------------------------
+def with_pools(*gpus: str, tp: dict | None = None) -> dict:
+    document = copy.deepcopy(MINIMAL)
+    document["cluster"]["pools"] = [{"gpu": gpu, "nodes": 1} for gpu in gpus]
+    document["parallelism"]["tp"] = tp if tp is not None else dict.fromkeys(gpus, 2)
+    return document
+
+
+@pytest.mark.parametrize(("gpus", "named"), [
+    (("H100", "H100-SXM"), "'H100'"),  # an alias and the name
+    (("H100-SXM", "h100-sxm"), "'H100-SXM'"),  # two cases
+    (("A100", "H100", "h100"), "'H100'"),
+    (("H100", "H100"), "names the same gpu;"),  # the same spelling, as before
+    (("NewGpu", "newgpu"), "'NewGpu'"),  # not in the catalog: still one name in two cases
+])
+def test_two_pools_of_one_gpu_are_refused_whatever_the_spelling(gpus, named):
+    with pytest.raises(InputError) as info:
+        sweep_from_dict(with_pools(*gpus), "s.yaml")
+    last = len(gpus) - 1
+    assert info.value.field == f"cluster.pools[{last}].gpu"
+    assert info.value.value == gpus[-1]
+    assert named in info.value.reason and "another pool" in info.value.reason
+    assert "\n" not in str(info.value)
+
+
+def test_pools_of_different_gpus_pass():
+    sweep = sweep_from_dict(with_pools("A100-40GB", "A100-80GB", "H100"))
+    assert len(sweep.cluster.pools) == 3
+
+
+@pytest.mark.parametrize("key", ["h100", "H100-SXM", "h100-sxm"])
+def test_a_tp_key_spells_its_pools_gpu_exactly(key):
+    with pytest.raises(InputError) as info:
+        sweep_from_dict(with_pools("H100", tp={key: 2}), "s.yaml")
+    assert info.value.field == f"parallelism.tp.{key}"
+    assert "another spelling" in info.value.reason and "'H100'" in info.value.reason
+
+
+def test_a_second_tp_key_for_one_pool_is_refused():
+    with pytest.raises(InputError) as info:
+        sweep_from_dict(with_pools("H100", tp={"H100": 2, "H100-SXM": 4}), "s.yaml")
+    assert info.value.field == "parallelism.tp.H100-SXM"
+
+
+@pytest.mark.parametrize(("path", "value", "field"), [
+    ("model", ["llama2-7b", "LLAMA2-7B"], "model[1]"),
+    ("model", ["llama2-7b", "llama2-13b", "llama-2-7b"], "model[2]"),
+    ("cluster.pools", [{"gpu": "H100", "nodes": 1, "nic": ["cx7", "ConnectX-7"]}],
+     "cluster.pools[0].nic[1]"),
+])
+def test_an_axis_of_catalog_names_holds_each_entry_once(path, value, field):
+    with pytest.raises(InputError) as info:
+        sweep_from_dict(with_change(path, value), "s.yaml")
+    assert info.value.field == field
+    assert "another spelling" in info.value.reason
+
+
+def test_aliases_of_a_user_catalog_are_known_to_repeated_entry(tmp_path):
+    from xsweep.spec.catalog import load_catalog, repeated_entry
+
+    extra = tmp_path / "mine.yaml"
+    extra.write_text("gpus:\n  H100: {aliases: [hopper]}\n")
+    assert repeated_entry("gpus", ["H100-SXM", "hopper"]) is None  # not a built-in alias
+    assert repeated_entry("gpus", ["A100", "H100-SXM", "hopper"], load_catalog([extra])) \
+        == (1, 2)
+
+
+def test_pools_spelled_by_a_user_catalogs_alias_are_refused_where_the_sweep_meets_it(tmp_path):
+    from xsweep.spec.catalog import load_catalog
+    from xsweep.spec.sweep import check_sweep_names
+
+    extra = tmp_path / "mine.yaml"
+    extra.write_text("gpus:\n  H100: {aliases: [hopper]}\n")
+    sweep = sweep_from_dict(with_pools("H100-SXM", "hopper"), "s.yaml")  # no built-in alias
+    with pytest.raises(InputError) as info:
+        check_sweep_names(sweep, load_catalog([extra]), "s.yaml")
+    assert info.value.field == "cluster.pools[1].gpu"
+    assert "'H100-SXM'" in info.value.reason

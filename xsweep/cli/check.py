@@ -71,7 +71,8 @@ def describe(file: str, catalog: Catalog, catalog_files: list[str]) -> str:
                     f"{len(merged.models)} models after merging)")
         sweep = sweep_from_dict(document, file)
         check_sweep_names(sweep, catalog, file)
-        swept = sum(len(values) > 1 for values in sweep.axes().values())
+        # lengths only: expanding the ranges would cost what they hold
+        swept = sum(len(domain) > 1 for domain in sweep.domains().values())
         return f"valid sweep {sweep.name!r} ({swept} swept axes, {sweep.grid_size()} grid points)"
     raise InputError(file, None, suffix or None,
                      "unknown file kind; expected .pbtxt, .json, .yaml or .yml")

@@ -28,7 +28,9 @@ def register(subparsers) -> None:
     p.add_argument("--storage", metavar="URL",
                    help=f"Optuna storage URL, e.g. postgresql://user:password@host/db (default: "
                    f"${STORAGE_ENV}, else SQLite at <output>/study.db)")
-    p.add_argument("--study", metavar="NAME", help="study name (default: the sweep's name)")
+    p.add_argument("--study", metavar="NAME",
+                   help="study name (default: the sweep's name; the same rule: letters, digits, "
+                   "'-', '_', '.', starting with a letter or digit)")
     p.add_argument("--sampler", choices=("nsga2", "tpe", "random"),
                    help="default: nsga2 for several objectives, tpe for one")
     p.add_argument("--seed", type=_natural, metavar="S", help="sampler seed (default: search.seed)")
@@ -48,7 +50,10 @@ def _natural(text: str) -> int:
 def run(args) -> int:
     from xsweep.search.optimize import Options, run_optimize
     from xsweep.search.progress import Progress
+    from xsweep.spec.sweep import check_name
 
+    if args.study is not None:  # before anything is read or written
+        check_name(args.study, "--study")
     check_output_folder(args.output, "--output")
     options = Options(trials=args.trials, batch=args.batch,
                       storage=args.storage or os.environ.get(STORAGE_ENV) or None,

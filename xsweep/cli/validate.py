@@ -20,7 +20,9 @@ def register(subparsers) -> None:
         "bound is above the simulated time.")
     p.add_argument("result", metavar="RESULT",
                    help="a sweep's output folder, or a storage URL such as sqlite:///study.db")
-    p.add_argument("--study", metavar="NAME", help="the study's name (with a storage URL)")
+    p.add_argument("--study", metavar="NAME",
+                   help="the study's name (with a storage URL; a name as a sweep's: letters, "
+                   "digits, '-', '_', '.')")
     p.add_argument("--top", type=_count, metavar="K",
                    help="best points of each objective to re-run (default: the space's "
                    "validate.top)")
@@ -50,11 +52,15 @@ def _tolerance(text: str) -> float:
 
 def run(args) -> int:
     from xsweep.search.progress import Progress
+    from xsweep.search.store import results_folder
     from xsweep.search.study_result import is_storage_url, open_study_result, redacted
     from xsweep.search.sweep_result import is_sweep_folder, open_sweep_result
     from xsweep.search.validate import check_output, format_report, validate
     from xsweep.spec.catalog import load_catalog
+    from xsweep.spec.sweep import check_name
 
+    if args.study is not None:  # it may make the output folder: checked before anything
+        check_name(args.study, "--study")
     check_output_folder(args.output, "--output")
     if args.output:
         check_output(Path(args.output))
@@ -62,7 +68,7 @@ def run(args) -> int:
     if is_storage_url(args.result):
         source = open_study_result(args.result, args.study, catalog)
         about = {"source": "study", "storage": redacted(args.result), "study": source.name}
-        default_out = Path("results") / source.name / "validate"
+        default_out = results_folder(source.name, "--study", None) / "validate"
     elif is_sweep_folder(Path(args.result)):
         if args.study:
             raise InputError(args.result, "--study", args.study, "names a study, but RESULT is "

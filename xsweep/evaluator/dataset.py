@@ -8,7 +8,7 @@ variable carries its unit and meaning as attributes. Missing figures are NaN.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -44,16 +44,55 @@ def _attrs(name: str) -> dict:
     return {"units": m.unit, "description": m.description}
 
 
-def _checked_coords(coords: Mapping[str, Sequence] | None, n: int) -> dict:
-    out = {}
-    for name, values in (coords or {}).items():
-        values = np.asarray(values)
-        if values.ndim != 1 or len(values) != n:
-            raise InputError(None, f"coords.{name}", values.shape,
-                             f"needs one value per variant ({n})")
-        if name in ("variant", "stream") or name in metrics.plan_names():
-            raise InputError(None, f"coords.{name}", name, "is already a name of the results")
-        out[name] = ("variant", values)
+#: Where an error about the arguments of an evaluation comes from.
+CALLER = "xsweep.evaluate"
+
+
+def result_names() -> tuple[str, ...]:
+    """Every name of the Dataset's dimensions, variables and coordinates: a coordinate
+    the caller adds must not take one of them."""
+    return ("variant", "stream", "name", *metrics.plan_names(), *metrics.STREAM_METRICS,
+            "status", "feasible", "reason", "level", *DIAGNOSTICS)
+
+
+def check_coords(coords: object, n: int | None = None) -> dict[str, np.ndarray]:
+    """``coords`` of an evaluation checked: a mapping from a name to one value per plan (a
+    list, a tuple, a 1-D array: anything NumPy makes a 1-D array of); ``n``, when known,
+    is the number of plans. Return the values as arrays.
+
+    Raises:
+        InputError: naming ``coords`` or ``coords.NAME``.
+    """
+    if coords is None:
+        return {}
+    if not isinstance(coords, Mapping):
+        raise InputError(CALLER, "coords", type(coords).__name__,
+                         "expected a mapping from a name to one value per plan, or None")
+    taken, out, length = set(result_names()), {}, n
+    for name, values in coords.items():
+        if not isinstance(name, str) or not name:
+            raise InputError(CALLER, "coords", name, "a coordinate's name must be a "
+                             "non-empty string")
+        field = f"coords.{name}"
+        if name in taken:
+            raise InputError(CALLER, field, name, "is already a name of the results")
+        if isinstance(values, str | bytes | Mapping | Set):
+            raise InputError(CALLER, field, type(values).__name__,
+                             "expected one value per plan (a list, a tuple or a 1-D array)")
+        try:
+            array = np.asarray(values)
+        except (ValueError, TypeError, OverflowError):  # lists of different lengths, say
+            raise InputError(CALLER, field, None,
+                             "expected one value per plan (a 1-D sequence)") from None
+        if array.ndim != 1:
+            raise InputError(CALLER, field, array.shape,
+                             "expected one value per plan (a 1-D sequence)")
+        if length is not None and len(array) != length:
+            what = f"one value per plan ({length})" if n is not None else \
+                f"as many values as coords.{next(iter(out))} ({length})"
+            raise InputError(CALLER, field, len(array), f"needs {what}")
+        length = len(array)
+        out[name] = array
     return out
 
 
@@ -119,6 +158,7 @@ def assemble(tables: Sequence[dict[str, np.ndarray]], level: str, dtype: str,
     return xr.Dataset(
         data,
         coords={"variant": np.arange(n), "name": (("variant",), names),
-                **_checked_coords(coords, n)},
+                **{name: ("variant", values)
+                   for name, values in check_coords(coords, n).items()}},
         attrs={"level": level, "dtype": dtype, "pricing": cost.pricing, **(attrs or {})},
     )

@@ -13,11 +13,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from xsweep.cost import DEFAULT_COST, CostModel
-from xsweep.errors import InputError
 from xsweep.evaluator.compiles import compile_count
 from xsweep.evaluator.dataset import assemble, table
 from xsweep.evaluator.derived import Derived
-from xsweep.evaluator.driver import DTYPES, LEVELS, run_programs, shapes_known
+from xsweep.evaluator.driver import run_programs, shapes_known
 from xsweep.evaluator.executables import Executables
 from xsweep.evaluator.tuning import platform_of
 from xsweep.evaluator.workers import WorkerPool
@@ -32,7 +31,13 @@ from xsweep.runtime import (
     use_compiled_loops,
     use_cpu_devices,
 )
-from xsweep.spec.arguments import evaluation_arguments, evaluation_plans, validated_plans
+from xsweep.spec.arguments import (
+    check_evaluate_arguments,
+    check_evaluator_arguments,
+    evaluation_arguments,
+    evaluation_plans,
+    validated_plans,
+)
 from xsweep.spec.catalog import Catalog
 from xsweep.spec.profile import Profile
 from xsweep.spec.program_size import estimate_program_size
@@ -103,10 +108,11 @@ class Evaluator:
                  cost: CostModel = DEFAULT_COST, cpu_devices: int | None = None,
                  compile_cache: bool = True, processes: int | None = None,
                  parallel_min: int = PARALLEL_MIN, template_bytes: int = TEMPLATE_BYTES):
-        if dtype not in DTYPES:
-            raise InputError(None, "dtype", dtype, f"must be one of {', '.join(DTYPES)}")
-        if chunk_size is not None and chunk_size < 1:
-            raise InputError(None, "chunk_size", chunk_size, "must be at least 1")
+        check_evaluator_arguments(
+            devices=devices, dtype=dtype, chunk_size=chunk_size, max_rounds=max_rounds,
+            catalog=catalog, profile=profile, cost=cost, cpu_devices=cpu_devices,
+            compile_cache=compile_cache, processes=processes, parallel_min=parallel_min,
+            template_bytes=template_bytes)
         self._lock = threading.RLock()
         use_compiled_loops()
         if devices is None:
@@ -217,14 +223,11 @@ class Evaluator:
         next, so memory stays bounded however many there are; with worker processes,
         each takes shares of the plans.
         """
+        check_evaluate_arguments(plans, level, catalog=catalog, profile=profile, cost=cost,
+                                 dtype=dtype, chunk_size=chunk_size, progress=progress,
+                                 coords=coords)
         catalog, profile = self.inputs(catalog, profile)
         dtype, cost = dtype or self.dtype, cost or self.cost
-        if level not in LEVELS:
-            raise InputError("xsweep.evaluate", "level", level,
-                             f"must be one of {', '.join(LEVELS)}")
-        if dtype not in DTYPES:
-            raise InputError("xsweep.evaluate", "dtype", dtype,
-                             f"must be one of {', '.join(DTYPES)}")
         items = evaluation_arguments(plans, catalog, profile=profile, cost=cost,
                                      chunk_size=chunk_size, progress=progress)
         n = len(items)

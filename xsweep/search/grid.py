@@ -17,13 +17,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from xsweep.errors import InputError
-from xsweep.spec.sweep import Sweep
+from xsweep.spec.sweep import Sweep, check_sweep_limits
 
 Point = dict[str, object]  # axis path -> value
 
 #: Most points a grid sweep takes: its per-point table (a few dozen float64 columns)
 #: stays within a few GB of memory.
 MAX_GRID_POINTS = 10_000_000
+
+
+def check_grid(sweep: Sweep, file: str) -> None:
+    """Refuse, by arithmetic on the sweep alone, a grid sweep that exceeds a size limit:
+    a point over the GPU limit (:func:`xsweep.spec.sweep.check_sweep_limits`) or more
+    points than a grid sweep takes (:func:`check_grid_size`)."""
+    check_sweep_limits(sweep, file)
+    check_grid_size(sweep, file)
 
 
 def check_grid_size(sweep: Sweep, file: str) -> None:

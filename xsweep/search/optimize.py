@@ -12,11 +12,19 @@ The study lives in any Optuna storage, so several processes (on several machines
 can run on one study; each asks until the study holds ``trials`` trials. A rerun
 continues the study. With ``constraints.training_days_max`` the samplers get the
 deadline as a constraint and only plans that meet it make the answer.
+
+Everything a run writes goes into its output folder (``-o``, else ``results/<sweep
+name>``): the default study database ``study.db``, whose URL is percent-encoded so that
+no character of the folder's path can move it, and the plans. A study name follows the
+sweep's name rule (:func:`xsweep.spec.sweep.check_name`), and both are checked, with the
+sweep's size limits, before anything is written.
 """
 
 from __future__ import annotations
 
+import os
 import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,12 +37,14 @@ from xsweep.search.pareto import non_dominated, objective_matrix
 from xsweep.search.planner import Built, Planner
 from xsweep.search.progress import Progress
 from xsweep.search.results import exact_feasible
-from xsweep.search.storage import default_url, interrupts_deferred, masked, open_storage
+from xsweep.search.storage import interrupts_deferred, masked, open_storage
+from xsweep.search.store import checked_folder, results_folder
 from xsweep.search.study import default_sampler, make_sampler, open_study, space_attrs
 from xsweep.search.table import update
 from xsweep.search.tasks import Job, evaluate_points
 from xsweep.spec import load_catalog, load_sweep, plan_to_text
 from xsweep.spec.reader import read_text_file
+from xsweep.spec.sweep import check_name
 
 SECONDS_PER_DAY = 86_400.0
 
@@ -90,6 +100,9 @@ def run_optimize(path: str | Path, options: Options = Options(),
     import optuna
 
     show = progress.update if progress is not None else (lambda text, final=False: None)
+    if options.study is not None:
+        check_name(options.study, "--study")
+    out_dir = checked_folder(options.out_dir) if options.out_dir is not None else None
     catalog = load_catalog(options.catalog_files)
     text = read_text_file(str(path))
     sweep = load_sweep(path, catalog)
@@ -100,9 +113,11 @@ def run_optimize(path: str | Path, options: Options = Options(),
     seed = options.seed if options.seed is not None else search.seed
     sampler_name = options.sampler or default_sampler(sweep)
     study_name = options.study or sweep.name
-    folder = options.out_dir or Path("results") / sweep.name
+    folder = out_dir or results_folder(sweep.name, str(path))
     url = options.storage
-    storage = open_storage(url if url is not None else default_url(folder))
+    if url is None:
+        folder.mkdir(parents=True, exist_ok=True)
+    storage = open_storage(url if url is not None else sqlite_url(folder / "study.db"))
     shown_url = masked(url) if url is not None else str(folder / "study.db")
     deadline = Deadline(sweep.constraints.training_days_max)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -146,6 +161,14 @@ def run_optimize(path: str | Path, options: Options = Options(),
                "training_days_max": sweep.constraints.training_days_max,
                **best.summary(), "plans": [str(p) for p in written]}
     return Outcome(summary, best, folder)
+
+
+def sqlite_url(path: Path) -> str:
+    """The SQLAlchemy URL of the SQLite database at ``path``, whatever the path holds: each
+    character but letters, digits and ``/_.-~`` percent-encoded, so that a ``?`` or ``#``
+    does not start the URL's query, a ``%`` is not read as an escape and braces are not
+    read as fields of Optuna's URL template (SQLAlchemy decodes the database part)."""
+    return "sqlite:///" + urllib.parse.quote(os.fspath(path), safe="/")
 
 
 def _run_batch(study, asked: list, job: Job, planner: Planner, deadline: Deadline) -> None:

@@ -27,9 +27,16 @@ Layout rules (pure and deterministic; the same point always gives the same plan)
   replicas come out different is infeasible.
 
 A point that cannot be built (divisibility, too few TP groups, more stages than layers,
-fewer micro-batches than replicas, the interleaving and FSDP rules) or whose largest
+fewer micro-batches than replicas, the interleaving and FSDP rules), whose largest
 per-GPU memory exceeds its GPU (:mod:`xsweep.plan.memory`, as the evaluator computes it)
-is :class:`Infeasible` with a one-line reason.
+or whose plan would exceed a size limit of :mod:`xsweep.spec.limits` (GPUs, device
+groups, micro-batches of a replica, program size) is :class:`Infeasible` with a
+one-line reason. The rules that need no layout are arithmetic on the point, and so is
+the GPU limit: they are decided before anything per GPU, per TP group or per replica is
+built (so no more than the GPU limit's worth), and a pool of billions of GPUs costs no
+more than one of eight. The other limits are checked once the memory is known, before
+the plan is built (device groups, micro-batches) or evaluated (program size), so that a
+point that does not fit keeps that reason.
 """
 
 from __future__ import annotations
@@ -48,6 +55,8 @@ from xsweep.search.grid import Point
 from xsweep.spec import xsweep_pb2 as pb
 from xsweep.spec.catalog import Catalog, GpuSpec, ModelSpec
 from xsweep.spec.enums import FABRIC, RECOMPUTE, RESHARDING, SCHEDULE
+from xsweep.spec.limits import active_limits, over_limit
+from xsweep.spec.program_size import estimate_program_size
 from xsweep.spec.sweep import Sweep
 
 
@@ -142,7 +151,9 @@ class Planner:
         self.catalog = catalog
         self._gpus = [catalog.gpu(pool.gpu) for pool in sweep.cluster.pools]
         self._layouts: dict[tuple, _Template | Infeasible] = {}
-        self._layout_axes = tuple(path for path in sweep.axes() if not per_point(path))
+        # the axes' paths only: expanding the ranges here would cost as much as they hold
+        self._layout_axes = tuple(path for path in sweep.domains() if not per_point(path))
+        self._limits = active_limits()
 
     def cost_model(self, point: Point) -> CostModel:
         c = self.sweep.cost
@@ -168,12 +179,20 @@ class Planner:
         nic_of = dict(zip(sorted(set(layout.node_pool)), nics, strict=True))
         for node, pool in zip(plan.cluster.nodes, layout.node_pool, strict=True):
             node.nic = nic_of[pool]
+        # per point: the resharding scheme and the DP overlap change the program's size
+        size = estimate_program_size(plan)
+        reason = over_limit(size, self._limits, "program_size",
+                            f"the plan's program ({size:,} tasks and flows of one iteration, "
+                            "estimated)")
+        if reason:
+            return Infeasible(reason, layout.memory_per_gpu_gib)
         return Built(plan, self.cost_model(point), layout.memory_per_gpu_gib, key)
 
     def variant(self, point: Point) -> tuple | None:
         """What ``point``'s plan is made of, but its name and cost: points with equal
         variants have equal plans (NICs of pools without nodes, say, make no difference).
-        None where the point has no plan."""
+        None where the point has no layout (a plan over the program-size limit, which
+        only its per-point fields decide, has a variant but no plan either)."""
         key, layout = self._layout_of(point)
         if isinstance(layout, Infeasible):
             return None
@@ -210,20 +229,26 @@ class Planner:
             model, p, v, batch // b, point["training.schedule"])
         if reason:
             return Infeasible(reason)
-        layout = _replicas_separate(pools, p) if mix == "separate" else _replicas_mixed(pools, p)
-        if isinstance(layout, str):
-            return Infeasible(layout)
-        shapes = [self._split(model, pools, stages, b, stack,
-                              point["parallelism.layer_split"]) for stages in layout.kinds]
-        times = [max(self._stage_time_s(model, pools[s.pool], b, s, stack) for s in shape)
-                 for shape in shapes]
-        replicas = len(layout.kind_of)
+        # Arithmetic first: nothing per GPU, TP group or replica exists until the point is
+        # known to have a layout within the GPU limit.
+        replicas = _replica_count(pools, p, mix)
+        if isinstance(replicas, str):
+            return Infeasible(replicas)
         micro_batches = batch // b
         unit = p if v > 1 else 1  # interleaving: each replica's count a multiple of pp
         if micro_batches // unit < replicas:
             per = f" in multiples of the {p} stages" if unit > 1 else ""
             return Infeasible(f"{micro_batches} micro-batches (global batch {batch} / "
                               f"micro-batch {b}) cannot feed {replicas} replicas{per}")
+        gpus = sum(pool.nodes * pool.gpus_per_node for pool in pools)
+        reason = over_limit(gpus, self._limits, "gpus", f"the cluster's GPU count ({gpus:,})")
+        if reason:
+            return Infeasible(reason)
+        layout = _replicas_separate(pools, p) if mix == "separate" else _replicas_mixed(pools, p)
+        shapes = [self._split(model, pools, stages, b, stack,
+                              point["parallelism.layer_split"]) for stages in layout.kinds]
+        times = [max(self._stage_time_s(model, pools[s.pool], b, s, stack) for s in shape)
+                 for shape in shapes]
         counts = [unit * c for c in
                   apportion(micro_batches // unit, [1.0 / times[k] for k in layout.kind_of])]
         if stack.zero_stage == 3:
@@ -234,6 +259,13 @@ class Planner:
                                          stack)
         if worst:
             return Infeasible(worst, memory_gib)
+        groups, most = sum(pool.tp_groups for pool in pools), max(counts)
+        reason = (over_limit(groups, self._limits, "device_groups",
+                             f"the number of device groups ({groups:,} TP groups)")
+                  or over_limit(most, self._limits, "micro_batches",
+                                f"the micro-batches of one replica ({most:,})"))
+        if reason:
+            return Infeasible(reason, memory_gib)
         return _Template(_build(point, pools, shapes, layout, counts, b, self.sweep),
                          tuple(p.index for p in pools for _ in range(p.nodes)), memory_gib)
 
@@ -369,15 +401,36 @@ class _Layout:
     slots: tuple[tuple[tuple[int, int], ...], ...]
 
 
-def _replicas_separate(pools: list[_Pool], p: int) -> _Layout | str:
+def _replica_count(pools: list[_Pool], p: int, mix: str) -> int | str:
+    """The number of replicas of ``p`` stages the pools' TP groups form (``separate``
+    or ``mixed``), or why they form none; arithmetic, whatever the pools' sizes."""
+    if mix == "separate":
+        replicas = 0
+        for pool in pools:
+            groups = pool.tp_groups
+            where = f"(TP {pool.tp} on {pool.nodes} x {pool.gpus_per_node} GPUs)"
+            if groups < p:
+                return f"pool {pool.name} has {groups} TP groups {where}, fewer than pp {p}"
+            if groups % p:
+                return f"pp {p} does not divide the {groups} TP groups of pool {pool.name} {where}"
+            replicas += groups // p
+        return replicas
+    total = sum(pool.tp_groups for pool in pools)
+    if total % p:
+        return f"mixed pipelines: {total} TP groups do not form pipelines of {p} stages"
+    replicas = total // p
+    for pool in pools:
+        if pool.tp_groups % replicas:
+            return (f"mixed pipelines: the {pool.tp_groups} TP groups of pool {pool.name} "
+                    f"do not spread evenly over {replicas} pipelines")
+    return replicas
+
+
+def _replicas_separate(pools: list[_Pool], p: int) -> _Layout:
+    """Each pool's own replicas (``p`` divides its TP groups: :func:`_replica_count`)."""
     kinds, kind_of, slots = [], [], []
     for i, pool in enumerate(pools):
         groups = pool.tp_groups
-        where = f"(TP {pool.tp} on {pool.nodes} x {pool.gpus_per_node} GPUs)"
-        if groups < p:
-            return f"pool {pool.name} has {groups} TP groups {where}, fewer than pp {p}"
-        if groups % p:
-            return f"pp {p} does not divide the {groups} TP groups of pool {pool.name} {where}"
         replicas = groups // p
         base = len(kind_of)
         kinds.append((i,) * p)
@@ -386,16 +439,12 @@ def _replicas_separate(pools: list[_Pool], p: int) -> _Layout | str:
     return _Layout(tuple(kinds), tuple(kind_of), tuple(slots))
 
 
-def _replicas_mixed(pools: list[_Pool], p: int) -> _Layout | str:
-    total = sum(pool.tp_groups for pool in pools)
-    if total % p:
-        return f"mixed pipelines: {total} TP groups do not form pipelines of {p} stages"
-    replicas = total // p
+def _replicas_mixed(pools: list[_Pool], p: int) -> _Layout:
+    """Pipelines that take stages from every pool (the groups spread evenly:
+    :func:`_replica_count`)."""
+    replicas = sum(pool.tp_groups for pool in pools) // p
     stages, slots, offset = [], [], 0
     for i, pool in enumerate(pools):
-        if pool.tp_groups % replicas:
-            return (f"mixed pipelines: the {pool.tp_groups} TP groups of pool {pool.name} "
-                    f"do not spread evenly over {replicas} pipelines")
         per_pipeline = pool.tp_groups // replicas
         stages += [i] * per_pipeline
         slots.append(tuple((g % replicas, offset + g // replicas) for g in range(pool.tp_groups)))

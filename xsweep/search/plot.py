@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import io
+import warnings
 
 import numpy as np
 
@@ -46,12 +48,37 @@ def pareto_png(table: Table, objectives: list[str], found: Answer, title: str) -
               label=f"Pareto front ({len(front)})")
     axes.set_xlabel(label(x_name))
     axes.set_ylabel(label(y_name))
-    axes.set_title(title)
+    # The title holds the sweep's name, as written: no mathtext ($...$), and characters
+    # the font cannot draw are spelled as escapes rather than drawn as empty boxes.
+    heading = axes.set_title(title, parse_math=False)
+    heading.set_text(drawable(title, heading.get_fontproperties()))
     axes.grid(True, alpha=0.3)
     if exact.any() or pruned.any():
         axes.legend(loc="best", fontsize=8)
-    figure.tight_layout()
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
+    with warnings.catch_warnings():  # no library warning on stderr, whatever the name
+        warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from",
+                                category=UserWarning)
+        figure.tight_layout()
+        figure.savefig(buffer, format="png")
     plt.close(figure)
     return buffer.getvalue()
+
+
+def drawable(text: str, font) -> str:
+    """``text`` with each character that ``font`` (matplotlib font properties) has no
+    glyph for, or that prints as nothing, written as its escape (``\\u6d4b``), so that a
+    title in any script shows what it says instead of empty boxes."""
+    from matplotlib import font_manager
+
+    glyphs = _glyphs(font_manager.findfont(font))
+    return "".join(char if char.isprintable() and ord(char) in glyphs
+                   else char.encode("unicode_escape").decode("ascii") for char in text)
+
+
+@functools.cache
+def _glyphs(font_path: str) -> frozenset[int]:
+    """The code points the font file has glyphs for."""
+    from matplotlib import ft2font
+
+    return frozenset(ft2font.FT2Font(font_path).get_charmap())

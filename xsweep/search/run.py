@@ -28,14 +28,14 @@ from xsweep.runtime import usable_cores
 from xsweep.search import report
 from xsweep.search.distributed import DaskExecutor, LocalExecutor
 from xsweep.search.funnel import Funnel
-from xsweep.search.grid import Grid, check_grid_size
+from xsweep.search.grid import Grid, check_grid
 from xsweep.search.pareto import objective_matrix
 from xsweep.search.planner import Built, Infeasible, Planner
 from xsweep.search.plot import pareto_png
 from xsweep.search.processes import ProcessExecutor
 from xsweep.search.progress import Progress, eta
 from xsweep.search.results import answer, exact_feasible, to_dataset
-from xsweep.search.store import SweepFolder
+from xsweep.search.store import SweepFolder, results_folder
 from xsweep.search.table import Table, concat, update
 from xsweep.search.tasks import Job, bound_chunk, bound_walk, exact_batch, plan_key, plan_name
 from xsweep.spec import load_catalog, load_sweep, plan_to_text
@@ -73,7 +73,7 @@ def plan_of(path: str | Path, index: int, catalog_files=()) -> Built | Infeasibl
     """The plan of point ``index`` of the sweep at ``path`` (or why it has none)."""
     catalog = load_catalog(catalog_files)
     sweep = load_sweep(path, catalog)
-    check_grid_size(sweep, str(path))
+    check_grid(sweep, str(path))
     grid = Grid(sweep)
     if not 0 <= index < grid.size:
         raise InputError(str(path), "point", index, f"the grid has points 0..{grid.size - 1}")
@@ -94,9 +94,9 @@ def run_sweep(path: str | Path, options: Options = Options(),
     catalog = load_catalog(options.catalog_files)
     text = Path(path).read_text(encoding="utf-8")
     sweep = load_sweep(path, catalog)
-    check_grid_size(sweep, str(path))
+    check_grid(sweep, str(path))
     grid = Grid(sweep)
-    folder = SweepFolder(options.out_dir or Path("results") / sweep.name)
+    folder = SweepFolder(options.out_dir or results_folder(sweep.name, str(path)))
     job = Job(sweep, catalog, options.dtype)
     manifest = {
         "format": 2, "sweep_sha256": hashlib.sha256(text.encode()).hexdigest(),

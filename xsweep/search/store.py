@@ -12,6 +12,11 @@ Every file is written under a temporary name and renamed, so a file that exists 
 whole: a killed run leaves finished chunks and batches, never half of one, and the
 published outputs appear only once the whole sweep is done (the dataset last). A
 rerun into a folder whose manifest differs is refused unless ``overwrite``.
+
+Nothing is written outside the folder: the default one is ``results/<name>`` for a name
+that passed :func:`xsweep.spec.sweep.check_name` (never a path, ``.`` or ``..``), and
+every file inside has a name made here (``point-<index>.pbtxt``, ...), checked to be a
+plain file name.
 """
 
 from __future__ import annotations
@@ -27,19 +32,51 @@ import numpy as np
 from xsweep.errors import InputError
 from xsweep.search import table as tables
 from xsweep.search.table import Table
+from xsweep.spec.sweep import check_name
 
 OUTPUTS = ("sweep.zarr", "pareto.csv", "pareto.png", "summary.json", "plans")
 _PARTIAL = ".partial"
 #: Manifest entries and how a refusal names them.
 _DESCRIBED = {"sweep_sha256": "sweep file", "catalog_version": "catalog",
               "xsweep_version": "xsweep version"}
+#: Where a sweep's or study's outputs go when no folder is given.
+RESULTS = Path("results")
+
+
+def results_folder(name: str, file: str | None = None, field: str | None = "name") -> Path:
+    """``results/<name>``: the default output folder of the sweep or study ``name``. The
+    name is checked again (:func:`xsweep.spec.sweep.check_name`), so that no name, however
+    it was made, leads out of ``results``.
+
+    Raises:
+      InputError: naming ``file`` and ``field`` (the sweep file's ``name``, ``--study``).
+    """
+    return RESULTS / check_name(name, file, field)
+
+
+def checked_folder(path: str | os.PathLike, option: str = "--output") -> Path:
+    """``path`` as an output folder, or an InputError for a path no folder can have (a NUL
+    character) rather than a traceback from the file system."""
+    text = os.fspath(path)
+    if "\0" in text:
+        raise InputError(option, None, text, "a path cannot hold a NUL character")
+    return Path(text)
+
+
+def plain_file_name(name: str) -> str:
+    """``name`` if it names a file inside a folder (no separator, not ``.`` or ``..``, no
+    NUL); a ValueError otherwise: the names of outputs are made by xsweep."""
+    if (not name or name in (".", "..") or "\0" in name or "/" in name
+            or os.sep in name or (os.altsep and os.altsep in name)):
+        raise ValueError(f"not a plain file name: {name!r}")
+    return name
 
 
 class SweepFolder:
     """The output folder of one sweep."""
 
     def __init__(self, root: Path):
-        self.root = Path(root)
+        self.root = checked_folder(root)
         self.work = self.root / "work"
 
     def path(self, output: str) -> Path:
@@ -103,6 +140,8 @@ class SweepFolder:
     def publish(self, dataset, files: dict[str, bytes], plans: dict[str, str]) -> None:
         """Write the results: ``files`` (name -> content) and ``plans`` (file name -> text)
         first, the dataset last, each complete before it takes its final name."""
+        for name in (*files, *plans):  # all before anything is written
+            plain_file_name(name)
         for name, content in files.items():
             _write_bytes(self.path(name), content)
         folder = self.path("plans")

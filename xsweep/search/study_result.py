@@ -22,6 +22,7 @@ import contextlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote
 
 import numpy as np
 
@@ -34,7 +35,7 @@ from xsweep.search.tasks import catalog_version
 from xsweep.search.winners import Candidate, pick
 from xsweep.spec.catalog import Catalog
 from xsweep.spec.plan_io import plan_from_text
-from xsweep.spec.sweep import OBJECTIVE_DIRECTIONS, Sweep, Validation, sweep_from_text
+from xsweep.spec.sweep import OBJECTIVE_DIRECTIONS, Sweep, Validation, check_name, sweep_from_text
 
 STUDY_ATTRS = ("xsweep_space_sha256", "xsweep_space_name", "xsweep_objectives",
                "xsweep_catalog_version", "xsweep_version", "xsweep_space_text")
@@ -108,12 +109,14 @@ def open_study_result(url: str, name: str | None, catalog: Catalog) -> StudyResu
     """Open study ``name`` in the storage at ``url`` without writing to it.
 
     Raises:
-      InputError: the storage cannot be reached, the study does not exist, lacks the
-        contract's attributes, or was made with another catalog.
+      InputError: the name breaks the name rule (:func:`xsweep.spec.sweep.check_name`: the
+        name makes the default output folder), the storage cannot be reached, the study
+        does not exist, lacks the contract's attributes, or was made with another catalog.
     """
     shown = redacted(url)
     if not name:
         raise InputError(shown, None, None, "a storage URL needs the study's name (--study NAME)")
+    check_name(name, "--study")
     import optuna
 
     with _storage_errors(url, shown):
@@ -154,8 +157,9 @@ def _storage_errors(url: str, shown: str):
     import sqlalchemy.exc
 
     if url.startswith("sqlite:"):
-        path = re.sub(r"^sqlite:///", "", url).split("?", 1)[0]
-        if not path or path == ":memory:" or not Path(path).is_file():
+        # as SQLAlchemy reads it: the query cut off, the rest percent-decoded
+        path = unquote(re.sub(r"^sqlite:///", "", url).split("?", 1)[0])
+        if not path or path == ":memory:" or "\0" in path or not Path(path).is_file():
             raise InputError(shown, None, None, "no such SQLite database file")
     try:
         yield

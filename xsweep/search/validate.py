@@ -6,7 +6,9 @@ For each candidate the output folder gets ``<name>.json`` (the record ``xsweep s
 writes), and once all are done ``validate.json``, the summary. Files are written into a
 staging folder beside the output folder, which takes the output folder's name (replacing
 an earlier validation's) only when every candidate is done: an interrupted or failed run
-leaves the output folder as it was.
+leaves the output folder as it was. Every file name inside is a plain name made from
+the candidate's (``point-<index>``, ``trial-<number>``); the output folder is the folder
+its path names (:func:`output_folder`), never the working folder or one above it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from xsweep.metrics import jsonable
 from xsweep.outcome import simulate_plan
 from xsweep.pipeline import prepare
 from xsweep.search.compare import FLOAT32_SLACK, SMALL_PART, compare, failure_line
+from xsweep.search.store import checked_folder, plain_file_name
 from xsweep.search.tasks import plan_key
 from xsweep.search.winners import Candidate
 from xsweep.sim import write_trace
@@ -39,7 +42,9 @@ def validate(candidates: list[Candidate], catalog: Catalog, tolerance: float, ou
       about: what was validated (source, name, objectives, top), copied into the summary.
       show: progress callback (``Progress.update``).
     """
-    out_dir = Path(out_dir)
+    out_dir = output_folder(out_dir)
+    for c in candidates:
+        plain_file_name(f"{c.name}.trace.json")
     staging = out_dir.with_name(f".{out_dir.name}.partial-{os.getpid()}")
     staging.mkdir(parents=True)
     try:
@@ -91,10 +96,28 @@ def check_output(out_dir: Path) -> None:
     Raises:
       InputError: naming the folder.
     """
-    out_dir = Path(out_dir)
+    out_dir = output_folder(out_dir)
     if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / SUMMARY).is_file():
         raise InputError(str(out_dir), None, None, f"holds files that are not a validation's "
                          f"(no {SUMMARY}); choose an empty or new folder with -o")
+
+
+def output_folder(out_dir: str | os.PathLike) -> Path:
+    """``out_dir`` as the folder it names (``a/../out`` is ``out``). A validation replaces
+    its output folder whole, by a rename from beside it: the working folder or a folder
+    that holds it (``.``, ``..``, ``x/..``, ``/``) is refused, and so is a NUL.
+
+    Raises:
+      InputError: naming the folder as given.
+    """
+    folder = Path(os.path.normpath(checked_folder(out_dir)))
+    absolute = Path(os.path.abspath(folder))
+    here = Path(os.path.abspath(os.curdir))
+    if absolute == here or absolute in here.parents:
+        raise InputError(os.fspath(out_dir), None, None, "is the working folder or holds it, "
+                         "and a validation replaces its output folder whole; choose a folder "
+                         "of its own with -o")
+    return folder
 
 
 def format_report(summary: dict) -> str:

@@ -8,17 +8,21 @@ Units live in the field names: ``gbps`` is gigabits per second, ``gib`` gibibyte
 A catalog YAML file has up to four top-level keys, ``gpus``, ``nics``, ``links`` and
 ``models``, each a mapping from an entry name to its fields. An entry may also
 list ``aliases``. Names are matched case-insensitively. A file merged over the
-defaults may give only some fields of an existing entry; a new entry needs all.
+defaults may give only some fields of an existing entry; a new entry needs all. One file
+gives each entry once: two keys of one section that name one entry (an alias and the
+name, or two cases of one name) are refused rather than the later silently winning.
+A model's dimensions must agree with each other (:func:`check_model_dimensions`, the
+rules a plan's model obeys too), checked as the file that set them is read.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterable, Mapping
+import os
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
-from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from xsweep.errors import InputError
@@ -133,6 +137,11 @@ class Catalog:
     models: dict[str, ModelSpec]
     _tables: dict[str, _Table] = field(repr=False, compare=False)
 
+    def canonical(self, section: str, name: str) -> str | None:
+        """The name of the entry of ``section`` called ``name`` (any case, or an alias), or
+        None when there is none: two names of one entry have the same canonical name."""
+        return self._tables[section].find(name)
+
     def lookup(self, section: str, name: str) -> Any:
         """The entry of ``section`` (``"gpus"``, ``"nics"``, ``"links"``, ``"models"``) called
         ``name`` (any case, or an alias), or None."""
@@ -157,15 +166,26 @@ class Catalog:
         return self._tables["models"].get(name, file, field)
 
 
-def load_catalog(extra_files: Iterable[str | Path] = ()) -> Catalog:
-    """The default catalog with each of ``extra_files`` merged over it, in order."""
+def load_catalog(extra_files: str | os.PathLike | Iterable[str | os.PathLike] | None = (),
+                 ) -> Catalog:
+    """The default catalog with each of ``extra_files`` merged over it, in order.
+
+    Args:
+        extra_files: catalog YAML files (paths as ``str`` or ``PathLike``): a list of them,
+            one path on its own, or None (no file: the defaults alone).
+
+    Raises:
+        InputError: a bad argument (naming ``xsweep.load_catalog`` and the argument), or a
+            file that is not a valid catalog (naming the file and the field).
+    """
+    files = _catalog_paths(extra_files)
     tables = {section: _Table(section[:-1]) for section in _SECTIONS}
     for file, document in _default_documents():
         _merge(tables, document, file)
     _check_gpu_references(tables, "xsweep/spec/data/gpus.yaml")
-    for path in extra_files:
-        file = str(path)
-        _merge(tables, read_yaml_file(path), file)
+    for path in files:
+        file = os.fspath(path)
+        _merge(tables, read_yaml_file(file), file)
         _check_gpu_references(tables, file)
     # The dicts are shared with the lookup tables, so an entry added to them is found too.
     return Catalog(
@@ -175,6 +195,82 @@ def load_catalog(extra_files: Iterable[str | Path] = ()) -> Catalog:
         models=tables["models"].entries,
         _tables=tables,
     )
+
+
+_LOADER = "xsweep.load_catalog"
+
+
+def _catalog_paths(extra_files: object) -> list[str | os.PathLike]:
+    """``extra_files`` as a list of paths; one path alone is a list of one."""
+    if extra_files is None:
+        return []
+    if isinstance(extra_files, str | os.PathLike):
+        extra_files = [extra_files]
+    elif isinstance(extra_files, bytes) or not isinstance(extra_files, Iterable):
+        raise InputError(_LOADER, "extra_files", type(extra_files).__name__,
+                         "expected the path of a catalog file or a list of paths")
+    paths = list(extra_files)
+    for index, path in enumerate(paths):
+        check_path_argument(path, _LOADER, f"extra_files[{index}]")
+    return paths
+
+
+def check_catalog_argument(catalog: object, caller: str, name: str = "catalog") -> None:
+    """Raise InputError (naming ``caller`` and the argument) unless ``catalog`` is None or a
+    :class:`Catalog`: the check of a library function's ``catalog`` argument."""
+    if catalog is not None and not isinstance(catalog, Catalog):
+        raise InputError(caller, name, type(catalog).__name__,
+                         "expected a Catalog (load_catalog()) or None")
+
+
+def check_path_argument(path: object, caller: str, name: str) -> None:
+    """Raise InputError (naming ``caller`` and the argument ``name``) unless ``path`` is a
+    file name: a non-empty ``str`` or ``PathLike`` of text without NUL characters."""
+    if not isinstance(path, str | os.PathLike):
+        raise InputError(caller, name, type(path).__name__,
+                         "expected a path (str or pathlib.Path)")
+    text = os.fspath(path)
+    if not isinstance(text, str):
+        raise InputError(caller, name, type(text).__name__,
+                         "expected a path (str or pathlib.Path), not bytes")
+    if not text:
+        raise InputError(caller, name, text, "an empty file name")
+    if "\0" in text:
+        raise InputError(caller, name, text, "a file name cannot hold a NUL character")
+
+
+def entry_key(section: str, name: str, catalog: Catalog | None = None) -> tuple[str, str]:
+    """A key that two names share exactly when they name one entry of ``section``: the
+    entry's canonical name in ``catalog``, or, for a name the catalog does not know, the
+    name in lower case.
+
+    The default catalog is the built-in one: every merged catalog keeps its names and
+    aliases (a user file adds names, never takes one away), so names equal by it are equal
+    in any catalog; a user file's own aliases need that catalog.
+    """
+    catalog = catalog if catalog is not None else _builtin_catalog()
+    canonical = catalog.canonical(section, str(name))
+    return ("entry", canonical) if canonical is not None else ("name", str(name).strip().lower())
+
+
+def repeated_entry(section: str, names: Iterable[str],
+                   catalog: Catalog | None = None) -> tuple[int, int] | None:
+    """The indices ``(earlier, later)`` of the first two of ``names`` that name one entry
+    of ``section`` (by :func:`entry_key`: an alias and the name, two cases of a name, or
+    a name twice), or None when each names its own."""
+    seen: dict[tuple[str, str], int] = {}
+    for index, name in enumerate(names):
+        key = entry_key(section, name, catalog)
+        if key in seen:
+            return seen[key], index
+        seen[key] = index
+    return None
+
+
+@functools.cache
+def _builtin_catalog() -> Catalog:
+    """The built-in catalog, kept for name lookups only (never handed out: it is mutable)."""
+    return load_catalog()
 
 
 @functools.cache
@@ -208,13 +304,29 @@ def _merge(tables: dict[str, _Table], document: object, file: str) -> None:
         if not isinstance(entries, Mapping):
             raise InputError(file, section, type(entries).__name__,
                              "expected a mapping from names to entries")
+        table = tables[section]
+        written: dict[str, tuple[str, set[str]]] = {}  # canonical -> (key in file, fields)
         for name, values in entries.items():
-            _merge_entry(tables[section], section, str(name), values, file,
-                         f"{section}.{name}")
+            if not isinstance(name, str):  # 1e5, true or null read as a name would change it
+                raise InputError(file, f"{section}.{name}", name,
+                                 "an entry's name is text: quote it")
+            path = f"{section}.{name}"
+            canonical = table.find(name)
+            if canonical in written:
+                earlier = written[canonical][0]
+                raise InputError(file, path, name,
+                                 f"names the same {table.kind} as {section}.{earlier} above "
+                                 f"(both stand for {canonical!r}); give each {table.kind} once")
+            canonical = _merge_entry(table, section, name, values, file, path)
+            written[canonical] = (name, set(values) - {"aliases"})
+        if section == "models":
+            for canonical, (name, given) in written.items():
+                check_model_dimensions(table.entries[canonical], file, f"models.{name}", given)
 
 
 def _merge_entry(table: _Table, section: str, name: str, values: object, file: str,
-                 path: str) -> None:
+                 path: str) -> str:
+    """Merge one entry into ``table``; return its canonical name."""
     spec_type = _SECTIONS[section]
     if not isinstance(values, Mapping):
         raise InputError(file, path, values, "expected a mapping of fields")
@@ -245,6 +357,49 @@ def _merge_entry(table: _Table, section: str, name: str, values: object, file: s
         owner = table.keys.setdefault(key.strip().lower(), canonical)
         if owner != canonical:
             raise InputError(file, f"{path}.aliases", key, f"name already used by {owner!r}")
+    return canonical
+
+
+#: The numeric dimensions of a model, each bounded by ``ranges.MODEL``.
+MODEL_DIMENSIONS = tuple(ranges.MODEL)
+
+
+def check_model_dimensions(model: ModelSpec, file: str | None, path: str,
+                           given: Collection[str] | None = None) -> None:
+    """The rules a model's dimensions obey wherever they are written (a catalog entry, a
+    plan's ``model``): every dimension in its range (``ranges.MODEL``), ``num_kv_heads``
+    at most ``num_attention_heads``, and ``num_attention_heads`` dividing ``hidden_size``
+    (every head has ``hidden_size / num_attention_heads`` channels).
+
+    Args:
+        model: the model, its fields all resolved (a preset's with overrides laid over).
+        path: where it is written (``model``, ``models.llama2-7b``); an error names the
+            field below it, such as ``models.llama2-7b.num_kv_heads``.
+        given: the fields the input itself wrote (default: all). A rule between two
+            fields blames the one the input wrote when it wrote only one of them, so an
+            override is blamed rather than the value it was laid over.
+
+    Raises:
+        InputError: naming ``file`` and the field.
+    """
+    for name, bounds in ranges.MODEL.items():
+        bounds.check(getattr(model, name), file, f"{path}.{name}")
+    given = MODEL_DIMENSIONS if given is None else given
+    heads, kv, hidden = model.num_attention_heads, model.num_kv_heads, model.hidden_size
+    if kv > heads:
+        if "num_kv_heads" in given or "num_attention_heads" not in given:
+            raise InputError(file, f"{path}.num_kv_heads", kv,
+                             f"exceeds num_attention_heads ({heads})")
+        raise InputError(file, f"{path}.num_attention_heads", heads,
+                         f"is below num_kv_heads ({kv}): a key/value head serves at least one "
+                         "attention head")
+    if hidden % heads:
+        channels = "every head has hidden_size / num_attention_heads channels"
+        if "num_attention_heads" in given or "hidden_size" not in given:
+            raise InputError(file, f"{path}.num_attention_heads", heads,
+                             f"must divide hidden_size ({hidden}): {channels}")
+        raise InputError(file, f"{path}.hidden_size", hidden,
+                         f"is not a multiple of num_attention_heads ({heads}): {channels}")
 
 
 def _check_value(section: str, key: str, value: object, file: str, path: str) -> object:
@@ -261,8 +416,8 @@ def _check_value(section: str, key: str, value: object, file: str, path: str) ->
         return value.lower() if key == "mlp" else value
     bounds = ranges.CATALOG[section][key]
     bounds.check(value, file, path)
-    if kind == "int" and not float(value).is_integer():
-        raise InputError(file, path, value, "expected an integer")
+    if kind == "int" and not isinstance(value, int):  # 32.0 is a float, as written
+        raise InputError(file, path, value, "expected an integer, written without a point")
     return int(value) if kind == "int" else float(value)
 
 

@@ -61,8 +61,16 @@ def active_limits() -> Limits:
 def check_limit(count: int, limits: Limits, name: str, what: str, file: str | None,
                 field: str | None = None) -> None:
     """Raise InputError when ``count`` (of ``what``) is above the raisable limit ``name``."""
+    reason = over_limit(count, limits, name, what)
+    if reason:
+        raise InputError(file, field, count, reason)
+
+
+def over_limit(count: int, limits: Limits, name: str, what: str) -> str:
+    """Why ``count`` (of ``what``) is above the raisable limit ``name``; "" when it is not.
+    Where a count over a limit is not an error but a verdict (a sweep's point that
+    cannot be planned), this is its reason."""
     limit = getattr(limits, name)
     if count > limit:
-        raise InputError(file, field, count,
-                         f"{what} exceeds the limit of {limit:,} "
-                         f"(set {Limits.env_name(name)} to raise it)")
+        return f"{what} exceeds the limit of {limit:,} (set {Limits.env_name(name)} to raise it)"
+    return ""

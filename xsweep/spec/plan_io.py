@@ -2,20 +2,32 @@
 
 Conversions between strings and messages are pure; ``load_plan`` is the only
 function here that touches the file system.
+
+Reading is stricter than protobuf's own parsers in two ways, so that a number is
+never read as something other than what its author meant and every error names the
+plan field: text format refuses integers with a leading zero (protobuf reads ``040``
+as octal 32), a base prefix or underscores; JSON is checked against the schema
+before protobuf converts it, so that an error names the field (``training.total_tokens``)
+and the value rather than protobuf's path and the whole object.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import math
+import re
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from google.protobuf import json_format, text_format
+from google.protobuf.descriptor import FieldDescriptor
 
 from xsweep.errors import InputError
 from xsweep.spec import xsweep_pb2
 from xsweep.spec.catalog import Catalog, GpuSpec, ModelSpec, NicSpec, load_catalog
 from xsweep.spec.enums import FABRIC, MLP, RECOMPUTE, RESHARDING, SCHEDULE, enum_name
+from xsweep.spec.limits import MAX_INTEGER_DIGITS
 from xsweep.spec.reader import parse_json, read_text_file
 
 DeploymentPlan = xsweep_pb2.DeploymentPlan
@@ -56,17 +68,119 @@ def load_plan(path: str | Path, catalog: Catalog | None = None) -> DeploymentPla
 
 
 def plan_from_text(text: str, file: str | None = None) -> DeploymentPlan:
-    """Parse protobuf text format; a syntax error names its line."""
+    """Parse protobuf text format; a syntax error names its line, a number in another
+    base than ten its field and line."""
+    if _SUSPECT_NUMBER.search(text):  # rare: most plans hold no such characters at all
+        _check_text_numbers(text, file)
     try:
         return text_format.Parse(text, DeploymentPlan())
     except text_format.ParseError as error:
-        reason = str(error).split(" : ", 1)[-1] if error.GetLine() else str(error)
-        where = f"line {error.GetLine()}" if error.GetLine() else None
-        raise InputError(file, where, None, reason) from None
+        raise _text_error(error, text, file) from None
+
+
+def _text_error(error: text_format.ParseError, text: str, file: str | None) -> InputError:
+    """protobuf's message without the copy of the line it puts in front (the line is
+    named instead)."""
+    line = error.GetLine()
+    if not line:
+        return InputError(file, None, None, str(error))
+    reason = str(error).split(" : ", 1)[-1]
+    lines = text.split("\n")
+    echo = f"'{lines[line - 1]}': " if line <= len(lines) else ""
+    if echo and reason.startswith(echo):
+        reason = reason[len(echo):]
+    return InputError(file, f"line {line}", None, f"{reason} (column {error.GetColumn()})")
+
+
+# A number token with a leading zero, a base prefix or an underscore may be somewhere: the
+# careful scan below runs only then (strings and comments may match too; it skips them).
+_SUSPECT_NUMBER = re.compile(r"(?<![\w.])[-+]?(?:0[0-9xXoObB]|\.?[0-9][\w.+-]*_)")
+
+
+class _StopScan(Exception):
+    """The text is malformed where the scan stands: the parser will say how."""
+
+
+def _check_text_numbers(text: str, file: str | None) -> None:
+    """Refuse a number written in a form protobuf's text parser reads unlike decimal
+    digits, naming its field and line. The scan follows the schema with protobuf's own
+    tokenizer (which skips strings and comments); where the text is malformed it stops and
+    leaves the error to the parser."""
+    tokenizer = text_format.Tokenizer(text.split("\n"))
+    with contextlib.suppress(_StopScan):
+        _scan_fields(tokenizer, DeploymentPlan.DESCRIPTOR, "", "", file)
+
+
+def _scan_fields(tokenizer, descriptor, prefix: str, end: str, file: str | None) -> None:
+    """The fields of one message up to ``end`` (``}``, ``>``, or the end of the text)."""
+    counts: dict[str, int] = {}  # values of each repeated field so far: their indices
+    while not tokenizer.LookingAt(end):
+        field = descriptor.fields_by_name.get(tokenizer.token)
+        if field is None:
+            raise _StopScan
+        tokenizer.NextToken()
+        tokenizer.TryConsume(":")
+        if tokenizer.TryConsume("["):
+            while not tokenizer.TryConsume("]"):
+                _scan_value(tokenizer, field, _field_path(prefix, field, counts), file)
+                if not tokenizer.TryConsume(",") and not tokenizer.LookingAt("]"):
+                    raise _StopScan
+        else:
+            _scan_value(tokenizer, field, _field_path(prefix, field, counts), file)
+        if not tokenizer.TryConsume(";"):
+            tokenizer.TryConsume(",")
+    if end:
+        tokenizer.NextToken()
+
+
+def _field_path(prefix: str, field, counts: dict[str, int]) -> str:
+    if not field.is_repeated:
+        return prefix + field.name
+    index = counts.get(field.name, 0)
+    counts[field.name] = index + 1
+    return f"{prefix}{field.name}[{index}]"
+
+
+def _scan_value(tokenizer, field, path: str, file: str | None) -> None:
+    if field.message_type is not None:
+        end = {"{": "}", "<": ">"}.get(tokenizer.token)
+        if end is None:
+            raise _StopScan
+        tokenizer.NextToken()
+        _scan_fields(tokenizer, field.message_type, path + ".", end, file)
+        return
+    token = tokenizer.token
+    if not token:
+        raise _StopScan
+    if token[0] in "'\"":
+        while tokenizer.token[:1] in ("'", '"'):  # adjacent strings are concatenated
+            tokenizer.NextToken()
+        return
+    form = _integer_form(token)
+    if form is not None:
+        line = tokenizer.ParseError("").GetLine()
+        raise InputError(file, path, token, f"{form}; write the number in decimal digits "
+                                            f"(line {line})")
+    tokenizer.NextToken()
+
+
+def _integer_form(token: str) -> str | None:
+    """Why a number token is not plain decimal digits, or None."""
+    digits = token.lstrip("+-")
+    if not digits[:1].isdigit() and not digits.startswith("."):
+        return None  # an identifier: an enum name, true, inf, ...
+    if digits[:2].lower() in ("0x", "0o", "0b"):
+        return "a number with a base prefix (protobuf reads 0x20 as 32)"
+    if len(digits) > 1 and digits[0] == "0" and digits[1].isdigit():
+        return "a number with a leading zero (protobuf reads 040 as octal 32)"
+    if "_" in digits:
+        return "digits grouped by underscores"
+    return None
 
 
 def plan_from_json(text: str, file: str | None = None) -> DeploymentPlan:
-    """Parse the protobuf JSON mapping; a syntax error names its line.
+    """Parse the protobuf JSON mapping; a syntax error names its line, a wrong value its
+    field (the plan's snake_case path) and the value.
 
     A field given twice, also under its two spellings (``firstLayer`` and
     ``first_layer``), is an error rather than the last one winning.
@@ -75,31 +189,150 @@ def plan_from_json(text: str, file: str | None = None) -> DeploymentPlan:
     if not isinstance(document, dict):
         raise InputError(file, None, type(document).__name__,
                          "a plan in JSON is an object of plan fields")
-    _check_json_fields(document, DeploymentPlan.DESCRIPTOR, "", file)
+    _check_json_message(document, DeploymentPlan.DESCRIPTOR, "", file)
     try:
         return json_format.ParseDict(document, DeploymentPlan())
-    except json_format.ParseError as error:
-        raise InputError(file, None, None, str(error).split("\n", 1)[0]) from None
+    except (json_format.ParseError, ValueError, TypeError) as error:
+        raise _json_error(error, file) from None
 
 
-def _check_json_fields(document: dict, descriptor, path: str, file: str | None) -> None:
-    """Reject a field named twice in one JSON object (as ``name`` and as ``jsonName``)."""
+def _check_json_message(document: dict, descriptor, path: str, file: str | None) -> None:
+    """Check a JSON object against the message ``descriptor`` as ``ParseDict`` will read it,
+    so that each problem is reported with its field path and value."""
     seen: dict[str, str] = {}
     for key, value in document.items():
         field = descriptor.fields_by_name.get(key) or descriptor.fields_by_camelcase_name.get(key)
         if field is None:
-            continue  # ParseDict reports unknown fields
+            known = ", ".join(f.name for f in descriptor.fields)
+            raise InputError(file, f"{path}{key}", None, f"unknown field; expected one of {known}")
         where = f"{path}{field.name}"
         if field.name in seen:
             raise InputError(file, where, None, f"given twice (as {seen[field.name]!r} and {key!r})")
         seen[field.name] = key
-        if field.message_type is None:
+        if value is None:
+            continue  # null: the field's default
+        if not field.is_repeated:
+            _check_json_value(value, field, where, file)
             continue
-        items = value if isinstance(value, list) else [value]
-        for index, item in enumerate(items):
-            if isinstance(item, dict):
-                at = f"{where}[{index}]." if isinstance(value, list) else f"{where}."
-                _check_json_fields(item, field.message_type, at, file)
+        if not isinstance(value, list):
+            raise _wrong(value, "a list [...]", where, file)
+        for index, item in enumerate(value):
+            if item is None:
+                raise InputError(file, f"{where}[{index}]", None, "null is not allowed in a list")
+            _check_json_value(item, field, f"{where}[{index}]", file)
+
+
+_INT_BITS = {FieldDescriptor.CPPTYPE_INT32: (True, 32), FieldDescriptor.CPPTYPE_INT64: (True, 64),
+             FieldDescriptor.CPPTYPE_UINT32: (False, 32),
+             FieldDescriptor.CPPTYPE_UINT64: (False, 64)}
+_FLOAT_TYPES = (FieldDescriptor.CPPTYPE_DOUBLE, FieldDescriptor.CPPTYPE_FLOAT)
+# A number in a string, as JSON writes numbers (protobuf also accepts "1_000", " 12", "+12").
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+_JSON_FLOAT_WORDS = ("NaN", "Infinity", "-Infinity")  # the mapping's names; ranges refuse them
+
+
+def _check_json_value(value: Any, field, path: str, file: str | None) -> None:
+    """One value of ``field`` (an item, for a repeated field)."""
+    kind = field.cpp_type
+    if kind == FieldDescriptor.CPPTYPE_MESSAGE:
+        if not isinstance(value, dict):
+            raise _wrong(value, "an object {...} of fields", path, file)
+        _check_json_message(value, field.message_type, path + ".", file)
+    elif kind in _INT_BITS:
+        _check_json_integer(value, *_INT_BITS[kind], path, file)
+    elif kind in _FLOAT_TYPES:
+        _check_json_float(value, path, file)
+    elif kind == FieldDescriptor.CPPTYPE_BOOL:
+        if not isinstance(value, bool):
+            raise _wrong(value, "true or false (no quotes)", path, file)
+    elif kind == FieldDescriptor.CPPTYPE_ENUM:
+        _check_json_enum(value, field.enum_type, path, file)
+    elif not isinstance(value, str):
+        raise _wrong(value, "a string", path, file)
+    elif not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise InputError(file, path, value[error.start:error.end],
+                             "a string with an unpaired surrogate escape") from None
+
+
+def _check_json_integer(value: Any, signed: bool, bits: int, path: str,
+                        file: str | None) -> None:
+    """An integer: a JSON number, or a string of one (the mapping's form for 64-bit ones)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise _wrong(value, "an integer", path, file)
+    number: float | int = value
+    if isinstance(value, str):
+        if not _JSON_NUMBER.fullmatch(value):
+            raise InputError(file, path, value, "expected an integer in decimal digits")
+        if len(value) > MAX_INTEGER_DIGITS:
+            raise InputError(file, path, value[:20] + "...",
+                             f"an integer longer than {MAX_INTEGER_DIGITS} characters")
+        number = int(value) if value.lstrip("-").isdigit() else float(value)
+    if isinstance(number, float):
+        if not math.isfinite(number):
+            raise InputError(file, path, value, "a number too large for an integer field")
+        if not number.is_integer():
+            raise InputError(file, path, value, "expected an integer")
+        number = int(number)
+    low, high = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if signed else (0, 2**bits - 1)
+    if not low <= number <= high:
+        raise InputError(file, path, value,
+                         f"outside the range of a {'' if signed else 'u'}int{bits} field "
+                         f"({low:,} to {high:,})")
+
+
+def _check_json_float(value: Any, path: str, file: str | None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise _wrong(value, "a number", path, file)
+    if isinstance(value, str):
+        if value in _JSON_FLOAT_WORDS:
+            return
+        if not _JSON_NUMBER.fullmatch(value):
+            raise InputError(file, path, value, "expected a number in decimal digits")
+        number = float(value)
+    else:
+        number = float(value)
+    if math.isinf(number):  # a literal such as 1e999: Python reads it as infinity
+        raise InputError(file, path, value, "a number too large for a double")
+
+
+def _check_json_enum(value: Any, enum, path: str, file: str | None) -> None:
+    """An enum value: its name, or its number (the plan validation refuses an undeclared
+    number)."""
+    if isinstance(value, str) and value in enum.values_by_name:
+        return
+    if isinstance(value, int) and not isinstance(value, bool):
+        return
+    names = ", ".join(v.name for v in enum.values if v.number != 0)
+    if isinstance(value, str):
+        raise InputError(file, path, value, f"unknown value; expected one of {names}")
+    raise _wrong(value, f"one of {names}", path, file)
+
+
+def _wrong(value: Any, expected: str, path: str, file: str | None) -> InputError:
+    """``expected`` where ``value`` stands; a list or an object is named by its kind, not
+    printed (it may be large)."""
+    if isinstance(value, dict | list):
+        kind = "an object" if isinstance(value, dict) else "a list"
+        return InputError(file, path, None, f"expected {expected}, not {kind}")
+    return InputError(file, path, value, f"expected {expected}")
+
+
+def _json_error(error: Exception, file: str | None) -> InputError:
+    """Whatever ``ParseDict`` still raises, on one short line naming the plan field."""
+    reason = str(error).split("\n", 1)[0]
+    while (prefix := re.match(r"Failed to parse \w+ field: ", reason)) is not None:
+        reason = reason[prefix.end():]
+    field = None
+    where = re.search(r" at \"?DeploymentPlan\.?([\w.\[\]]*)\"?[.\s]*$", reason)
+    if where is not None:
+        field = re.sub(r"(?<=[a-z0-9])([A-Z])", lambda m: "_" + m.group(1).lower(),
+                       where.group(1).rstrip(".")) or None
+        reason = reason[:where.start()]
+    reason = reason.split(" which is ", 1)[0]  # protobuf would print the value in full
+    return InputError(file, field, None, f"invalid plan JSON: {reason.rstrip('. ')}")
 
 
 def plan_to_text(plan: DeploymentPlan) -> str:

@@ -11,13 +11,21 @@ stops at the limit instead of growing through later copies), bounds the nesting,
 accepts only the plain data tags (no ``!!python/...``), and rejects a key given
 twice in one mapping (``<<`` merge keys still work, and explicit keys win over
 merged ones as YAML specifies).
+
+Plain scalars are read by the YAML 1.2 core schema, not by PyYAML's YAML 1.1 rules:
+``yes``, ``off`` and ``2024-01-02`` are text, ``1e5`` is a number. A number whose value
+depends on the YAML version or the reader (``1:30`` is 90 in YAML 1.1, ``010`` is 8,
+``1_000`` is 1000; base prefixes such as ``0x8``) is refused rather than guessed: another
+tool, or the author, may read it the other way.
 """
 
 from __future__ import annotations
 
 import codecs
 import json
+import math
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -30,9 +38,25 @@ from xsweep.spec.limits import MAX_INTEGER_DIGITS, MAX_NESTING_DEPTH, Limits, ac
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C parser when PyYAML has it
 
 _TAG = "tag:yaml.org,2002:"
-_SCALAR_TAGS = {_TAG + name for name in ("null", "bool", "int", "float", "str", "timestamp")}
 _SEQUENCE_TAG, _MAPPING_TAG, _MERGE_TAG = _TAG + "seq", _TAG + "map", _TAG + "merge"
-_STR_TAG, _INT_TAG = _TAG + "str", _TAG + "int"
+_STR_TAG, _INT_TAG, _FLOAT_TAG = _TAG + "str", _TAG + "int", _TAG + "float"
+_NULL_TAG, _BOOL_TAG = _TAG + "null", _TAG + "bool"
+
+# The YAML 1.2 core schema (yaml.org/spec/1.2.2, section 10.3.2) for plain scalars, less its
+# octal and hexadecimal integers, which are refused with the other ambiguous forms below.
+_CORE_CONSTANTS: dict[str, Any] = {
+    **dict.fromkeys(("", "~", "null", "Null", "NULL")),
+    **dict.fromkeys(("true", "True", "TRUE"), True),
+    **dict.fromkeys(("false", "False", "FALSE"), False),
+    **{sign + dot: math.inf * (-1 if sign == "-" else 1)
+       for sign in ("", "+", "-") for dot in (".inf", ".Inf", ".INF")},
+    **dict.fromkeys((".nan", ".NaN", ".NAN"), math.nan),
+}
+_CORE_INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)")
+_CORE_FLOAT = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?")
+_NUMBER_START = frozenset("+-.0123456789")
+# Integers with a leading zero (octal in YAML 1.1, decimal in 1.2) or a base prefix.
+_OTHER_BASE = re.compile(r"[-+]?0(?:[0-9_]+|[xX][0-9a-fA-F_]+|[oO][0-7_]+|[bB][01_]+)")
 
 
 def read_text_file(path: str | Path, limits: Limits | None = None) -> str:
@@ -45,6 +69,8 @@ def read_text_file(path: str | Path, limits: Limits | None = None) -> str:
     limits = limits if limits is not None else active_limits()
     if not file:
         raise InputError(None, None, file, "an empty file name")
+    if "\0" in file:
+        raise InputError(None, "file name", file, "holds a NUL character")
     try:
         info = os.stat(file)
         if not stat.S_ISREG(info.st_mode):
@@ -155,23 +181,52 @@ class _YamlBuilder:
         self.counted(1, event)
         tag, text = event.tag, event.value
         if tag in (None, "!"):
-            if not event.implicit[0]:  # quoted: always a string
-                self.add(text, event, event.anchor)
-                return
-            tag = self.loader.resolve(yaml.ScalarNode, text, event.implicit)
-        if tag == _STR_TAG:
-            value = text
+            if tag == "!" or not event.implicit[0]:  # quoted, or tagged "!": a string
+                value = text
+            elif text == "<<" and self.at_key():
+                value = _MERGE
+            else:
+                value = self.plain(text, event)
         elif tag == _MERGE_TAG and self.at_key():
             value = _MERGE
-        elif tag not in _SCALAR_TAGS:
-            raise self.fail(event, _short(tag), _UNKNOWN_TAG)
-        elif tag == _INT_TAG and len(text) > MAX_INTEGER_DIGITS:
-            raise self.fail(event, text[:20] + "...",
-                            f"an integer longer than {MAX_INTEGER_DIGITS} characters")
         else:
-            node = yaml.ScalarNode(tag, text, event.start_mark, event.end_mark, event.style)
-            value = self.loader.yaml_constructors[tag](self.loader, node)
+            value = self.tagged(tag, text, event)
         self.add(value, event, event.anchor)
+
+    def plain(self, text: str, event) -> Any:
+        """A plain scalar's value by the YAML 1.2 core schema; a number the YAML versions
+        read differently is an error."""
+        if text in _CORE_CONSTANTS:
+            return _CORE_CONSTANTS[text]
+        if text[0] not in _NUMBER_START:
+            return text
+        if _CORE_INT.fullmatch(text):
+            if len(text) > MAX_INTEGER_DIGITS:
+                raise self.fail(event, text[:20] + "...",
+                                f"an integer longer than {MAX_INTEGER_DIGITS} characters")
+            return int(text)
+        form = _ambiguous_number(text, self.loader)
+        if form is not None:
+            raise self.fail(event, text, f"a number in a form YAML versions read differently "
+                            f"({form}); write it in decimal digits, or quote it to mean text")
+        if _CORE_FLOAT.fullmatch(text):
+            return float(text)
+        return text
+
+    def tagged(self, tag: str, text: str, event) -> Any:
+        """A scalar with an explicit tag: ``!!str`` keeps the text, ``!!int``, ``!!float``,
+        ``!!bool`` and ``!!null`` take what the core schema reads and must match it."""
+        if tag == _STR_TAG:
+            return text
+        if tag not in (_INT_TAG, _FLOAT_TAG, _BOOL_TAG, _NULL_TAG):
+            raise self.fail(event, _short(tag), _UNKNOWN_TAG)
+        value = self.plain(text, event) if text else None
+        if tag == _FLOAT_TAG and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        kind = {_INT_TAG: int, _FLOAT_TAG: float, _BOOL_TAG: bool, _NULL_TAG: type(None)}[tag]
+        if type(value) is not kind:
+            raise self.fail(event, text, f"not a value of its tag {_short(tag)}")
+        return value
 
     def on_alias(self, event) -> None:
         if event.anchor not in self.anchors:
@@ -255,7 +310,8 @@ class _YamlBuilder:
             if not node.is_mapping:
                 text += f"[{len(node.values)}]"
             elif len(node.values) % 2:
-                text += f".{node.values[-1]}" if text else str(node.values[-1])
+                key = "<<" if node.values[-1] is _MERGE else str(node.values[-1])
+                text += f".{key}" if text else key
         return text
 
     def fail(self, event, value: object, reason: str, with_path: bool = True) -> InputError:
@@ -275,6 +331,24 @@ _MERGE = object()  # the merge key ``<<`` while its value is read
 def _short(tag: str) -> str:
     """``!!python/...`` rather than ``tag:yaml.org,2002:python/...``."""
     return "!!" + tag[len(_TAG):] if tag.startswith(_TAG) else tag
+
+
+def _ambiguous_number(text: str, loader) -> str | None:
+    """What makes ``text``, a plain scalar that is no decimal integer, a number whose value
+    depends on the YAML version (PyYAML's YAML 1.1 resolver, or the 1.2 core schema);
+    None when it is not such a number."""
+    if _OTHER_BASE.fullmatch(text):
+        if text.lstrip("+-")[1] in "0123456789_":
+            return "a leading zero: YAML 1.1 reads 010 as octal 8, YAML 1.2 as 10"
+        return "a base prefix: YAML 1.1 and 1.2 accept different ones of 0x, 0o, 0b"
+    if _CORE_FLOAT.fullmatch(text) or \
+            loader.resolve(yaml.ScalarNode, text, (True, False)) not in (_INT_TAG, _FLOAT_TAG):
+        return None
+    if ":" in text:
+        return "base 60 in YAML 1.1, text in YAML 1.2"
+    if "_" in text:
+        return "digits grouped by underscores: a number in YAML 1.1, text in YAML 1.2"
+    return "a number in YAML 1.1, text in YAML 1.2"
 
 
 def parse_json(text: str, file: str | None) -> Any:

@@ -28,7 +28,7 @@ from pydantic import (
 from xsweep.errors import InputError
 from xsweep.metrics import directions
 from xsweep.spec import ranges
-from xsweep.spec.catalog import Catalog, load_catalog
+from xsweep.spec.catalog import Catalog, entry_key, load_catalog, repeated_entry
 from xsweep.spec.enums import FABRIC, RECOMPUTE, RESHARDING, SCHEDULE
 from xsweep.spec.reader import parse_yaml, read_yaml_file
 
@@ -140,10 +140,21 @@ def _objective(value: object) -> object:
 Objective = Annotated[Literal[tuple(OBJECTIVE_DIRECTIONS)], BeforeValidator(_objective)]
 
 
+def _integer_stage(value: object) -> object:
+    """Only an int names a ZeRO stage: ``true`` and ``1.0`` equal 1 in Python, and a
+    literal type takes them, even in strict mode."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("a ZeRO stage is an integer: 0, 1 or 3")
+    return value
+
+
+ZeroStage = Annotated[Literal[0, 1, 3], BeforeValidator(_integer_stage)]
+
+
 class _Strict(BaseModel):
     # NaN and infinities are refused everywhere: no bound would catch them all.
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True,
-                              allow_inf_nan=False)
+                              allow_inf_nan=False, strict=True)  # no "2" for 2, no 1 for true
 
 
 class Training(_Strict):
@@ -159,7 +170,7 @@ class Training(_Strict):
     dp_overlap: Axis[bool] = [False]
     dp_bucket_params: int_axis(Annotated[int, Field(ge=0, le=1e15, strict=True)]) = [0]
     # 0 above: max(40M, 1M x DP) parameters per bucket, as Megatron-LM
-    zero_stage: Axis[Literal[0, 1, 3]] = [0]  # 1: distributed optimizer; 3: FSDP
+    zero_stage: Axis[ZeroStage] = [0]  # 1: distributed optimizer; 3: FSDP
     total_tokens: Annotated[float, Field(gt=0, le=ranges.PLAN["training.total_tokens"].high)] \
         | None = None  # whole run, for cost per run
 
@@ -229,7 +240,8 @@ class Validation(_Strict):
 class Sweep(_Strict):
     """One design space: model, training, cluster pools, parallelism, cost, search."""
 
-    name: Annotated[str, Field(min_length=1)]
+    # A folder name (results/<name>): see name_problem (defined below, hence the lambda).
+    name: Annotated[str, AfterValidator(lambda name: _valid_name(name))]
     model: Axis[Annotated[str, Field(min_length=1)]]
     training: Training
     cluster: Cluster
@@ -305,25 +317,41 @@ def sweep_from_dict(document: Any, file: str | None = None) -> Sweep:
         value = None if first["type"] == "missing" or not first["loc"] else first.get("input")
         raise InputError(file, field or None, value, first["msg"]) from None
     _cross_check(sweep, file)
+    check_sweep_limits(sweep, file)  # before anything of a point's size is built
     return sweep
 
 
 def _cross_check(sweep: Sweep, file: str | None) -> None:
-    """Rules that relate several sections of a sweep."""
+    """Rules that relate several sections of a sweep.
+
+    One GPU, one pool: two pools may not name one GPU, also when they spell it apart (an
+    alias and the name, two cases of a name: ``H100`` and ``H100-SXM``, ``h100-sxm``).
+    The keys of ``parallelism.tp`` spell each pool's ``gpu`` exactly as the pool does (the
+    key is the axis's name, ``parallelism.tp.H100``): a key naming a pool's GPU in another
+    spelling is refused with the spelling to use. Axes of catalog names (``model``, a
+    pool's ``nic``) may not hold one entry twice under two spellings either. Names are
+    compared through the built-in catalog's names and aliases here; a user catalog's own
+    aliases are compared where the sweep meets that catalog.
+    """
     pools = [pool.gpu for pool in sweep.cluster.pools]
-    for index, name in enumerate(pools):
-        if name in pools[:index]:
-            raise InputError(file, f"cluster.pools[{index}].gpu", name,
-                             "another pool names the same gpu")
+    _one_name_each(sweep, file)
+    keys = [entry_key("gpus", name) for name in pools]
+    for key in sweep.parallelism.tp:
+        if key in pools:
+            continue
+        if entry_key("gpus", key) in keys:
+            pool = keys.index(entry_key("gpus", key))
+            raise InputError(file, f"parallelism.tp.{key}", key,
+                             f"names the gpu of cluster.pools[{pool}] in another spelling; "
+                             f"key it exactly as the pool spells it: {pools[pool]!r}")
+        raise InputError(file, f"parallelism.tp.{key}", None,
+                         f"names no pool's gpu (pools: {', '.join(pools)})")
+    for name in pools:
         if name not in sweep.parallelism.tp:
             raise InputError(file, "parallelism.tp", None, f"no TP degrees for pool {name!r}")
-    if all(max(_values(pool.nodes)) == 0 for pool in sweep.cluster.pools):
+    if all(_largest(pool.nodes) == 0 for pool in sweep.cluster.pools):
         raise InputError(file, "cluster.pools", None,
                          "every pool has at most 0 nodes; the cluster would be empty")
-    for key in sweep.parallelism.tp:
-        if key not in pools:
-            raise InputError(file, f"parallelism.tp.{key}", None,
-                             f"names no pool's gpu (pools: {', '.join(pools)})")
     if len(set(sweep.objectives)) != len(sweep.objectives):
         raise InputError(file, "objectives", sweep.objectives, "a metric is repeated")
     training = sweep.training
@@ -351,11 +379,134 @@ def _loc_path(loc: tuple) -> str:
     return text
 
 
+def _one_name_each(sweep: Sweep, file: str | None, catalog: Catalog | None = None) -> None:
+    """Refuse two pools of one GPU, and one model or NIC twice in an axis, also when spelled
+    apart (by the names and aliases of ``catalog``; default: the built-in one)."""
+    pools = [pool.gpu for pool in sweep.cluster.pools]
+    repeat = repeated_entry("gpus", pools, catalog)
+    if repeat is not None:
+        first, index = repeat
+        same = ("names the same gpu" if pools[first] == pools[index] else
+                f"names the same gpu in another spelling ({pools[first]!r})")
+        raise InputError(file, f"cluster.pools[{index}].gpu", pools[index],
+                         f"another pool, cluster.pools[{first}], {same}; one pool per GPU")
+    for field, section, axis in (("model", "models", sweep.model),
+                                 *((f"cluster.pools[{index}].nic", "nics", pool.nic)
+                                   for index, pool in enumerate(sweep.cluster.pools))):
+        repeat = repeated_entry(section, axis or (), catalog)
+        if repeat is not None:
+            first, index = repeat
+            raise InputError(file, f"{field}[{index}]", axis[index],
+                             f"names the same {section[:-1]} as {field}[{first}] "
+                             f"({axis[first]!r}) in another spelling; give each value once")
+
+
 def check_sweep_names(sweep: Sweep, catalog: Catalog, file: str | None = None) -> None:
-    """Raise InputError if a model, GPU or NIC the sweep names is not in the catalog."""
+    """Raise InputError if a model, GPU or NIC the sweep names is not in the catalog, or
+    if two of its values name one entry (a user catalog's own aliases included)."""
+    _one_name_each(sweep, file, catalog)
     for index, name in enumerate(sweep.model):
         catalog.model(name, file=file, field=f"model[{index}]")
     for index, pool in enumerate(sweep.cluster.pools):
         catalog.gpu(pool.gpu, file=file, field=f"cluster.pools[{index}].gpu")
         for k, nic in enumerate(pool.nic or ()):
             catalog.nic(nic, file=file, field=f"cluster.pools[{index}].nic[{k}]")
+
+
+# -- names and sizes --------------------------------------------------------------------
+#: Most characters of a sweep's or study's name.
+MAX_NAME_LENGTH = 100
+_NAME_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+#: Names Windows keeps for devices, with or without an extension, in any case.
+_DEVICE_NAMES = frozenset({"con", "prn", "aux", "nul", *(f"com{i}" for i in range(1, 10)),
+                           *(f"lpt{i}" for i in range(1, 10))})
+#: The rule, as messages and documentation state it.
+NAME_RULE = (f"1 to {MAX_NAME_LENGTH} ASCII letters, digits, '-', '_' and '.', starting with "
+             "a letter or digit")
+
+
+def name_problem(name: object) -> str:
+    """Why ``name`` cannot name a sweep or a study ("" when it can).
+
+    A name becomes a folder (``results/<name>``) on any system, so it is a plain,
+    portable folder name: :data:`NAME_RULE`, not ending with ``.`` (Windows drops it)
+    and not a Windows device name (``con``, ``nul.x``, ...). ASCII only: file systems
+    disagree on the normal form and the case of other letters, so one name could be
+    two folders. Never ``.`` or ``..``, a path, an empty name or a NUL.
+    """
+    if not isinstance(name, str):
+        return f"must be a string, not {type(name).__name__}"
+    if not name:
+        return "must not be empty"
+    if len(name) > MAX_NAME_LENGTH:
+        return f"has {len(name):,} characters; a name has at most {MAX_NAME_LENGTH}"
+    odd = next((c for c in name if c not in _NAME_CHARACTERS), None)
+    if odd is not None:
+        return f"holds {odd!r}; a name holds only ASCII letters, digits, '-', '_' and '.'"
+    if name[0] in "-_.":
+        return f"starts with {name[0]!r}; a name starts with a letter or digit"
+    if name.endswith("."):
+        return "ends with '.', which Windows drops from folder names"
+    if name.split(".", 1)[0].lower() in _DEVICE_NAMES:
+        return "is a device name on Windows (con, prn, aux, nul, com1-com9, lpt1-lpt9)"
+    return ""
+
+
+def check_name(name: object, file: str | None, field: str | None = None) -> str:
+    """``name`` if it may name a sweep or a study (:func:`name_problem`).
+
+    Raises:
+      InputError: naming ``file`` (an option such as ``--study``, say) and ``field``.
+    """
+    problem = name_problem(name)
+    if problem:
+        raise InputError(file, field, name, problem)
+    return name  # type: ignore[return-value]
+
+
+def _valid_name(name: str) -> str:
+    from pydantic_core import PydanticCustomError
+
+    problem = name_problem(name)
+    if problem:
+        raise PydanticCustomError("name", "{problem}", {"problem": problem})
+    return name
+
+
+def _largest(domain: list | IntRange) -> int:
+    return domain.high if isinstance(domain, IntRange) else max(domain)
+
+
+def largest_cluster_gpus(sweep: Sweep) -> int:
+    """GPUs of the sweep's largest cluster: every pool at its most nodes and GPUs per node
+    (the axes are independent, so one point of the grid has them all). Arithmetic on the
+    lists and ranges: nothing is expanded."""
+    return sum(_largest(pool.nodes) * _largest(pool.gpus_per_node)
+               for pool in sweep.cluster.pools)
+
+
+def check_sweep_limits(sweep: Sweep, file: str | None, limits: Any = None) -> None:
+    """Refuse a sweep some point of which would exceed the GPU limit of a plan
+    (``XSWEEP_MAX_GPUS``): a pool's GPUs, then the cluster's, at their largest. Every
+    command runs this before it plans a point; the per-point limits (device groups,
+    micro-batches, program size) are the planner's, which finds a point over one
+    infeasible before it builds anything of that size.
+
+    Args:
+      limits: a :class:`xsweep.spec.limits.Limits` (default: the active limits).
+
+    Raises:
+      InputError: naming ``file`` and the pool (or ``cluster.pools``) and the GPU count.
+    """
+    from xsweep.spec.limits import active_limits, check_limit
+
+    limits = limits if limits is not None else active_limits()
+    for index, pool in enumerate(sweep.cluster.pools):
+        nodes, per_node = _largest(pool.nodes), _largest(pool.gpus_per_node)
+        check_limit(nodes * per_node, limits, "gpus",
+                    f"the pool's GPU count at its largest ({nodes:,} nodes of {per_node:,} "
+                    "GPUs)",
+                    file, f"cluster.pools[{index}]")
+    check_limit(largest_cluster_gpus(sweep), limits, "gpus",
+                "the GPU count of the largest cluster (every pool at its most nodes)", file,
+                "cluster.pools")

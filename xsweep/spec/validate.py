@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from xsweep.errors import InputError
 from xsweep.memo import Memo
 from xsweep.spec import ranges, xsweep_pb2
-from xsweep.spec.catalog import Catalog
+from xsweep.spec.catalog import Catalog, check_model_dimensions
 from xsweep.spec.enums import FABRIC, MLP, RECOMPUTE, RESHARDING, SCHEDULE, enum_name
 from xsweep.spec.limits import Limits, active_limits, check_limit
 from xsweep.spec.plan_io import cluster_entries, groups_bytes, rank_layout, resolve_model
@@ -117,15 +117,7 @@ def _check_model(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog,
                  file: str | None) -> tuple[int, int]:
     """Check the model's dimensions; return its attention heads and layers."""
     model = resolve_model(plan, catalog, file)
-    for name, bounds in ranges.MODEL.items():
-        bounds.check(getattr(model, name), file, f"model.{name}")
-    if model.num_kv_heads > model.num_attention_heads:
-        raise InputError(file, "model.num_kv_heads", model.num_kv_heads,
-                         f"exceeds num_attention_heads ({model.num_attention_heads})")
-    if model.hidden_size % model.num_attention_heads:
-        raise InputError(file, "model.num_attention_heads", model.num_attention_heads,
-                         f"must divide hidden_size ({model.hidden_size}): every head has "
-                         "hidden_size / num_attention_heads channels")
+    check_model_dimensions(model, file, "model")  # the rules a catalog's models obey too
     return model.num_attention_heads, model.num_layers
 
 
