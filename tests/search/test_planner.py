@@ -9,6 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
+from tests.support.documents import changed
 from xsweep.plan.analysis import analyze
 from xsweep.plan.workload import stage_cost
 from xsweep.search.grid import Grid
@@ -29,14 +30,7 @@ BASE = {
 
 def plan_one(catalog, **changes) -> Built | Infeasible:
     """Plan the first point of BASE with ``changes`` (``__``-separated paths) applied."""
-    document = copy.deepcopy(BASE)
-    for path, value in changes.items():
-        *parents, last = path.split("__")
-        node = document
-        for key in parents:
-            node = node[int(key)] if key.isdigit() else node[key]
-        node[int(last) if last.isdigit() else last] = value
-    sweep = sweep_from_dict(document)
+    sweep = sweep_from_dict(changed(BASE, **changes))
     grid = Grid(sweep)
     return Planner(sweep, catalog).plan(grid.point(0), "p")  # the first point
 

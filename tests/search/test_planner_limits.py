@@ -3,12 +3,12 @@ the size limits of a plan before it builds anything of that size."""
 
 from __future__ import annotations
 
-import copy
 import re
 
 import pytest
 
 from tests.budget import in_process_budget
+from tests.support.documents import changed
 from xsweep.search.grid import Grid
 from xsweep.search.planner import Built, Infeasible, Planner
 from xsweep.spec import validate_plan
@@ -27,13 +27,7 @@ SECONDS, BYTES = 10.0, 256 << 20
 
 
 def sweep_with(**changes):
-    document = copy.deepcopy(BASE)
-    for path, value in changes.items():
-        *parents, last = path.split("__")
-        node = document
-        for key in parents:
-            node = node[int(key)] if key.isdigit() else node[key]
-        node[int(last) if last.isdigit() else last] = value
+    document = changed(BASE, **changes)
     # the schema only: reading a file refuses pools over the GPU limit before any planning
     # (xsweep.spec.sweep.check_sweep_limits), and the planner must hold without that too
     return Sweep.model_validate(document)

@@ -4,22 +4,13 @@ errors with the worker's traceback, and workers that stop when told."""
 from __future__ import annotations
 
 import operator
-import os
 
 import pytest
 
+from tests.support.processes import alive
 from xsweep.search.distributed import LocalExecutor
 from xsweep.search.processes import ProcessExecutor
 from xsweep.workers import WorkerError
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a child reaped by its pool no longer exists)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_units_give_what_they_give_in_this_process():

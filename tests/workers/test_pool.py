@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from tests.support.processes import alive
 from tests.workers import handlers
 from xsweep.workers import Pool, PoolBusy, WorkerError
 
@@ -30,14 +31,6 @@ def pool():
     made = Pool(2, handlers.arithmetic, {"any": "settings"})
     yield made
     made.close(kill=True)
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_answers_come_back_with_their_index_and_the_context(pool):
