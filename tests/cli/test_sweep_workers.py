@@ -16,6 +16,7 @@ import pytest
 import xarray as xr
 
 from tests.conftest import REPO_ROOT, SPACES
+from xsweep.spec import load_sweep
 
 # Range axes (which once could not travel to a worker process) and no point that fits, so
 # no kernel runs: eight points, two per chunk, planned on two workers.
@@ -91,12 +92,14 @@ def test_a_worker_that_dies_ends_the_sweep_at_once_with_one_line(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("space", sorted(p.name for p in SPACES.glob("*.yaml")))
 def test_every_shipped_space_sweeps_on_two_workers_in_small_chunks(space, tmp_path):
+    points = load_sweep(SPACES / space).grid_size()
+    chunk = min(512, points // 4)  # at least four chunks, at most 512 points each
     result = subprocess.run(
         [sys.executable, "-m", "xsweep.cli.main", "sweep", SPACES / space, "-o",
-         tmp_path / "out", "--json", "--processes", "2", "--chunk-size", "512"],
+         tmp_path / "out", "--json", "--processes", "2", "--chunk-size", str(chunk)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=900, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     summary = json.loads(result.stdout)
-    assert summary["points"] > 512  # several chunks
+    assert summary["points"] == points >= 4 * chunk  # several chunks
     assert summary["front"] and summary["evaluated_exactly"] > 0
