@@ -38,9 +38,20 @@ def test_names_change_nothing_else(schedule, v):
     replicas = (((2, 0, 7, 4), (4, 8, 15, 4)),)
     named = build_block(schedule, "hetauto", v, replicas, (4, 12), False, (), True)
     plain = build_block(schedule, "hetauto", v, replicas, (4, 12), False, (), False)
-    assert plain.names is None and len(named.names) == len(named.cols)
+    assert plain.names is None and len(named.names) == named.tasks.num_tasks
     assert named.names[0].startswith("F dg{dg0} mb0")
     for field in dataclasses.fields(named):
         if field.name != "names":
-            a, b = getattr(named, field.name), getattr(plain, field.name)
-            assert (np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b), field.name
+            assert_same(getattr(named, field.name), getattr(plain, field.name), field.name)
+
+
+def assert_same(a, b, name: str) -> None:
+    """Equal values, arrays (alone or as the fields of a record) of equal dtypes."""
+    if isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+    elif hasattr(a, "_fields"):  # a record of columns
+        assert a._fields == b._fields, name
+        for column, x, y in zip(a._fields, a, b, strict=True):
+            assert_same(x, y, f"{name}.{column}")
+    else:
+        assert a == b, name

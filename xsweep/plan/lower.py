@@ -34,8 +34,9 @@ resharding scheme, the ZeRO stage and the gradient buckets, and the cluster's sh
 recompute and oversubscription change only numbers. So a plan is lowered in two parts:
 
 * a :class:`Template` (the structure) is built once per :func:`structure_key` and
-  kept: every task, dependency, flow and path as arrays, and for every duration,
-  flow size and hop count a *value key* saying which number of the analysis it is;
+  kept: every task (the record :class:`~xsweep.plan.program.TaskColumns`), dependency,
+  flow and path as arrays, and for every duration, flow size and hop count a *value
+  key* saying which number of the analysis it is (:mod:`xsweep.plan.values`);
 * :meth:`Template.fill` computes those numbers for one analysis (one Python call per
   distinct value, the rest numpy) and returns the :class:`~xsweep.plan.program.Program`.
 
@@ -48,9 +49,9 @@ reference, and compared bit for bit on random plans and numeric variants).
 
 from __future__ import annotations
 
+import itertools
 import math
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -58,97 +59,69 @@ import numpy as np
 
 from xsweep.memo import Memo
 from xsweep.plan.analysis import PlanAnalysis
-from xsweep.plan.collectives import ALLGATHER, ALLREDUCE, REDUCE_SCATTER, pipelined_ring_flow
-from xsweep.plan.groups import chunk_bytes_per_rank
-from xsweep.plan.passes import COMM, COMPUTE, ONE, ZERO, cached_block
-from xsweep.plan.program import Category, FlowClasses, Program, padded_paths
+from xsweep.plan.collectives import ALLGATHER, ALLREDUCE, REDUCE_SCATTER
+from xsweep.plan.passes import Block, cached_block
+from xsweep.plan.program import (
+    Category,
+    FlowClasses,
+    Program,
+    TaskColumns,
+    TaskKind,
+    TaskRow,
+    padded_paths,
+)
 from xsweep.plan.topology import LinkNames
+from xsweep.plan.values import (
+    BY_COST,
+    KINDS,
+    ONE,
+    ZERO,
+    Keys,
+    KeyTable,
+    OptimizerTime,
+    RingBytes,
+    RingHops,
+)
 from xsweep.ragged import owners_and_places, run_starts
 from xsweep.runtime import collector_paused
 
-# -- value keys --------------------------------------------------------------------------
-# A value key is a tuple (kind, *args); VALUES[kind](analysis, *args) is its number. Group
-# arguments are indices into analysis.groups, DP arguments into analysis.dp_groups; layer
-# spans inside a group are offsets from its first layer, end exclusive. Key 0 is the
-# constant 0 and key 1 the constant 1. The numbers read nothing of the analysis but its
-# groups, reshardings, DP groups and model (Template.values keeps them by those).
-
-
-def _pass_s(a: PlanAnalysis, gi: int, kind: str, i0: int, i1: int) -> float:
-    cost = a.groups[gi].cost
-    times = cost.layer_forward_time_s if kind == "F" else cost.layer_backward_time_s
-    return sum(times[i0:i1])
-
-
-def _tp_count(a: PlanAnalysis, gi: int, kind: str, i0: int, i1: int) -> float:
-    """TP all-reduces of a piece: the pass's, in proportion to its layers."""
-    cost = a.groups[gi].cost
-    total = cost.tp_allreduces_forward if kind == "F" else cost.tp_allreduces_backward
-    return total * (i1 - i0) / len(cost.layer_forward_time_s)
-
-
-def _tp_flow(a: PlanAnalysis, gi: int, *span) -> tuple[float, float]:
-    """(bytes, hops) of each flow of a piece's pipelined TP ring."""
-    g = a.groups[gi]
-    return pipelined_ring_flow(g.tp, g.cost.tp_allreduce_bytes, _tp_count(a, gi, *span))
-
-
-def _ring_flow(a: PlanAnalysis, d: int, first: int, last: int, passes: int):
-    """(bytes, hops) of each flow of a DP collective on the gradients (or parameters) of
-    layers first..last: a pipelined ring per LCM chunk, each on ``d / lcm`` bytes."""
-    dpg = a.dp_groups[d]
-    chunk = chunk_bytes_per_rank(a.grad_bytes(first, last), dpg.tps)
-    return pipelined_ring_flow(len(dpg.device_groups), chunk, 1.0, passes)
-
-
-VALUES: dict[str, Callable] = {
-    "zero": lambda a: 0.0,
-    "one": lambda a: 1.0,
-    "pass_s": _pass_s,
-    "optimizer_s": lambda a, gi: a.groups[gi].optimizer_time_s,
-    "tp_bytes": lambda a, *args: _tp_flow(a, *args)[0],
-    "tp_hops": lambda a, *args: _tp_flow(a, *args)[1],
-    "tp_launches": lambda a, gi, *span: (_tp_count(a, gi, *span)
-                                         * a.groups[gi].cost.tp_ops_per_allreduce),
-    "transfer_bytes": lambda a, src, dst, i: a.transfers(src, dst)[i].bytes,
-    "ring_bytes": lambda a, *args: _ring_flow(a, *args)[0],
-    "ring_hops": lambda a, d, passes: pipelined_ring_flow(len(a.dp_groups[d].device_groups),
-                                                          0.0, 1.0, passes)[1],
-}
-#: Kinds whose number depends only on the group's stage cost (and the span): replicas of
-#: a stage share their cost object, so one number serves them all.
-_BY_COST = frozenset({"pass_s", "tp_bytes", "tp_hops", "tp_launches"})
-#: Which arguments of a block's value keys are block streams (-> group indices) and which
-#: the block's stages as DP groups (-> DP group indices).
-_STREAM_ARGS = {"pass_s": (1,), "tp_bytes": (1,), "tp_hops": (1,), "tp_launches": (1,),
-                "transfer_bytes": (1, 2)}
-_DP_ARGS = {"ring_bytes": (1,), "ring_hops": (1,)}
+COMPUTE, COMM = int(TaskKind.COMPUTE), int(TaskKind.COMM)
 
 
 class _ValuePlan(NamedTuple):
-    """A template's value keys sorted by how :meth:`Template.values` computes them."""
+    """A template's value keys (:mod:`xsweep.plan.values`) sorted by how
+    :meth:`Template.values` computes them."""
 
-    shared: np.ndarray  # int64[n]: keys of the kinds in _BY_COST
+    shared: np.ndarray  # int64[n]: keys of the kinds in BY_COST
     shared_group: np.ndarray  # int64[n]: their group
-    shared_slot: np.ndarray  # int64[n]: their kind and span, an index into slots
-    slots: tuple[tuple, ...]  # (kind, *span)
+    shared_slot: np.ndarray  # int64[n]: their kind and span, an index into the slots
+    slot_codes: tuple[int, ...]  # per slot its kind (an index into KINDS)...
+    slot_spans: tuple[tuple, ...]  # ... and its span (kind, first, end)
     optimizer: np.ndarray  # int64[m]: the optimizer steps' keys
     optimizer_group: np.ndarray  # int64[m]: their group
-    rest: tuple[tuple[int, str, tuple], ...]  # (key index, kind, arguments) of the others
+    rest: tuple[int, ...]  # the others
 
 
-def _value_plan(keys: tuple[tuple, ...]) -> _ValuePlan:
-    shared, optimizer, rest, slots = [], [], [], {}
-    for i, key in enumerate(keys):
-        if key[0] in _BY_COST:
-            shared.append((i, key[1], slots.setdefault((key[0], *key[2:]), len(slots))))
-        elif key[0] == "optimizer_s":
-            optimizer.append((i, key[1]))
+def _value_plan(keys: Keys) -> _ValuePlan:
+    shared, shared_group, shared_slot, optimizer, optimizer_group = [], [], [], [], []
+    rest, slots = [], {}
+    for i, (code, row) in enumerate(zip(keys.codes, keys.rows, strict=True)):
+        kind = KINDS[code]
+        if kind in BY_COST:
+            # the fields of the kinds in BY_COST: the group, then the span (kind, first, end)
+            shared.append(i)
+            shared_group.append(row[0])
+            shared_slot.append(slots.setdefault((code, row[1:]), len(slots)))
+        elif kind is OptimizerTime:
+            (group,) = row
+            optimizer.append(i)
+            optimizer_group.append(group)
         else:
-            rest.append((i, key[0], key[1:]))
-    shared_cols = np.array(shared, np.int64).reshape(-1, 3).T
-    optimizer_cols = np.array(optimizer, np.int64).reshape(-1, 2).T
-    return _ValuePlan(*shared_cols, tuple(slots), *optimizer_cols, tuple(rest))
+            rest.append(i)
+    return _ValuePlan(*(np.array(c, np.int64) for c in (shared, shared_group, shared_slot)),
+                      tuple(code for code, _ in slots), tuple(span for _, span in slots),
+                      np.array(optimizer, np.int64), np.array(optimizer_group, np.int64),
+                      tuple(rest))
 
 
 # -- the structure -----------------------------------------------------------------------
@@ -186,14 +159,19 @@ def _fsdp_rings(a: PlanAnalysis, replicas: list[tuple[int, ...]]) -> tuple[tuple
 
 
 class _Builder:
-    """Columnar program structure: tasks, dependencies, flows (global ranks), value keys."""
+    """Columnar program structure: tasks, dependencies, flows (global ranks), value keys.
+
+    Blocks come as columns; the tasks added one at a time (optimizer steps, DP
+    synchronisation) are kept as rows until the next block or the end and appended
+    together: for the distinct plans of ``benchmarks/bench_prepare.py``, 4,300 extensions
+    rather than 16,800 (13,000 single tasks), a tenth of the lowering's time.
+    """
 
     def __init__(self) -> None:
-        self.cols: list[np.ndarray] = []
+        self.tasks: list[TaskColumns] = []  # values are indices into keys
         self.dep_counts: list[np.ndarray] = []
         self.dep_idx: list[np.ndarray] = []
-        self.keys: dict[tuple, int] = {ZERO: 0, ONE: 1}
-        self.value: list[np.ndarray] = []
+        self.keys = KeyTable(ZERO, ONE)
         # per extension: its tasks' names, with "{dg<i>}" standing for the id of the i-th
         # group in ids, or the arguments of the block that makes them (formatted only when
         # names are asked for; plain data, no closures, so that kept templates give the
@@ -206,42 +184,86 @@ class _Builder:
         self.flow_hops: list[np.ndarray] = []
         self.flow_launches: list[np.ndarray] = []
         self.flow_p2p: list[np.ndarray] = []
-        self.num_tasks = 0
+        self.num_tasks = 0  # those added one at a time included
+        self._singles = _Singles()
 
-    def key(self, value: tuple) -> int:
-        return self.keys.setdefault(value, len(self.keys))
+    def key(self, value) -> int:
+        return self.keys.index(value)
 
-    def extend(self, cols, dep_counts, dep_idx, value, names, flow_task, flow_src, flow_dst,
-               flow_bytes, flow_hops, flow_launches, flow_p2p) -> int:
-        """Append tasks (ids already global, keys already indices); return the first id."""
-        first = self.num_tasks
-        self.cols.append(np.asarray(cols, np.int64).reshape(-1, 8))
+    def extend(self, tasks: TaskColumns, dep_counts, dep_idx, names, flow_task, flow_src,
+               flow_dst, flow_bytes, flow_hops, flow_launches, flow_p2p) -> None:
+        """Append tasks numbered from :attr:`num_tasks` on (ids already global, keys
+        already indices)."""
+        self.flush()
+        self._append(tasks, dep_counts, dep_idx, names, flow_task, flow_src, flow_dst,
+                     flow_bytes, flow_hops, flow_launches, flow_p2p)
+        self.num_tasks += tasks.num_tasks
+
+    def _append(self, tasks: TaskColumns, dep_counts, dep_idx, names, flow_task, flow_src,
+                flow_dst, flow_bytes, flow_hops, flow_launches, flow_p2p) -> None:
+        self.tasks.append(tasks)
         for column, data in ((self.dep_counts, dep_counts), (self.dep_idx, dep_idx),
-                             (self.value, value), (self.flow_task, flow_task),
-                             (self.flow_src, flow_src), (self.flow_dst, flow_dst),
-                             (self.flow_bytes, flow_bytes), (self.flow_hops, flow_hops),
-                             (self.flow_launches, flow_launches)):
+                             (self.flow_task, flow_task), (self.flow_src, flow_src),
+                             (self.flow_dst, flow_dst), (self.flow_bytes, flow_bytes),
+                             (self.flow_hops, flow_hops), (self.flow_launches, flow_launches)):
             column.append(np.asarray(data, np.int64))
         self.flow_p2p.append(np.asarray(flow_p2p, bool))
         self.names.append(names)
-        self.num_tasks += len(self.cols[-1])
-        return first
 
-    def add(self, category, stream, deps, value, labels, name) -> int:
-        """One COMPUTE task without flows."""
-        deps = sorted(set(deps))
-        return self.extend([(COMPUTE, int(category), stream, *labels)], [len(deps)], deps,
-                           [self.key(value)], ((name,), ()), [], [], [], [], [], [], [])
+    def add(self, row: TaskRow, deps, name: str) -> int:
+        """One task without flows; its id."""
+        self._singles.add(row, deps, name)
+        self.num_tasks += 1
+        return self.num_tasks - 1
 
-    def collective(self, deps, name, src, dst, nbytes: tuple, hops: tuple) -> int:
+    def collective(self, deps, name, src, dst, nbytes: RingBytes, hops: RingHops) -> int:
         """One DP COMM task: flows ``src[i] -> dst[i]`` carrying ``nbytes`` after ``hops``
-        hop latencies and one NCCL launch."""
-        deps = sorted(set(deps))
-        n = len(src)
-        return self.extend([(COMM, int(Category.DP), -1, -1, -1, -1, -1, -1)], [len(deps)],
-                           deps, [0], ((name,), ()), np.full(n, self.num_tasks), src, dst,
-                           np.full(n, self.key(nbytes)), np.full(n, self.key(hops)),
-                           np.ones(n), np.zeros(n, bool))
+        hop latencies and one NCCL launch; its id."""
+        t = self.add(TaskRow(kind=COMM, category=Category.DP), deps, name)
+        self._singles.flows(t, src, dst, self.key(nbytes), self.key(hops))
+        return t
+
+    def flush(self) -> None:
+        """Append the tasks added one at a time since the last extension."""
+        singles = self._singles
+        if singles.rows:
+            sizes = [len(src) for src in singles.src]
+            num_flows = sum(sizes)
+            self._append(TaskColumns.of_rows(singles.rows), [len(d) for d in singles.deps],
+                         list(itertools.chain.from_iterable(singles.deps)),
+                         (tuple(singles.names), ()), np.repeat(singles.flow_task, sizes),
+                         np.concatenate([np.zeros(0, np.int64), *singles.src]),
+                         np.concatenate([np.zeros(0, np.int64), *singles.dst]),
+                         np.repeat(singles.nbytes, sizes), np.repeat(singles.hops, sizes),
+                         np.ones(num_flows), np.zeros(num_flows, bool))
+            self._singles = _Singles()
+
+
+class _Singles:
+    """Tasks added one at a time, not appended yet: rows, and the flows of the DP
+    collectives among them."""
+
+    def __init__(self) -> None:
+        self.rows: list[TaskRow] = []
+        self.deps: list[list[int]] = []  # ascending, each once
+        self.names: list[str] = []
+        self.flow_task: list[int] = []  # per collective its task...
+        self.src: list[np.ndarray] = []  # ... its flows' source ranks...
+        self.dst: list[np.ndarray] = []  # ... destination ranks...
+        self.nbytes: list[int] = []  # ... and the keys of their payload...
+        self.hops: list[int] = []  # ... and hops
+
+    def add(self, row: TaskRow, deps, name: str) -> None:
+        self.rows.append(row)
+        self.deps.append(sorted(set(deps)))
+        self.names.append(name)
+
+    def flows(self, task: int, src, dst, nbytes: int, hops: int) -> None:
+        self.flow_task.append(task)
+        self.src.append(np.asarray(src, np.int64))
+        self.dst.append(np.asarray(dst, np.int64))
+        self.nbytes.append(nbytes)
+        self.hops.append(hops)
 
 
 class _BlockNames:
@@ -251,16 +273,6 @@ class _BlockNames:
 
     def __init__(self, args: tuple):
         self.args = args
-
-
-def _with_groups(key: tuple, stream_group, dp_group) -> tuple:
-    """A block's value key with its streams and DP groups replaced by the program's."""
-    kind, args = key[0], list(key)
-    for i in _STREAM_ARGS.get(kind, ()):
-        args[i] = stream_group[key[i]]
-    for i in _DP_ARGS.get(kind, ()):
-        args[i] = dp_group[key[i]]
-    return tuple(args)
 
 
 def _add_block(out: _Builder, a: PlanAnalysis, replicas: list[tuple[int, ...]], cuts: tuple,
@@ -277,16 +289,53 @@ def _add_block(out: _Builder, a: PlanAnalysis, replicas: list[tuple[int, ...]], 
             bool(gather), orders)
     block = cached_block(*args, False)  # names, for traces only, are made when asked for
     base = out.num_tasks
-    members_arr = np.asarray(members, np.int64)
     ids = np.array([groups[gi].id for gi in members], np.int64)
-    cols = block.cols.copy()
-    on_stream = cols[:, 2] >= 0
-    cols[on_stream, 2] = members_arr[cols[on_stream, 2]]  # block stream -> stream (group index)
-    own = cols[:, 5] >= 0
-    cols[own, 5] = ids[cols[own, 5]]  # block stream -> device group id, replica
-    cols[own, 6] = np.array([groups[gi].replica for gi in members], np.int64)[cols[own, 6]]
-    # dependencies, with the waits for parameter gathers (earlier tasks) merged in
-    owner = np.repeat(np.arange(len(cols)), np.diff(block.dep_ptr))
+    # the block's keys -> the program's keys
+    remap = np.array(out.keys.placed(block.keys, members, dp), np.int64)
+    dep_counts, dep = _block_deps(block, base, ids, gather)
+    # (block stream, TP index) -> global rank
+    rank_table = np.array([r for gi in members for r in groups[gi].ranks], np.int64)
+    offset = np.concatenate([[0], np.cumsum([groups[gi].tp for gi in members])])
+    flows = block.flows
+    out.extend(_placed_tasks(block.tasks, members, ids, [groups[gi].replica for gi in members],
+                             remap), dep_counts, dep,
+               (block.names if block.names is not None else _BlockNames(args),
+                tuple(ids.tolist())), block.flow_task + base,
+               rank_table[offset[flows.src_stream] + flows.src_index],
+               rank_table[offset[flows.dst_stream] + flows.dst_index],
+               remap[flows.nbytes], remap[flows.hops], remap[flows.launches], flows.p2p)
+    for st, gi in enumerate(members):
+        last[gi] = block.last[st] + base if block.last[st] >= 0 else -1
+    for (st, lo), t in block.piece_end.items():
+        piece_end[(groups[members[st]].id, lo)] = t + base
+    for st, t in block.finals.items():
+        finals.setdefault(groups[members[st]].id, []).append(t + base)
+
+
+def _mapped(column: np.ndarray, table) -> np.ndarray:
+    """``column`` with each entry ``i >= 0`` replaced by ``table[i]`` (-1 stays)."""
+    out = column.copy()
+    own = column >= 0
+    out[own] = np.asarray(table, np.int64)[column[own]]
+    return out
+
+
+def _placed_tasks(tasks: TaskColumns, members: list[int], ids: np.ndarray, replicas: list[int],
+                  remap: np.ndarray) -> TaskColumns:
+    """A block's tasks as the program's: block streams become streams (group indices),
+    device-group ids and replicas, value keys the program's (the block's columns are
+    kept and shared: new columns, never changed in place)."""
+    return tasks._replace(stream=_mapped(tasks.stream, members),
+                          device_group=_mapped(tasks.device_group, ids),
+                          replica=_mapped(tasks.replica, replicas), value=remap[tasks.value])
+
+
+def _block_deps(block: Block, base: int, ids: np.ndarray,
+                gather: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The block's dependencies as the program's (counts per task, predecessors), with the
+    waits for parameter gathers (earlier tasks) merged in."""
+    num_tasks = block.tasks.num_tasks
+    owner = np.repeat(np.arange(num_tasks), np.diff(block.dep_ptr))
     dep = block.dep_idx + base
     waits = [(t, gather[(int(ids[st]), lo)]) for t, st, lo in block.waits
              if (int(ids[st]), lo) in gather]
@@ -295,23 +344,7 @@ def _add_block(out: _Builder, a: PlanAnalysis, replicas: list[tuple[int, ...]], 
         dep = np.concatenate([dep, [g for _, g in waits]])
         order = np.lexsort((dep, owner))
         owner, dep = owner[order], dep[order]
-    # (block stream, TP index) -> global rank, and the block's keys -> the program's keys
-    rank_table = np.array([r for gi in members for r in groups[gi].ranks], np.int64)
-    offset = np.concatenate([[0], np.cumsum([groups[gi].tp for gi in members])])
-    remap = np.array([out.key(_with_groups(k, members, dp)) for k in block.keys], np.int64)
-    out.extend(cols, np.bincount(owner, minlength=len(cols)), dep, remap[block.value],
-               (block.names if block.names is not None else _BlockNames(args),
-                tuple(ids.tolist())), block.flow_task + base,
-               rank_table[offset[block.flow_src[:, 0]] + block.flow_src[:, 1]],
-               rank_table[offset[block.flow_dst[:, 0]] + block.flow_dst[:, 1]],
-               remap[block.flow_bytes], remap[block.flow_hops], remap[block.flow_launches],
-               block.flow_p2p)
-    for st, gi in enumerate(members):
-        last[gi] = block.last[st] + base if block.last[st] >= 0 else -1
-    for (st, lo), t in block.piece_end.items():
-        piece_end[(groups[members[st]].id, lo)] = t + base
-    for st, t in block.finals.items():
-        finals.setdefault(groups[members[st]].id, []).append(t + base)
+    return np.bincount(owner, minlength=num_tasks), dep
 
 
 def _ring_arrays(dpg) -> tuple[np.ndarray, np.ndarray]:
@@ -329,11 +362,11 @@ def _add_dp_sync(out: _Builder, a: PlanAnalysis, piece_end: dict) -> dict[int, l
     for d, dpg in enumerate(a.dp_groups):
         src, dst = _ring_arrays(dpg)
         for lo, hi in a.buckets(d):
-            barrier = out.add(Category.BARRIER, -1,
-                              [piece_end[(dg, lo)] for dg in dpg.device_groups], ZERO,
-                              (-1, -1, -1, -1, d), f"dp barrier L{lo}-{hi}")
+            barrier = out.add(TaskRow(kind=COMPUTE, category=Category.BARRIER, phase=d),
+                              [piece_end[(dg, lo)] for dg in dpg.device_groups],
+                              f"dp barrier L{lo}-{hi}")
             t = out.collective([barrier], f"{verb} L{lo}-{hi}", src, dst,
-                               ("ring_bytes", d, lo, hi, passes), ("ring_hops", d, passes))
+                               RingBytes(d, lo, hi, passes), RingHops(d, passes))
             for dg in dpg.device_groups:
                 finals.setdefault(dg, []).append(t)
     return finals
@@ -355,7 +388,7 @@ def _add_param_gathers(out: _Builder, a: PlanAnalysis,
         for lo, hi in a.buckets(d):
             deps = previous if after is None else [after[dg] for dg in dpg.device_groups]
             t = out.collective(deps, f"ag L{lo}-{hi}", src, dst,
-                               ("ring_bytes", d, lo, hi, ALLGATHER), ("ring_hops", d, ALLGATHER))
+                               RingBytes(d, lo, hi, ALLGATHER), RingHops(d, ALLGATHER))
             previous = [t]
             gathered |= {(dg, layer): t for dg in dpg.device_groups
                          for layer in range(lo, hi + 1)}
@@ -374,7 +407,7 @@ class Template:
 
     key: tuple
     arrays: dict  # the structural fields of Program
-    keys: tuple[tuple, ...]  # distinct value keys; index 0 is ("zero",), 1 is ("one",)
+    keys: Keys  # distinct value keys (xsweep.plan.values); index 0 is ZERO, 1 is ONE
     task_value: np.ndarray  # int32[T]: duration key of each task
     flow_class: np.ndarray  # int64[F]: the class of each flow
     class_bytes_value: np.ndarray  # int32[C]: the payload
@@ -424,32 +457,33 @@ class Template:
 
     def values(self, a: PlanAnalysis) -> np.ndarray:
         """float64[len(keys)]: the number behind every value key, for ``a``, kept for the
-        objects the numbers are read from (:data:`VALUES`): variants that differ only in
+        objects the numbers are read from (:mod:`xsweep.plan.values`): variants that differ only in
         their network share them."""
         key = (id(a.groups), id(a.reshards), id(a.dp_groups), id(a.model))
         return self._per_numbers.get(key, lambda: (
             a.groups, a.reshards, a.dp_groups, a.model, self._values(a)))[-1]
 
     def _values(self, a: PlanAnalysis) -> np.ndarray:
-        """The numbers of :meth:`values`. Keys of the kinds in ``_BY_COST`` whose groups
+        """The numbers of :meth:`values`. Keys of the kinds in ``BY_COST`` whose groups
         share a cost object (replicas of a stage) and their span share one number."""
         plan, groups = self._value_plan, a.groups
-        out = np.empty(len(self.keys))
+        out = np.empty(len(self.keys.rows))
         if len(plan.shared):
             index: dict[int, int] = {}
             cost_class = np.array([index.setdefault(id(g.cost), len(index)) for g in groups])
             _, first, which = np.unique(
-                cost_class[plan.shared_group] * len(plan.slots) + plan.shared_slot,
+                cost_class[plan.shared_group] * len(plan.slot_codes) + plan.shared_slot,
                 return_index=True, return_inverse=True)
-            numbers = [VALUES[plan.slots[slot][0]](a, gi, *plan.slots[slot][1:])
+            numbers = [KINDS[plan.slot_codes[slot]].number(a, gi, *plan.slot_spans[slot])
                        for gi, slot in zip(plan.shared_group[first].tolist(),
                                            plan.shared_slot[first].tolist(), strict=True)]
             out[plan.shared] = np.array(numbers, np.float64)[which.reshape(-1)]
         if len(plan.optimizer):
             out[plan.optimizer] = np.array([g.optimizer_time_s for g in groups],
                                            np.float64)[plan.optimizer_group]
-        for i, kind, args in plan.rest:
-            out[i] = VALUES[kind](a, *args)
+        codes, rows = self.keys.codes, self.keys.rows
+        for i in plan.rest:
+            out[i] = KINDS[codes[i]].number(a, *rows[i])
         return out
 
     def task_names(self) -> tuple[str, ...]:
@@ -507,16 +541,19 @@ def _build_template(a: PlanAnalysis) -> Template:
     optimizer = {}
     for gi, g in enumerate(groups):
         deps = [d for d in [last[gi], *finals.get(g.id, [])] if d >= 0]
-        optimizer[g.id] = out.add(Category.OPTIMIZER, gi, deps, ("optimizer_s", gi),
-                                  (g.stage, -1, g.id, g.replica, -1), f"optimizer dg{g.id}")
+        optimizer[g.id] = out.add(TaskRow(
+            kind=COMPUTE, category=Category.OPTIMIZER, stream=gi, stage=g.stage,
+            device_group=g.id, replica=g.replica, value=out.key(OptimizerTime(gi))),
+            deps, f"optimizer dg{g.id}")
     if zero1 and not overlapped:
         _add_param_gathers(out, a, optimizer)
     return _freeze(a, out)
 
 
 def _freeze(a: PlanAnalysis, out: _Builder) -> Template:
+    out.flush()
     topo = a.topology
-    cols = np.concatenate(out.cols)
+    tasks = TaskColumns.concat(out.tasks)
     dep_counts = np.concatenate(out.dep_counts)
     src = np.concatenate(out.flow_src)
     dst = np.concatenate(out.flow_dst)
@@ -531,7 +568,7 @@ def _freeze(a: PlanAnalysis, out: _Builder) -> Template:
     path_ptr = np.concatenate([[0], np.cumsum(lengths)])
     hop_flow, hop = owners_and_places(lengths)
     path_links = class_links[class_ptr[flow_class][hop_flow] + hop]
-    num_tasks = len(cols)
+    num_tasks = tasks.num_tasks
 
     def ptr(counts: np.ndarray) -> np.ndarray:
         return np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
@@ -541,22 +578,19 @@ def _freeze(a: PlanAnalysis, out: _Builder) -> Template:
         stream_rank_ptr=ptr([g.tp for g in a.groups]),
         stream_ranks=np.array([r for g in a.groups for r in g.ranks], np.int32),
         num_ranks=topo.num_ranks, rank_node=topo.rank_nodes(),
-        task_kind=cols[:, 0].astype(np.int8), task_category=cols[:, 1].astype(np.int8),
-        task_stream=cols[:, 2].astype(np.int32), task_stage=cols[:, 3].astype(np.int32),
-        task_micro_batch=cols[:, 4].astype(np.int32),
-        task_device_group=cols[:, 5].astype(np.int32),
-        task_replica=cols[:, 6].astype(np.int32), task_phase=cols[:, 7].astype(np.int32),
+        **tasks.program_fields(),
         dep_ptr=ptr(dep_counts), dep_idx=np.concatenate(out.dep_idx).astype(np.int32),
         flow_ptr=ptr(np.bincount(flow_task, minlength=num_tasks)),
         flow_src=src.astype(np.int32), flow_dst=dst.astype(np.int32),
         path_ptr=path_ptr.astype(np.int32), path_links=path_links.astype(np.int32))
     paths = padded_paths(class_ptr, class_links, topo.num_links)
-    return Template(structure_key(a), arrays, tuple(out.keys),
-                    np.concatenate(out.value).astype(np.int32), flow_class,
+    keys = out.keys.frozen()
+    return Template(structure_key(a), arrays, keys,
+                    tasks.value.astype(np.int32), flow_class,
                     flow_bytes[first].astype(np.int32), flow_hops[first].astype(np.int32),
                     flow_launches[first].astype(np.int32), flow_p2p[first],
                     _flow_classes(first, paths, flow_task, flow_class, num_tasks),
-                    tuple(out.names), _value_plan(tuple(out.keys)))
+                    tuple(out.names), _value_plan(keys))
 
 
 def _factorize(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -17,32 +17,54 @@ from typing import NamedTuple
 
 import numpy as np
 
-from xsweep.plan.program import Category, TaskKind
+from xsweep.plan.pieces import Piece, piece_name
+from xsweep.plan.program import Category, TaskColumns, TaskKind
+from xsweep.plan.values import KeyTable, PassTime, tp_ring_keys
 from xsweep.ragged import owners_and_places, run_starts
 
 COMPUTE, COMM = int(TaskKind.COMPUTE), int(TaskKind.COMM)
-_F, _B = int(Category.FORWARD), int(Category.BACKWARD)
+_F, _B, _TP = int(Category.FORWARD), int(Category.BACKWARD), int(Category.TP)
+_PP, _RESHARD = int(Category.PP), int(Category.RESHARD)
 
 
 class FlowGroup(NamedTuple):
-    """The flows of one COMM task as arrays, shared by every task that moves the same flows
-    (a stream's TP ring for one span, a transfer phase, a DP group's collective)."""
+    """Flows as arrays: the flows of one COMM task (shared by every task that moves the
+    same flows: a stream's TP ring for one span, a transfer phase, a DP group's
+    collective), or all the flows of a block. Ranks are (block stream, TP index) pairs;
+    the numbers are value keys (indices into the block's keys)."""
 
-    src: np.ndarray  # int64[n, 2]: (stream, TP index)
-    dst: np.ndarray  # int64[n, 2]
-    keys: np.ndarray  # int64[n, 3]: the payload, hops and launches keys (indices)
+    src_stream: np.ndarray  # int64[n]
+    src_index: np.ndarray  # int64[n]: TP index in the stream
+    dst_stream: np.ndarray  # int64[n]
+    dst_index: np.ndarray  # int64[n]
+    nbytes: np.ndarray  # int64[n]: the payload's key
+    hops: np.ndarray  # int64[n]: the hop latencies' key
+    launches: np.ndarray  # int64[n]: the NCCL launches' key
     p2p: np.ndarray  # bool[n]: point-to-point sends
 
+    @classmethod
+    def concat(cls, groups) -> FlowGroup:
+        """The flows of ``groups``, one group after another."""
+        return cls(*(np.concatenate(column) for column in zip(*groups, strict=True)))
 
-def tp_rings(stream: np.ndarray, tp: np.ndarray, keys: np.ndarray) -> FlowGroup:
+    def take(self, flows: np.ndarray) -> FlowGroup:
+        """The flows at indices ``flows``."""
+        return FlowGroup(*(column[flows] for column in self))
+
+
+def tp_rings(stream: np.ndarray, tp: np.ndarray, nbytes: np.ndarray, hops: np.ndarray,
+             launches: np.ndarray) -> FlowGroup:
     """The flows of TP rings, one after another: ring ``r`` on stream ``stream[r]`` of
     ``tp[r]`` ranks, rank ``i`` sending to rank ``i + 1``, every flow with the ring's
-    payload, hops and launches keys ``keys[r]``."""
+    payload, hops and launches keys (``nbytes[r]``, ``hops[r]``, ``launches[r]``)."""
     ring, rank = owners_and_places(np.asarray(tp, np.int64))
     on = np.asarray(stream, np.int64)[ring]
-    return FlowGroup(np.stack([on, rank], axis=1),
-                     np.stack([on, (rank + 1) % np.asarray(tp, np.int64)[ring]], axis=1),
-                     np.asarray(keys, np.int64).reshape(-1, 3)[ring], np.zeros(len(ring), bool))
+
+    def per_flow(keys):
+        return np.asarray(keys, np.int64)[ring]
+
+    return FlowGroup(on, rank, on, (rank + 1) % np.asarray(tp, np.int64)[ring], per_flow(nbytes),
+                     per_flow(hops), per_flow(launches), np.zeros(len(ring), bool))
 
 
 def emission_order(need: list[int], send: list[int], bounds: list[tuple[int, int]]) -> np.ndarray:
@@ -81,195 +103,263 @@ def emission_order(need: list[int], send: list[int], bounds: list[tuple[int, int
     return starts[owner] + place
 
 
-def plain_block(tasks, streams: list, where: list[tuple[int, int]], first_stream: list[int],
-                plans: list[list[tuple]], phases: dict, v: int, names: bool) -> dict:
+def plain_block(keys: KeyTable, streams: list, where: list[tuple[int, int]],
+                first_stream: list[int], plans: list[list[tuple]], phases: dict, v: int,
+                names: bool) -> dict:
     """The fields of a :class:`~xsweep.plan.passes.Block` without FSDP.
 
     Args:
-      tasks: the block's :class:`~xsweep.plan.passes.Tasks`, holding the keys so far.
+      keys: the block's value keys so far (its transfers'); the pieces' are added.
       streams, where, first_stream: the block's stages, their (replica, stage), and each
         replica's first stream.
-      plans: per stream its pieces (:func:`xsweep.plan.passes.pieces`).
+      plans: per stream its pieces (:func:`xsweep.plan.pieces.pieces`).
       phases: (source stream, destination stream) -> the FlowGroup of each phase.
       names: give every task its readable name (else ``names`` is None).
     """
-    num_streams = len(streams)
+    tp = np.array([spec[0] for spec in streams], np.int64)
+    p = _piece_arrays(streams, where, first_stream, plans, v)
+    order = emission_order(p.need.tolist(), p.send.tolist(), list(zip(
+        p.begins[:-1].tolist(), p.begins[1:].tolist(), strict=True)))
+    lay = _layout(p, order, phases, tp)
+    piece_keys = _piece_keys(keys, p, order, streams, tp)
+    dep_ptr, dep_idx = _dependencies(p, lay)
+    flow_task, flows = _flows(lay, piece_keys, phases)
+    roles = p.fields.role
+    piece_end = {(int(p.stream[g]), int(p.first[g])): int(lay.end[g])
+                 for g in np.flatnonzero([r == "last_b" for r in roles]).tolist()}
+    gathered = np.flatnonzero([r == "first_f" for r in roles])
+    gathered = gathered[np.argsort(lay.first[gathered])]
+    last = np.full(len(streams), -1, np.int64)
+    has = p.counts > 0
+    last[has] = lay.end[p.begins[1:][has] - 1]
+    return dict(
+        tasks=_task_columns(p, lay, piece_keys.duration[piece_keys.kind_of], tp),
+        dep_ptr=dep_ptr, dep_idx=dep_idx, keys=keys.frozen(),
+        names=_names(p, lay, v) if names else None, flow_task=flow_task, flows=flows,
+        last=tuple(last.tolist()), piece_end=piece_end,
+        waits=tuple((int(lay.first[g]), int(p.stream[g]), int(p.first[g]))
+                    for g in gathered.tolist()),
+        finals={})
+
+
+class _Pieces(NamedTuple):
+    """Every piece of a block as arrays, the streams' pieces one stream after another."""
+
+    fields: Piece  # each field a tuple over the pieces, as pieces() gives them
+    counts: np.ndarray  # int64[streams]: pieces per stream
+    begins: np.ndarray  # int64[streams + 1]: each stream's first piece
+    stream: np.ndarray  # int64[P]
+    stage: np.ndarray  # its stream's stage
+    backward: np.ndarray  # bool[P]
+    micro_batch: np.ndarray
+    chunk: np.ndarray
+    first: np.ndarray  # first layer
+    end: np.ndarray  # end layer (exclusive)
+    needs: np.ndarray  # bool[P]: waits for a transfer
+    sends: np.ndarray  # bool[P]: a transfer follows it
+    dst: np.ndarray  # the stream its transfer goes to
+    need: np.ndarray  # the arrival it waits for, -1 none
+    send: np.ndarray  # the arrival it delivers, -1 none
+
+
+def _piece_arrays(streams: list, where: list[tuple[int, int]], first_stream: list[int],
+                  plans: list[list[tuple]], v: int) -> _Pieces:
+    """The pieces of ``plans`` as arrays, with the transfers they wait for and send."""
     counts = np.array([len(p) for p in plans], np.int64)
-    total = int(counts.sum())
-    cols = list(zip(*itertools.chain.from_iterable(plans), strict=True)) or [()] * 8
-    is_b = np.array([k == "B" for k in cols[0]], bool)
-    mb, chunk, lo, hi, j, n = (np.array(c, np.int64) for c in cols[1:7])
-    roles = cols[7]
-    st = np.repeat(np.arange(num_streams), counts)
+    fields = Piece(*(list(zip(*itertools.chain.from_iterable(plans), strict=True))
+                     or [()] * len(Piece._fields)))
+    backward = np.array([k == "B" for k in fields.kind], bool)
+    mb, chunk, lo, hi, j, n = (np.array(c, np.int64) for c in (
+        fields.micro_batch, fields.chunk, fields.first, fields.end, fields.index, fields.count))
+    st = np.repeat(np.arange(len(streams)), counts)
     stage = np.array([s for _, s in where], np.int64)[st]
     num_stages = np.array([first_stream[r + 1] - first_stream[r] for r, _ in where],
                           np.int64)[st]
     rep_first = np.array([first_stream[r] for r, _ in where], np.int64)[st]
-    tp = np.array([spec[0] for spec in streams], np.int64)
     # the piece waits for a transfer unless it starts the model's forward or backward
-    starts_model = np.where(is_b, (stage == num_stages - 1) & (chunk == v - 1),
+    starts_model = np.where(backward, (stage == num_stages - 1) & (chunk == v - 1),
                             (stage == 0) & (chunk == 0))
     needs = (j == 0) & ~starts_model
-    # where the last piece of a pass sends its output (xsweep.plan.passes.next_stage)
-    to_stage = np.where(is_b, np.where(stage > 0, stage - 1, num_stages - 1),
+    # where the last piece of a pass sends its output (xsweep.plan.pieces.next_stage)
+    to_stage = np.where(backward, np.where(stage > 0, stage - 1, num_stages - 1),
                         np.where(stage + 1 < num_stages, stage + 1, 0))
-    to_chunk = np.where(is_b, np.where(stage > 0, chunk, chunk - 1),
+    to_chunk = np.where(backward, np.where(stage > 0, chunk, chunk - 1),
                         np.where(stage + 1 < num_stages, chunk, chunk + 1))
     sends = (j == n - 1) & (to_chunk >= 0) & (to_chunk < v)
     dst = rep_first + to_stage
     # an arrival as one integer: (stream, micro-batch, chunk, backward)
     width_mb, width_c = int(mb.max(initial=0)) + 1, max(v, 1)
 
-    def arrival(stream, micro, c):
-        return ((stream * width_mb + micro) * width_c + c) * 2 + is_b
+    def arrival(stream, c):
+        return ((stream * width_mb + mb) * width_c + c) * 2 + backward
 
-    need = np.where(needs, arrival(st, mb, chunk), -1)
-    send = np.where(sends, arrival(dst, mb, to_chunk), -1)
-    begins = np.concatenate([[0], np.cumsum(counts)])
-    order = emission_order(need.tolist(), send.tolist(),
-                           list(zip(begins[:-1].tolist(), begins[1:].tolist(), strict=True)))
+    return _Pieces(fields, counts, np.concatenate([[0], np.cumsum(counts)]), st, stage,
+                   backward, mb, chunk, lo, hi, needs, sends, dst,
+                   np.where(needs, arrival(st, chunk), -1),
+                   np.where(sends, arrival(dst, to_chunk), -1))
 
-    # tasks per piece in emission order: its compute, its TP task, its transfer's phases
+
+class _Layout(NamedTuple):
+    """Where each piece's tasks go: its compute, its TP task, its transfer's phases, in a
+    row, pieces in emission order."""
+
+    order: np.ndarray  # pieces in emission order
+    num_tasks: int
+    first: np.ndarray  # int64[P]: the piece's compute
+    has_tp: np.ndarray  # bool[P]: a TP task follows its compute
+    end: np.ndarray  # int64[P]: the piece's last task on its stream
+    delivered: np.ndarray  # int64[P]: its transfer's last phase
+    pairs: list  # (source, destination) streams of the transfers, sorted
+    pair_phases: np.ndarray  # int64[pairs + 1]: phases of each (0 after the last)
+    pair_of: np.ndarray  # int64[P]: the piece's transfer in pairs (len(pairs): none)
+    phase_piece: np.ndarray  # per transfer phase task: its piece...
+    phase: np.ndarray  # ... its phase...
+    phase_task: np.ndarray  # ... and its id
+
+
+def _layout(p: _Pieces, order: np.ndarray, phases: dict, tp: np.ndarray) -> _Layout:
+    num_streams = len(p.counts)
     pairs = sorted(phases)
     pair_phases = np.array([len(phases[pair]) for pair in pairs] + [0], np.int64)
-    pair_of = np.full(total, len(pairs), np.int64)
+    pair_of = np.full(len(p.stream), len(pairs), np.int64)
     pair_at = np.full(num_streams * num_streams, -1, np.int64)  # (src, dst) -> pair index
     pair_at[[a * num_streams + b for a, b in pairs]] = np.arange(len(pairs))
-    pair_of[sends] = pair_at[st[sends] * num_streams + dst[sends]]
-    assert (pair_of[sends] >= 0).all(), "a transfer between stages without phases"
-    has_tp = (tp > 1)[st]
-    num_phases = np.where(sends, pair_phases[pair_of], 0)
+    pair_of[p.sends] = pair_at[p.stream[p.sends] * num_streams + p.dst[p.sends]]
+    assert (pair_of[p.sends] >= 0).all(), "a transfer between stages without phases"
+    has_tp = (tp > 1)[p.stream]
+    num_phases = np.where(p.sends, pair_phases[pair_of], 0)
     size = 1 + has_tp + num_phases
-    first = np.empty(total, np.int64)
+    first = np.empty(len(size), np.int64)
     first[order] = np.cumsum(size[order]) - size[order]
-    num_tasks = int(size.sum())
-    compute = first
-    end = first + has_tp  # the piece's last task on its stream
-    delivered = first + has_tp + num_phases  # its transfer's last phase
-    sender = np.full(total, -1, np.int64)
-    if needs.any():
-        by_key = np.argsort(send)
-        at = np.searchsorted(send[by_key], need[needs])
-        sender[needs] = by_key[at]
-        assert np.array_equal(send[sender[needs]], need[needs]), "an input nobody sends"
-
-    # dependencies: the stream's previous piece, the arrival; TP on its compute; phases
-    # in a chain from the piece's last task
-    follows = np.ones(total, bool)
-    follows[begins[:-1][counts > 0]] = False
-    owners = [compute[follows], compute[needs], (compute + 1)[has_tp]]
-    preds = [end[np.flatnonzero(follows) - 1], delivered[sender[needs]], compute[has_tp]]
     phase_piece, phase = owners_and_places(num_phases)
-    phase_task = (first + has_tp + 1)[phase_piece] + phase
-    owners.append(phase_task)
-    preds.append(np.where(phase == 0, end[phase_piece], phase_task - 1))
-    owner = np.concatenate(owners)
-    pred = np.concatenate(preds)
-    # by task, then predecessor, each once (a stable sort merges the sorted runs)
-    pairs_sorted = np.sort(owner * max(num_tasks, 1) + pred, kind="stable")
-    pairs_sorted = pairs_sorted[run_starts(pairs_sorted)]
-    dep_owner, dep_idx = np.divmod(pairs_sorted, max(num_tasks, 1))
-    dep_ptr = np.concatenate([[0], np.cumsum(np.bincount(dep_owner, minlength=num_tasks))])
+    return _Layout(order, int(size.sum()), first, has_tp, first + has_tp,
+                   first + has_tp + num_phases, pairs, pair_phases, pair_of, phase_piece,
+                   phase, (first + has_tp + 1)[phase_piece] + phase)
 
-    # value keys: per distinct piece (stream, kind, layers), in the order pieces first
-    # appear, its TP ring's keys then its duration's key (as the task-by-task build does)
-    span = int(hi.max(initial=0)) + 1
-    piece_code = ((st * 2 + is_b) * span + lo) * span + hi
+
+def _dependencies(p: _Pieces, lay: _Layout) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of every task's predecessors, ascending, each once: a piece's compute waits for
+    its stream's previous piece and for its input's transfer, a TP task for its compute,
+    a transfer's phases for the piece's last task, one after the other."""
+    sender = np.full(len(p.stream), -1, np.int64)  # the piece whose transfer brings the input
+    if p.needs.any():
+        by_key = np.argsort(p.send)
+        at = np.searchsorted(p.send[by_key], p.need[p.needs])
+        sender[p.needs] = by_key[at]
+        assert np.array_equal(p.send[sender[p.needs]], p.need[p.needs]), "an input nobody sends"
+    compute = lay.first
+    follows = np.ones(len(p.stream), bool)
+    follows[p.begins[:-1][p.counts > 0]] = False
+    owner = np.concatenate([compute[follows], compute[p.needs], (compute + 1)[lay.has_tp],
+                            lay.phase_task])
+    pred = np.concatenate([
+        lay.end[np.flatnonzero(follows) - 1], lay.delivered[sender[p.needs]],
+        compute[lay.has_tp],
+        np.where(lay.phase == 0, lay.end[lay.phase_piece], lay.phase_task - 1)])
+    # by task, then predecessor, each once (a stable sort merges the sorted runs)
+    span = max(lay.num_tasks, 1)
+    pairs = np.sort(owner * span + pred, kind="stable")
+    dep_owner, dep_idx = np.divmod(pairs[run_starts(pairs)], span)
+    return (np.concatenate([[0], np.cumsum(np.bincount(dep_owner, minlength=lay.num_tasks))]),
+            dep_idx)
+
+
+class _PieceKeys(NamedTuple):
+    """The value keys of the distinct pieces (stream, kind, layers)."""
+
+    kind_of: np.ndarray  # int64[P]: each piece's distinct piece
+    duration: np.ndarray  # int64[distinct]: its duration's key
+    ring_of: np.ndarray  # the distinct pieces with a TP ring...
+    ring_size: np.ndarray  # ... the ranks of each ring...
+    rings: FlowGroup  # ... and their flows, one ring after another
+
+
+def _piece_keys(keys: KeyTable, p: _Pieces, order: np.ndarray, streams: list,
+                tp: np.ndarray) -> _PieceKeys:
+    """Per distinct piece, in the order pieces first appear, its TP ring's keys then its
+    duration's key (as the task-by-task build numbers them)."""
+    span = int(p.end.max(initial=0)) + 1
+    piece_code = ((p.stream * 2 + p.backward) * span + p.first) * span + p.end
     codes, first_at, piece_kind = np.unique(piece_code[order], return_index=True,
                                             return_inverse=True)
-    kind_of = np.empty(total, np.int64)
+    kind_of = np.empty(len(p.stream), np.int64)
     kind_of[order] = piece_kind.reshape(-1)
-    pass_key = np.zeros(len(codes), np.int64)
-    ring_keys = np.zeros((len(codes), 3), np.int64)
+    duration, nbytes, hops, launches = (np.zeros(len(codes), np.int64) for _ in range(4))
     for k in np.argsort(first_at).tolist():
         g = int(order[first_at[k]])
-        s, kind, a, b = int(st[g]), "B" if is_b[g] else "F", int(lo[g]), int(hi[g])
+        s = int(p.stream[g])
         low = streams[s][1]
-        piece_span = (kind, a - low, b - low)
+        span_of = ("B" if p.backward[g] else "F", int(p.first[g]) - low, int(p.end[g]) - low)
         if streams[s][0] > 1:
-            ring_keys[k] = tasks.tp_keys(s, piece_span)
-        pass_key[k] = tasks.key(("pass_s", s, *piece_span))
+            nbytes[k], hops[k], launches[k] = (keys.index(key)
+                                               for key in tp_ring_keys(s, *span_of))
+        duration[k] = keys.index(PassTime(s, *span_of))
     # every piece's TP ring at once (Tasks.tp_ring's flows): rank i sends to rank i + 1
-    ring_of = np.flatnonzero((tp > 1)[st[order[first_at]]])  # distinct pieces with a ring
-    ring_stream = st[order[first_at[ring_of]]]
-    ring_tp = tp[ring_stream]
-    ring_flows = tp_rings(ring_stream, ring_tp, ring_keys[ring_of])
+    ring_of = np.flatnonzero((tp > 1)[p.stream[order[first_at]]])
+    ring_stream = p.stream[order[first_at[ring_of]]]
+    return _PieceKeys(kind_of, duration, ring_of, tp[ring_stream],
+                      tp_rings(ring_stream, tp[ring_stream], nbytes[ring_of], hops[ring_of],
+                               launches[ring_of]))
 
-    out_cols = np.zeros((num_tasks, 8), np.int64)
-    value = np.zeros(num_tasks, np.int64)
-    labels = np.stack([st, stage, mb, st, st], axis=1)
-    out_cols[compute] = np.column_stack([np.full(total, COMPUTE), np.where(is_b, _B, _F),
-                                         labels, np.full(total, -1)])
-    value[compute] = pass_key[kind_of]
-    tp_piece = np.flatnonzero(has_tp)
-    out_cols[compute[tp_piece] + 1] = np.column_stack([
-        np.full(len(tp_piece), COMM), np.full(len(tp_piece), int(Category.TP)),
-        labels[tp_piece], np.full(len(tp_piece), -1)])
-    category = np.where(tp[st] == tp[np.where(sends, dst, st)], int(Category.PP),
-                        int(Category.RESHARD))[phase_piece]
-    src = st[phase_piece]
-    out_cols[phase_task] = np.column_stack([
-        np.full(len(phase_task), COMM), category, np.full(len(phase_task), -1),
-        stage[phase_piece], mb[phase_piece], src, src, phase])
 
-    # flows, in task order: each TP task its piece's ring, each phase its pair's group
+def _task_columns(p: _Pieces, lay: _Layout, duration: np.ndarray, tp: np.ndarray) -> TaskColumns:
+    """Every task's record: a piece's compute (its duration's key ``duration``) and TP task
+    on its stream, its transfer's phases beside it (PP between equal TP degrees, else
+    RESHARD); all of them labelled with the piece's stage, micro-batch and stream."""
+    owner, place = owners_and_places(np.diff(np.append(lay.first[lay.order], lay.num_tasks)))
+    piece = lay.order[owner]  # each task's piece
+    tp_task = lay.has_tp[piece].astype(np.int64)
+    compute, on_stream = place == 0, place <= tp_task
+    transfer = np.where(tp[p.stream] == tp[np.where(p.sends, p.dst, p.stream)], _PP, _RESHARD)
+    category = np.where(compute, np.where(p.backward, _B, _F)[piece],
+                        np.where(on_stream, _TP, transfer[piece]))
+    stream = p.stream[piece]
+    return TaskColumns(
+        kind=np.where(compute, COMPUTE, COMM), category=category,
+        stream=np.where(on_stream, stream, -1), stage=p.stage[piece],
+        micro_batch=p.micro_batch[piece], device_group=stream, replica=stream.copy(),
+        phase=np.where(on_stream, -1, place - 1 - tp_task),
+        value=np.where(compute, duration[piece], 0))
+
+
+def _flows(lay: _Layout, keys: _PieceKeys, phases: dict) -> tuple[np.ndarray, FlowGroup]:
+    """The task of every flow and the flows, in task order: each TP task its piece's ring,
+    each phase its pair's group."""
+    tp_piece = np.flatnonzero(lay.has_tp)
     # groups of flows: the rings (one per distinct piece with one), then every phase
-    pool = [ring_flows, *(g for pair in pairs for g in phases[pair])]
-    ring_slot = np.full(len(codes), -1, np.int64)
-    ring_slot[ring_of] = np.arange(len(ring_of))
-    pair_first = np.concatenate([[0], np.cumsum(pair_phases[:-1])]) + len(ring_of)
-    flow_tasks = np.concatenate([compute[tp_piece] + 1, phase_task])
-    flow_groups = np.concatenate([ring_slot[kind_of[tp_piece]],
-                                  pair_first[pair_of[phase_piece]] + phase]).astype(np.int64)
+    pool = [keys.rings, *(g for pair in lay.pairs for g in phases[pair])]
+    ring_slot = np.full(len(keys.duration), -1, np.int64)
+    ring_slot[keys.ring_of] = np.arange(len(keys.ring_of))
+    pair_first = np.concatenate([[0], np.cumsum(lay.pair_phases[:-1])]) + len(keys.ring_of)
+    flow_tasks = np.concatenate([lay.first[tp_piece] + 1, lay.phase_task])
+    flow_groups = np.concatenate([ring_slot[keys.kind_of[tp_piece]],
+                                  pair_first[lay.pair_of[lay.phase_piece]] + lay.phase
+                                  ]).astype(np.int64)
     by_task = np.argsort(flow_tasks, kind="stable")
     flow_tasks, flow_groups = flow_tasks[by_task], flow_groups[by_task]
-    sizes = np.concatenate([ring_tp, [len(g.p2p) for g in pool[1:]]]).astype(np.int64)
+    sizes = np.concatenate([keys.ring_size, [len(g.p2p) for g in pool[1:]]]).astype(np.int64)
     pool_first = np.concatenate([[0], np.cumsum(sizes)])
     which, place = owners_and_places(sizes[flow_groups])
-    flow = pool_first[flow_groups][which] + place
-
-    def joined(field, shape):
-        return np.concatenate([getattr(g, field).reshape(-1, *shape[1:]) for g in pool])[flow]
-
-    keys = joined("keys", (0, 3)).reshape(-1, 3)
-    piece_end = {(int(st[g]), int(lo[g])): int(end[g])
-                 for g in np.flatnonzero([r == "last_b" for r in roles]).tolist()}
-    gathered = np.flatnonzero([r == "first_f" for r in roles])
-    gathered = gathered[np.argsort(compute[gathered])]
-    last = np.full(num_streams, -1, np.int64)
-    has = counts > 0
-    last[has] = end[begins[1:][has] - 1]
-    return dict(
-        cols=out_cols, dep_ptr=dep_ptr, dep_idx=dep_idx, keys=tuple(tasks.keys), value=value,
-        names=_names(order, first, has_tp, num_phases, plans, cols, st, dst, to_chunk, v)
-        if names else None,
-        flow_task=np.repeat(flow_tasks, sizes[flow_groups]),
-        flow_src=joined("src", (0, 2)).reshape(-1, 2), flow_dst=joined("dst", (0, 2)).reshape(-1, 2),
-        flow_bytes=keys[:, 0], flow_hops=keys[:, 1], flow_launches=keys[:, 2],
-        flow_p2p=np.concatenate([g.p2p for g in pool] or [np.zeros(0, bool)])[flow],
-        last=tuple(last.tolist()), piece_end=piece_end,
-        waits=tuple((int(compute[g]), int(st[g]), int(lo[g])) for g in gathered.tolist()),
-        finals={})
+    return (np.repeat(flow_tasks, sizes[flow_groups]),
+            FlowGroup.concat(pool).take(pool_first[flow_groups][which] + place))
 
 
-def _names(order, first, has_tp, num_phases, plans, cols, st, dst, to_chunk,
-           v: int) -> tuple[str, ...]:
+def _names(p: _Pieces, lay: _Layout, v: int) -> tuple[str, ...]:
     """Every task's name, as the task-by-task build gives it."""
-    from xsweep.plan.passes import piece_name  # here: passes imports this module
-
-    out = [""] * int((1 + has_tp + num_phases).sum())
-    kinds, mbs, chunks, los, his, roles = cols[0], cols[1], cols[2], cols[3], cols[4], cols[7]
-    for g in order.tolist():
-        s, kind, mb, c = int(st[g]), kinds[g], mbs[g], chunks[g]
-        name = piece_name(kind, f"{{dg{s}}}", mb, c, los[g], his[g], v, roles[g])
-        t = int(first[g])
+    out = [""] * lay.num_tasks
+    f = p.fields
+    num_phases = np.bincount(lay.phase_piece, minlength=len(p.stream))
+    for g in lay.order.tolist():
+        s, kind, mb, c = int(p.stream[g]), f.kind[g], f.micro_batch[g], f.chunk[g]
+        name = piece_name(kind, f"{{dg{s}}}", mb, c, f.first[g], f.end[g], v, f.role[g])
+        t = int(lay.first[g])
         out[t] = name
-        if has_tp[g]:
+        if lay.has_tp[g]:
             t += 1
             out[t] = f"tp {name}"
         direction = "grad" if kind == "B" else "act"
         suffix = f" c{c}" if v > 1 else ""
         for phase in range(int(num_phases[g])):
-            out[t + 1 + phase] = (f"{direction} {{dg{s}}}->{{dg{int(dst[g])}}} mb{mb}{suffix}"
+            out[t + 1 + phase] = (f"{direction} {{dg{s}}}->{{dg{int(p.dst[g])}}} mb{mb}{suffix}"
                                   f" p{phase}")
     return tuple(out)
