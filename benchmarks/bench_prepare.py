@@ -37,6 +37,7 @@ import time
 from plans import distinct, sweep_like
 
 from xsweep.evaluator import blocks
+from xsweep.evaluator.arguments import evaluation_plans
 from xsweep.evaluator.derived import Derived
 from xsweep.evaluator.evaluator import _host_chunks
 from xsweep.evaluator.tuning import tuning
@@ -44,7 +45,6 @@ from xsweep.memo import clear_memos
 from xsweep.plan.analysis import analyze
 from xsweep.plan.lower import TemplateCache, lower
 from xsweep.spec import load_catalog
-from xsweep.spec.arguments import evaluation_plans
 
 STEP_COST = tuning("cpu", "bound").step_cost
 STAGES = ("validate", "chunks", "analyse", "lower", "layout")

@@ -9,6 +9,7 @@ seen nothing: compared here with the memos emptied, and with a real new process.
 from __future__ import annotations
 
 import dataclasses
+import pickle
 import subprocess
 import sys
 
@@ -22,12 +23,13 @@ from xsweep.errors import InputError
 from xsweep.evaluator.blocks import contention_free_durations
 from xsweep.memo import clear_memos
 from xsweep.plan.analysis import PlanAnalysis, analyze
-from xsweep.plan.builder import random_plan
+from xsweep.plan.builder import NodeReq, ReplicaReq, StageReq, build_plan, random_plan
 from xsweep.plan.lower import TemplateCache, lower
 from xsweep.spec import load_catalog, validate_plan
 from xsweep.spec import xsweep_pb2 as pb
 from xsweep.spec.plan_io import plan_from_text, plan_to_text
 from xsweep.spec.program_size import estimate_program_size
+from xsweep.spec.validate import typed_plan
 
 
 def _micro_batch_size(size: int):
@@ -175,6 +177,40 @@ def test_a_catalog_entry_replaced_after_use_is_read_again():
     assert after.peak_flops_per_s != before.peak_flops_per_s
     clear_memos()
     assert_same_analysis(after, analyze(plan, catalog))
+
+
+def test_a_copy_of_the_catalog_reads_as_the_catalog_until_an_entry_changes(catalog):
+    """A worker process receives a copy of the catalog: what was checked and resolved
+    against the original holds for the copy, and an entry changed in the copy is read."""
+    plan = random_plan(331, max_gpus=16)
+    before = analyze(validate_plan(plan, catalog), catalog)
+    copy = pickle.loads(pickle.dumps(catalog))
+    again = typed_plan(plan, copy)
+    assert again.catalog is copy and again.cluster is validate_plan(plan, catalog).cluster
+    assert_same_analysis(analyze(plan, copy), before)
+    canonical = copy.lookup("gpus", plan.cluster.nodes[0].gpu).name
+    copy.gpus[canonical] = dataclasses.replace(copy.gpus[canonical], peak_bf16_tflops=1.0)
+    after = analyze(plan, copy)
+    assert after.peak_flops_per_s != before.peak_flops_per_s
+    clear_memos()
+    assert_same_analysis(after, analyze(plan, copy))
+    assert_same_analysis(before, analyze(plan, catalog))
+
+
+def test_the_same_groups_on_nodes_of_other_sizes_sit_on_other_gpus(catalog):
+    """Equal device groups and node GPUs, but nodes of other sizes: the ranks' GPUs
+    differ, and so do the groups' figures."""
+    small = build_plan("x", "llama2-7b", [NodeReq("A100-80GB", 4), NodeReq("H100-SXM", 4)],
+                       [ReplicaReq((StageReq("A100-80GB", 4, 16), StageReq("H100-SXM", 4, 16)),
+                                   1, 8)])
+    large = pb.DeploymentPlan()
+    large.CopyFrom(small)
+    for node in large.cluster.nodes:
+        node.num_gpus = 8  # ranks 0-7, both groups, now on the first node
+    kept = [analyze(plan, catalog) for plan in (small, large)]
+    clear_memos()
+    assert_same_analysis(kept[1], analyze(large, catalog))
+    assert [g.gpu.name for g in kept[1].groups] == ["A100-80GB", "A100-80GB"]
 
 
 def test_bound_durations_by_class_equal_those_flow_by_flow(catalog):

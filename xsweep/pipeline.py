@@ -16,19 +16,25 @@ from xsweep.plan.analysis import PlanAnalysis, analyze
 from xsweep.plan.lower import TemplateCache, lower
 from xsweep.plan.program import Program
 from xsweep.spec.catalog import Catalog, load_catalog
-from xsweep.spec.plan_io import DeploymentPlan, load_plan
+from xsweep.spec.plan_io import DeploymentPlan, load_valid_plan
 from xsweep.spec.profile import Profile, load_profile
-from xsweep.spec.validate import validate_plan
+from xsweep.spec.valid_plan import ValidPlan
+from xsweep.spec.validate import typed_plan, validate_plan
 
 
 @dataclass(frozen=True, eq=False)
 class Prepared:
     """A validated plan, its static analysis and the program of one iteration."""
 
-    plan: DeploymentPlan
+    valid: ValidPlan
     analysis: PlanAnalysis
     program: Program
     source: str | None = None  # the file it came from, if any
+
+    @property
+    def plan(self) -> DeploymentPlan:
+        """The plan's message."""
+        return self.valid.message
 
     @property
     def name(self) -> str:
@@ -44,32 +50,43 @@ def resolve_inputs(catalog: Catalog | None = None, profile: Profile | str | Path
     return catalog, profile
 
 
-def load(plan: DeploymentPlan | str | Path, catalog: Catalog) -> tuple[DeploymentPlan, str | None]:
-    """A validated plan from a message or a file path, and the file it came from."""
+def load(plan: ValidPlan | DeploymentPlan | str | Path,
+         catalog: Catalog) -> tuple[ValidPlan, str | None]:
+    """A validated plan from a message or a file path, and the file it came from (a plan
+    validated against ``catalog`` already is taken as it is)."""
     if isinstance(plan, str | Path):
-        return load_plan(plan, catalog), str(plan)
+        return load_valid_plan(plan, catalog), str(plan)
+    if isinstance(plan, ValidPlan) and plan.catalog is catalog:
+        return plan, None
+    if isinstance(plan, ValidPlan):
+        plan = plan.message
     if not isinstance(plan, DeploymentPlan):
         raise InputError(None, "plan", type(plan).__name__,
                          "expected a DeploymentPlan message or a path to a plan file")
-    validate_plan(plan, catalog, plan.name or None)
-    return plan, None
+    return validate_plan(plan, catalog, plan.name or None), None
 
 
-def prepare_valid(plan: DeploymentPlan, catalog: Catalog, profile: Profile | None = None, *,
-                  templates: TemplateCache | None = None, names: bool = True,
-                  source: str | None = None) -> Prepared:
-    """Analyse and lower a plan that :func:`load` (or ``validate_plan``) already checked."""
+def prepare_valid(plan: ValidPlan | DeploymentPlan, catalog: Catalog,
+                  profile: Profile | None = None, *, templates: TemplateCache | None = None,
+                  names: bool = True, source: str | None = None) -> Prepared:
+    """Analyse and lower a plan that :func:`load` (or ``validate_plan``) already checked:
+    the :class:`ValidPlan` it returned, or the message (typed again:
+    :func:`xsweep.spec.validate.typed_plan`)."""
+    if not isinstance(plan, ValidPlan) or plan.catalog is not catalog:
+        plan = typed_plan(plan.message if isinstance(plan, ValidPlan) else plan, catalog,
+                          plan.name or None)
     analysis = analyze(plan, catalog, profile=profile)
     return Prepared(plan, analysis, lower(analysis, templates=templates, names=names), source)
 
 
-def prepare(plan: DeploymentPlan | str | Path, catalog: Catalog | None = None,
+def prepare(plan: ValidPlan | DeploymentPlan | str | Path, catalog: Catalog | None = None,
             profile: Profile | str | Path | None = None, *,
             templates: TemplateCache | None = None, names: bool = True) -> Prepared:
     """Load (if a path), validate, analyse and lower one plan.
 
     Args:
-      plan: a ``DeploymentPlan`` message or the path of a ``.pbtxt`` / ``.json`` plan.
+      plan: a ``DeploymentPlan`` message, the path of a ``.pbtxt`` / ``.json`` plan, or a
+        plan :func:`xsweep.spec.validate.validate_plan` returned.
       catalog: GPUs, NICs and models (default: the built-in catalog).
       profile: measured layer times overriding the estimates, or the path of one.
       templates: program structures kept between calls (see ``xsweep.plan.lower``).
@@ -79,6 +96,6 @@ def prepare(plan: DeploymentPlan | str | Path, catalog: Catalog | None = None,
       InputError: the plan (or profile) is invalid, naming file, field and value.
     """
     catalog, profile = resolve_inputs(catalog, profile)
-    message, source = load(plan, catalog)
-    return prepare_valid(message, catalog, profile, templates=templates, names=names,
+    valid, source = load(plan, catalog)
+    return prepare_valid(valid, catalog, profile, templates=templates, names=names,
                          source=source)

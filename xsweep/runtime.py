@@ -89,6 +89,30 @@ def use_cpu_devices(count: int | None = None) -> bool:
     return True
 
 
+def accelerator_possible() -> bool:
+    """Whether JAX could find an accelerator here, known without starting JAX: JAX is not
+    told to use the CPU only (``JAX_PLATFORMS``) and a plugin of an accelerator (CUDA,
+    ROCm, TPU) is installed. False means a CPU host for certain; True, that only JAX's
+    devices can tell (a CUDA plugin on a machine without a GPU, say)."""
+    import importlib.metadata
+    import importlib.util
+
+    platforms = os.environ.get("JAX_PLATFORMS", "").strip()
+    if platforms and {p.strip() for p in platforms.split(",") if p.strip()} <= {"cpu"}:
+        return False
+    if any(True for _ in importlib.metadata.entry_points(group="jax_plugins")):
+        return True
+    if importlib.util.find_spec("libtpu") is not None:
+        return True
+    try:
+        import jax_plugins  # a namespace package of the installed plugins, if any
+    except ImportError:
+        return False
+    import pkgutil
+
+    return any(True for _ in pkgutil.iter_modules(jax_plugins.__path__))
+
+
 def use_compiled_loops() -> bool:
     """Have XLA's CPU compiler emit every loop whose body holds no scatter as one function
     (see the module's description), if JAX has not started its backends and no

@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from tests.plan.reference_topology import reference_links
 from xsweep.plan.topology import (
-    DEFAULT_SWITCH_LATENCY_NS,
     FAT_TREE,
     RAIL_OPTIMIZED,
     FabricHw,
@@ -18,6 +17,7 @@ from xsweep.plan.topology import (
     build_topology,
 )
 from xsweep.spec.catalog import GpuSpec, NicSpec, load_catalog
+from xsweep.spec.valid_plan import DEFAULT_SWITCH_LATENCY_NS
 
 # Scale-up, PCIe and NIC figures of the catalog: the paper's Table 5 (PCIe delay
 # "2 x 143.75 ns" and "2 x 287.5 ns" taken as one traversal of the PCIe path);

@@ -5,17 +5,22 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import re
+import typing
 
 import numpy as np
 import pytest
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 
 from tests.support.documents import changed
 from xsweep.plan.analysis import analyze
 from xsweep.plan.workload import stage_cost
 from xsweep.search.grid import Grid
-from xsweep.search.planner import Built, Infeasible, Planner, varies_fast
+from xsweep.search.planner import Built, Infeasible, Planner, per_point, varies_fast
 from xsweep.search.tasks import bound_walk, plan_key
 from xsweep.spec import load_sweep, sweep_from_dict, validate_plan
+from xsweep.spec.sweep import _AXIS, AxisClass, Sweep, axis_class
 
 BASE = {
     "name": "planner-test",
@@ -265,3 +270,59 @@ def test_fsdp_with_replicas_of_one_shape_is_built(catalog):
     assert isinstance(out, Built), out
     validate_plan(out.plan, catalog)  # the FSDP rule of plan validation holds
     assert out.plan.training.zero_stage == 3
+
+
+# -- the classes of the axes ------------------------------------------------------------
+#: How the planner classed the axes before their classes were declared on the schema's
+#: fields (regular expressions over the paths): the declarations must class them alike.
+OLD_PER_POINT = re.compile(r"cluster\.pools\[\d+\]\.nic|training\.resharding|cluster\.fabric"
+                           r"|cluster\.oversubscription|cost\.pricing"
+                           r"|training\.dp_overlap|training\.dp_bucket_params")
+OLD_NUMERIC = re.compile(r"training\.(recompute|sequence_parallel|flash_attention)")
+
+
+def _axis_fields(model: type[BaseModel], prefix: str = "") -> dict[str, FieldInfo]:
+    """Every axis field of the schema (a mapping of axes, such as ``parallelism.tp``,
+    counted once) by its path, list items as ``[i]``; walked on the classes, so that a
+    field no sweep sets is found too."""
+    found = {}
+    for name, info in model.model_fields.items():
+        path, annotation = f"{prefix}{info.alias or name}", info.annotation
+        if _AXIS in info.metadata or typing.get_origin(annotation) is dict:
+            found[path] = info
+            continue
+        if typing.get_origin(annotation) is list:
+            annotation, path = typing.get_args(annotation)[0], f"{path}[i]"
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            found |= _axis_fields(annotation, f"{path}.")
+    return found
+
+
+def test_every_axis_of_the_schema_declares_one_class():
+    fields = _axis_fields(Sweep)
+    assert {"model", "training.recompute", "cluster.pools[i].nic", "parallelism.tp",
+            "cost.pricing"} <= set(fields)
+    for path, info in fields.items():
+        declared = [item for item in info.metadata if isinstance(item, AxisClass)]
+        assert len(declared) == 1, f"{path} declares {declared}"
+
+
+def test_the_declared_classes_are_those_the_paths_gave():
+    document = changed(BASE, cluster__pools=[
+        {"gpu": "H100-SXM", "nodes": [0, 1], "nic": ["cx7", "cx8"]},
+        {"gpu": "A100-40GB", "nodes": 1, "gpus_per_node": [4, 8], "nic": "cx6"}])
+    sweep = sweep_from_dict(document)
+    fields = _axis_fields(Sweep)
+    paths = list(sweep.domains())
+    covered = {re.sub(r"\[\d+\]", "[i]", p) if not p.startswith("parallelism.tp.")
+               else "parallelism.tp" for p in paths}
+    assert covered == set(fields)  # the sweep above has every axis of the schema
+    for path in paths:
+        old = (AxisClass.PER_POINT if OLD_PER_POINT.fullmatch(path) else
+               AxisClass.NUMERIC if OLD_NUMERIC.fullmatch(path) else AxisClass.LAYOUT)
+        assert axis_class(path) is old, path
+        assert per_point(path) == (old is AxisClass.PER_POINT)
+        assert varies_fast(path) == (old is not AxisClass.LAYOUT)
+    assert sweep.axis_classes() == {path: axis_class(path) for path in paths}
+    with pytest.raises(ValueError, match="names no axis"):
+        axis_class("training.total_tokens")

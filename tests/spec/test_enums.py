@@ -7,7 +7,7 @@ import pytest
 from xsweep.errors import InputError
 from xsweep.spec import xsweep_pb2 as pb
 from xsweep.spec.enums import FABRIC, MLP, RECOMPUTE, RESHARDING, SCHEDULE, TABLES, enum_name
-from xsweep.spec.plan_io import fabric_name, recompute_name, resharding_name, schedule_name
+from xsweep.spec.resolve import fabric_name, recompute_name, resharding_name, schedule_name
 
 
 @pytest.mark.parametrize("table", TABLES, ids=[t.field for t in TABLES])

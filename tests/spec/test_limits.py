@@ -12,7 +12,7 @@ from xsweep.plan.lower import lower
 from xsweep.spec.limits import Limits, active_limits
 from xsweep.spec.plan_io import plan_from_text
 from xsweep.spec.program_size import estimate_program_size
-from xsweep.spec.validate import validate_plan
+from xsweep.spec.validate import typed_plan, validate_plan
 
 
 def lowered_size(plan, catalog) -> int:
@@ -98,3 +98,21 @@ def test_each_count_limit_names_itself_and_can_be_raised(catalog, monkeypatch, v
     assert error.value.field == field
     monkeypatch.setenv(variable, "8")
     validate_plan(plan, catalog)
+
+
+def test_a_plan_that_passed_is_typed_again_under_the_limits_it_passed(catalog, monkeypatch):
+    """``typed_plan`` (how the pipeline takes a message checked before) finds the plan as it
+    passed; ``validate_plan`` checks it against the limits in force."""
+    plan = plan_from_text(PLAN)
+    valid = validate_plan(plan, catalog)
+    monkeypatch.setenv("XSWEEP_MAX_GPUS", "3")
+    typed = typed_plan(plan, catalog)
+    assert (typed.model, typed.training, typed.cluster.nodes, typed.cluster.fabric,
+            typed.groups, typed.program_size) == (
+        valid.model, valid.training, valid.cluster.nodes, valid.cluster.fabric, valid.groups,
+        valid.program_size)
+    with pytest.raises(InputError, match="set XSWEEP_MAX_GPUS to raise it"):
+        validate_plan(plan, catalog)
+    other = plan_from_text(PLAN.replace('name: "', 'name: "other-'))  # never checked here
+    with pytest.raises(InputError, match="set XSWEEP_MAX_GPUS to raise it"):
+        typed_plan(other, catalog)

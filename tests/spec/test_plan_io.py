@@ -13,12 +13,14 @@ from xsweep.errors import InputError
 from xsweep.spec import xsweep_pb2 as pb
 from xsweep.spec.plan_io import (
     _json_error,
-    fabric_name,
     load_plan,
     plan_from_json,
     plan_from_text,
     plan_to_json,
     plan_to_text,
+)
+from xsweep.spec.resolve import (
+    fabric_name,
     rank_layout,
     recompute_name,
     resharding_name,

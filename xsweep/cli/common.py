@@ -60,7 +60,7 @@ def _on_sigint(signum: int, frame) -> None:
 def run_guarded(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """Call ``run(args)``; bad input prints one line on stderr and returns 2, Ctrl-C 130."""
     try:
-        from xsweep.cli.main import redeliver_interrupts
+        from xsweep.cli.interrupts import redeliver_interrupts
 
         signal.signal(signal.SIGINT, _on_sigint)
         redeliver_interrupts()

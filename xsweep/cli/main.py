@@ -24,6 +24,8 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
+from xsweep.cli.interrupts import redeliver_interrupts
+
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Sequence
@@ -62,34 +64,6 @@ def build_parser(modules: Sequence[str] | None = None) -> argparse.ArgumentParse
             for added in set(subparsers.choices) - before:
                 subparsers.choices[added].set_defaults(run=module.run)
     return parser
-
-
-def redeliver_interrupts() -> None:
-    """Make sure a Ctrl-C is never lost: a ``sys.unraisablehook`` (installed once) that
-    sends SIGINT again when a KeyboardInterrupt was swallowed.
-
-    Python raises KeyboardInterrupt wherever the main thread is. If that is a callback
-    whose exceptions Python reports and swallows (a weak-reference callback: importlib's
-    module locks while modules load, SQLAlchemy's under an Optuna storage; a
-    garbage-collector callback: JAX registers one; a ``__del__``), the interrupt would
-    be lost and the command would run on. The hook sends the signal again a moment
-    later, from another thread, so that it lands outside the callback. Every other
-    unraisable exception goes to the hook that was there before.
-    """
-    previous = sys.unraisablehook
-    if getattr(previous, "redelivers_interrupts", False):
-        return
-
-    def hook(unraisable) -> None:
-        if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
-            import threading
-
-            threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGINT)).start()
-            return
-        previous(unraisable)
-
-    hook.redelivers_interrupts = True
-    sys.unraisablehook = hook
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,7 +16,7 @@ import numpy as np
 from xsweep import metrics
 from xsweep.cost import CostModel
 from xsweep.errors import InputError
-from xsweep.figures import plan_figures
+from xsweep.figures import static_table, timed_figures
 from xsweep.kernels import Status
 from xsweep.pipeline import Prepared
 
@@ -100,12 +100,20 @@ def table(prepared: Sequence[Prepared], out: Mapping[str, np.ndarray],
           cost: CostModel) -> dict[str, np.ndarray]:
     """Every variable of the Dataset for ``prepared`` plans, from the driver's arrays
     ``out`` (with metrics), as arrays over those plans. Programs are not kept."""
-    figures = plan_figures([p.analysis for p in prepared], out["iteration_time_s"], cost)
+    return table_of(static_table(prepared, cost), out)
+
+
+def table_of(static: Mapping[str, np.ndarray], out: Mapping[str, np.ndarray]
+             ) -> dict[str, np.ndarray]:
+    """:func:`table` from the plans' :func:`xsweep.figures.static_table` and the driver's
+    arrays."""
+    figures = timed_figures(static, out["iteration_time_s"])
+    n = len(static["name"])
     data: dict[str, np.ndarray] = {}
     for name in metrics.plan_names():
         data[name] = np.asarray(out[name] if name in out else figures[name])
     for name in metrics.STREAM_METRICS:
-        data[name] = np.asarray(out.get(name, np.zeros((len(prepared), 0))))
+        data[name] = np.asarray(out.get(name, np.zeros((n, 0))))
     status = np.asarray(out["status"], int)
     fits = data["memory_fits"].astype(bool)
     converged = status == Status.OK
@@ -116,7 +124,7 @@ def table(prepared: Sequence[Prepared], out: Mapping[str, np.ndarray],
                               np.where(converged, "", names)).astype(object)
     for name in DIAGNOSTICS:
         data[name] = np.asarray(out[name])
-    data["name"] = np.array([p.name for p in prepared], dtype=object)
+    data["name"] = np.asarray(static["name"], dtype=object)
     return data
 
 

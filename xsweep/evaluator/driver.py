@@ -335,10 +335,11 @@ def _put(target: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
         target[rows, :width] = values[:, :width]
 
 
-def shapes_known(executables: Executables, level: str, dtype: str, max_rounds: int) -> bool:
+def shapes_known(executables: Executables, level: str, dtype: str, max_rounds: int,
+                 platform: str | None = None) -> bool:
     """Whether some process has chosen (and compiled) shapes of ``level`` for these
     settings, with metrics, and kept them beside the kernels on disk: a warm store."""
-    on_device = tuning(platform_of(executables.devices), level).metrics_on_device
+    on_device = tuning(platform or platform_of(executables.devices), level).metrics_on_device
     config = (level, np.dtype(DTYPES[dtype]).name, max_rounds, on_device)
     return bool(executables.assignments(config))
 
@@ -347,7 +348,8 @@ def run_programs(programs: Sequence[Program], level: str, *, executables: Execut
                  derived: Derived, dtype: str = "float32", chunk_size: int | None = None,
                  progress: Callable[[int, int], None] | None = None,
                  slots: int | None = None, max_rounds: int = MAX_ROUNDS,
-                 with_metrics: bool = True, task_times: bool = False) -> dict[str, np.ndarray]:
+                 with_metrics: bool = True, task_times: bool = False,
+                 platform: str | None = None) -> dict[str, np.ndarray]:
     """Iteration time, metrics, status and diagnostics of every program, on all devices.
 
     Args:
@@ -364,6 +366,8 @@ def run_programs(programs: Sequence[Program], level: str, *, executables: Execut
       with_metrics: compute the metrics of ``xsweep.timeline`` (the iteration time,
         status and diagnostics come back either way).
       task_times: also return ``start_s`` and ``end_s``, float[N, most tasks], 0-padded.
+      platform: whose tuning record the call runs by (``"cpu"`` or ``"gpu"``; default:
+        the devices'): tests run an accelerator's code path on CPU devices with ``"gpu"``.
 
     Returns:
       Arrays over the variants: ``iteration_time_s`` (``inf`` where the status is
@@ -378,7 +382,8 @@ def run_programs(programs: Sequence[Program], level: str, *, executables: Execut
     if dtype not in DTYPES:
         raise InputError(None, "dtype", dtype, f"must be one of {', '.join(DTYPES)}")
     devices = executables.devices
-    tune = tuning(platform_of(devices), level)
+    platform = platform or platform_of(devices)
+    tune = tuning(platform, level)
     chunk_size = chunk_size or tune.chunk * len(devices)
     n = len(programs)
     with_metrics = with_metrics and n > 0
@@ -419,7 +424,7 @@ def run_programs(programs: Sequence[Program], level: str, *, executables: Execut
 
     if level == "exact":
         need = (np.full((n, 2), slots, np.int64) if slots is not None
-                else _initial_slots(programs, executables, derived))
+                else _initial_slots(programs, executables, derived, platform))
     else:
         need = np.zeros((n, 2), np.int64)
     x64 = jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
@@ -444,13 +449,14 @@ def run_programs(programs: Sequence[Program], level: str, *, executables: Execut
 
 
 def _initial_slots(programs: Sequence[Program], executables: Executables,
-                   derived: Derived) -> np.ndarray:
+                   derived: Derived, platform: str | None = None) -> np.ndarray:
     """Starting (task, flow) slots of every variant, int[N, 2], sized from its bound
     schedule. The bound runs its kernel as the bound level does (with the metrics in it
     where they are computed there): the same keys at the same shapes, so variants bounded
     before (a sweep's funnel, say) compile nothing here; metrics on the host are skipped."""
-    on_device = tuning(platform_of(executables.devices), "bound").metrics_on_device
+    platform = platform or platform_of(executables.devices)
+    on_device = tuning(platform, "bound").metrics_on_device
     bound = run_programs(programs, "bound", executables=executables, derived=derived,
-                         with_metrics=on_device, task_times=True)
+                         with_metrics=on_device, task_times=True, platform=platform)
     return np.array([exact_slots(p, bound["start_s"][i], bound["end_s"][i])
                      for i, p in enumerate(programs)], np.int64).reshape(-1, 2)

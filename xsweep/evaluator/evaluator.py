@@ -13,13 +13,20 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from xsweep.cost import DEFAULT_COST, CostModel
+from xsweep.errors import InputError
+from xsweep.evaluator.arguments import (
+    check_evaluate_arguments,
+    check_evaluator_arguments,
+    evaluation_arguments,
+    evaluation_plans,
+)
 from xsweep.evaluator.compiles import compile_count
-from xsweep.evaluator.dataset import assemble, table
+from xsweep.evaluator.dataset import assemble, table, table_of
 from xsweep.evaluator.derived import Derived
 from xsweep.evaluator.driver import run_programs, shapes_known
 from xsweep.evaluator.executables import Executables
-from xsweep.evaluator.tuning import platform_of
-from xsweep.evaluator.workers import WorkerPool
+from xsweep.evaluator.tuning import PLATFORMS, platform_of, tuning
+from xsweep.evaluator.workers import PreparingPool, WorkerPool
 from xsweep.kernels import MAX_ROUNDS
 from xsweep.pipeline import Prepared, prepare_valid, resolve_inputs
 from xsweep.plan.lower import TEMPLATE_BYTES, TemplateCache
@@ -31,13 +38,7 @@ from xsweep.runtime import (
     use_compiled_loops,
     use_cpu_devices,
 )
-from xsweep.spec.arguments import (
-    check_evaluate_arguments,
-    check_evaluator_arguments,
-    evaluation_arguments,
-    evaluation_plans,
-    validated_plans,
-)
+from xsweep.spec.arguments import validated_plans
 from xsweep.spec.catalog import Catalog
 from xsweep.spec.profile import Profile
 from xsweep.spec.program_size import estimate_program_size
@@ -52,6 +53,8 @@ HOST_CHUNK = 4096
 #: estimate, an upper bound): a program with its layouts and encodings holds a few hundred
 #: bytes per task and flow, so a chunk of 512-GPU plans stays within about a gigabyte.
 HOST_CELLS = 4_000_000
+#: Seconds between two progress notes of one worker's request at least.
+PROGRESS_EVERY = 0.2
 #: Plans a call needs at least before worker processes take it (starting them costs
 #: seconds once; a small call is quicker here).
 PARALLEL_MIN = 256
@@ -89,9 +92,16 @@ class Evaluator:
         once JAX has started or when ``devices`` is given.
       compile_cache: keep compiled kernels on disk across processes
         (:func:`xsweep.runtime.use_compile_cache`: a per-user directory by default).
-      processes: worker processes that prepare and evaluate shares of a call's plans
-        (:mod:`xsweep.evaluator.workers`); default one per core on a CPU host, 1 on an
-        accelerator. Calls of fewer than ``parallel_min`` plans run in this process.
+      processes: worker processes that take shares of a call's plans
+        (:mod:`xsweep.evaluator.workers`; default one per core). On a CPU host each
+        prepares and evaluates its shares; on an accelerator they prepare (validate,
+        analyse, lower) on the CPU, never touching the device, and this process, the
+        device's one owner, runs the kernels in calls as large as the prepared plans
+        allow, while the workers prepare the next. Calls of fewer than ``parallel_min``
+        plans run in this process.
+      platform: the tuning and host layout to run by, ``"cpu"`` or ``"gpu"`` (any
+        accelerator); default: the devices'. ``"gpu"`` on CPU devices runs an
+        accelerator host's code path on a CPU (tests).
       template_bytes: memory the program structures kept between calls may take
         (:class:`xsweep.plan.lower.TemplateCache`; about as much again is derived from
         them for the kernels).
@@ -107,12 +117,16 @@ class Evaluator:
                  catalog: Catalog | None = None, profile: Profile | str | Path | None = None,
                  cost: CostModel = DEFAULT_COST, cpu_devices: int | None = None,
                  compile_cache: bool = True, processes: int | None = None,
-                 parallel_min: int = PARALLEL_MIN, template_bytes: int = TEMPLATE_BYTES):
+                 parallel_min: int = PARALLEL_MIN, template_bytes: int = TEMPLATE_BYTES,
+                 platform: str | None = None):
         check_evaluator_arguments(
             devices=devices, dtype=dtype, chunk_size=chunk_size, max_rounds=max_rounds,
             catalog=catalog, profile=profile, cost=cost, cpu_devices=cpu_devices,
             compile_cache=compile_cache, processes=processes, parallel_min=parallel_min,
             template_bytes=template_bytes)
+        if platform not in (None, *PLATFORMS):
+            raise InputError("xsweep.Evaluator", "platform", platform,
+                             f"must be one of {', '.join(PLATFORMS)}, or None")
         self._lock = threading.RLock()
         use_compiled_loops()
         if devices is None:
@@ -122,6 +136,7 @@ class Evaluator:
             devices = jax.devices()
         self.cache_dir = use_compile_cache() if compile_cache else None
         self.devices = tuple(devices)
+        self.platform = platform or platform_of(self.devices)
         self.dtype = dtype
         self.chunk_size = chunk_size
         self.max_rounds = max_rounds
@@ -133,11 +148,15 @@ class Evaluator:
         self._templates = TemplateCache(max_bytes=template_bytes)
         self.parallel_min = parallel_min
         if processes is None:
-            processes = usable_cores() if platform_of(self.devices) == "cpu" else 1
-        self._workers = WorkerPool(processes, dict(
-            dtype=dtype, chunk_size=chunk_size, max_rounds=max_rounds, catalog=self.catalog,
-            profile=self.profile, cost=cost, compile_cache=compile_cache)) \
-            if processes > 1 else None
+            processes = usable_cores()
+        self._workers: WorkerPool | PreparingPool | None = None
+        if processes > 1 and self.platform == "cpu":
+            self._workers = WorkerPool(processes, evaluating_worker, dict(
+                dtype=dtype, chunk_size=chunk_size, max_rounds=max_rounds,
+                catalog=self.catalog, profile=self.profile, cost=cost,
+                compile_cache=compile_cache))
+        elif processes > 1:
+            self._workers = PreparingPool(processes, template_bytes)
         if self._workers is not None:
             weakref.finalize(self, self._workers.close)
 
@@ -173,7 +192,8 @@ class Evaluator:
         """Whether the kernel store holds shapes of ``level`` chosen for this evaluator's
         settings (by this process or an earlier one): an evaluation's kernels then mostly
         load, not compile."""
-        return shapes_known(self._executables, level, dtype or self.dtype, self.max_rounds)
+        return shapes_known(self._executables, level, dtype or self.dtype, self.max_rounds,
+                            self.platform)
 
     @_taking_turns
     def run(self, programs: Sequence[Program], level: str = "exact", *,
@@ -188,7 +208,8 @@ class Evaluator:
                             derived=self._derived, dtype=dtype or self.dtype,
                             chunk_size=chunk_size or self.chunk_size, progress=progress,
                             slots=slots, max_rounds=self.max_rounds,
-                            with_metrics=with_metrics, task_times=task_times)
+                            with_metrics=with_metrics, task_times=task_times,
+                            platform=self.platform)
 
     @_taking_turns
     def evaluate(self, plans: Sequence, level: str = "exact", *,
@@ -244,10 +265,13 @@ class Evaluator:
                 if progress is not None:
                     progress(finished[0], n)
 
-            tables, seconds = [], dict.fromkeys(_SECONDS, 0.0)
-            for part, spent in self._workers.map(pieces, level, options, done):
-                tables += part
-                seconds = {k: seconds[k] + spent[k] for k in seconds}
+            if isinstance(self._workers, PreparingPool):
+                tables, seconds = self._on_device(pieces, level, options, done)
+            else:
+                tables, seconds = [], dict.fromkeys(_SECONDS, 0.0)
+                for part, spent in self._workers.map(pieces, level, options, done):
+                    tables += part
+                    seconds = {k: seconds[k] + spent[k] for k in seconds}
         else:
             tables, seconds = self.tables(list(validated_plans(items, catalog)), level,
                                           progress=progress, **options)
@@ -289,6 +313,50 @@ class Evaluator:
         compiled = compile_count() - compiled
         return tables, {**seconds, "compile_s": compiled.seconds, "compiles": compiled.compiles,
                         "compile_cache_hits": compiled.cache_hits}
+
+
+    def _on_device(self, pieces, level: str, options: dict, done: Callable[[int], None]
+                   ) -> tuple[list[dict], dict]:
+        """Evaluate ``pieces`` of validated plans on this evaluator's device: the workers
+        prepare them, and each kernel call here takes the programs of as many prepared
+        pieces as make up one call of the device's size (its tuning's chunk on every
+        device), so calls are large however the plans were cut. While a call runs, the
+        workers prepare the next pieces. The result tables, one per piece, in order."""
+        compiled = compile_count().snapshot()
+        seconds = dict.fromkeys(("prepare_s", "kernels_s", "results_s"), 0.0)
+        call_size = tuning(self.platform, level).chunk * len(self.devices)
+        tables: dict[int, dict] = {}
+        waiting: list[tuple[int, object]] = []
+
+        def run_waiting() -> None:
+            programs = [p for _, piece in waiting for p in piece.programs]
+            start = time.perf_counter()
+            out = self.run(programs, level, dtype=options["dtype"],
+                           chunk_size=options["chunk_size"])
+            seconds["kernels_s"] += time.perf_counter() - start
+            start, begin = time.perf_counter(), 0
+            for index, piece in waiting:
+                end = begin + len(piece.programs)
+                tables[index] = table_of(piece.static, {k: v[begin:end] for k, v in out.items()})
+                begin = end
+            seconds["results_s"] += time.perf_counter() - start
+            done(len(programs))
+            waiting.clear()
+
+        inputs = (options["catalog"], options["profile"], options["cost"])
+        for index, piece in self._workers.prepared(pieces, inputs):
+            seconds["prepare_s"] += piece.prepare_s
+            waiting.append((index, piece))
+            if sum(len(p.programs) for _, p in waiting) >= call_size:
+                waiting.sort(key=lambda item: item[0])  # a call's rows in the plans' order
+                run_waiting()
+        if waiting:
+            waiting.sort(key=lambda item: item[0])
+            run_waiting()
+        compiled = compile_count() - compiled
+        return [tables[i] for i in range(len(tables))], {
+            **seconds, "compile_s": compiled.seconds, "compiles": compiled.compiles,
+            "compile_cache_hits": compiled.cache_hits}
 
 
 def _shares(n: int, processes: int) -> list[tuple[int, int]]:
@@ -347,3 +415,29 @@ def evaluate(plans: Sequence, level: str = "exact", *, catalog: Catalog | None =
     return default_evaluator().evaluate(plans, level, catalog=catalog, profile=profile,
                                         cost=cost, dtype=dtype, chunk_size=chunk_size,
                                         progress=progress, coords=coords)
+
+
+def evaluating_worker(settings: dict) -> Callable:
+    """A worker's handler: evaluate a request's plans with a single-process evaluator of
+    ``settings``, noting progress as kernel chunks finish (at most every
+    ``PROGRESS_EVERY`` seconds, the first at once)."""
+    from xsweep.spec.plan_io import DeploymentPlan
+
+    evaluator = Evaluator(processes=1, **settings)
+
+    def handle(request: tuple, context: object, note: Callable) -> tuple[list[dict], dict]:
+        plans, level, options = request
+        if evaluator.shapes_known(level, options.get("dtype")):
+            note("open")  # a warm kernel store: the others need not wait for this one
+        last = [-PROGRESS_EVERY]
+
+        def progress(done: int, total: int) -> None:
+            now = time.monotonic()
+            if now - last[0] >= PROGRESS_EVERY:
+                last[0] = now
+                note("progress", done)
+
+        messages = [DeploymentPlan.FromString(data) for data in plans]
+        return evaluator.tables(messages, level, progress=progress, **options)
+
+    return handle

@@ -17,21 +17,21 @@ guard or a notebook can use them.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from xsweep.workers import Pool
-
-#: Seconds between two progress notes of one request at least.
-PROGRESS_EVERY = 0.2
+from xsweep.workers.prepare import PreparedPiece, preparer
 
 
 class WorkerPool:
     """Worker processes that evaluate shares of a call's plans (started on first use)."""
 
-    def __init__(self, processes: int, settings: dict):
+    def __init__(self, processes: int, factory: Callable, settings: dict):
+        """``factory(settings)`` makes each worker's handler: an evaluator of its own that
+        takes a request ``(serialized plans, level, options)`` (importable: it travels
+        by name; see :func:`xsweep.evaluator.evaluator.evaluating_worker`)."""
         self.processes = processes
-        self._pool = Pool(processes, evaluator_handler, settings, pin=True)
+        self._pool = Pool(processes, factory, settings, pin=True)
 
     def pids(self) -> list[int]:
         """The process ids of the running workers (none before the first call)."""
@@ -83,28 +83,31 @@ class WorkerPool:
         self._pool.close(kill)
 
 
-def evaluator_handler(settings: dict) -> Callable:
-    """A worker's handler: evaluate a request's plans with a single-process evaluator of
-    ``settings``, noting progress as kernel chunks finish (at most every
-    ``PROGRESS_EVERY`` seconds, the first at once)."""
-    from xsweep.evaluator.evaluator import Evaluator
-    from xsweep.spec.plan_io import DeploymentPlan
+class PreparingPool:
+    """Worker processes that prepare shares of a call's plans (validate, analyse, lower)
+    for an accelerator that this process owns: the host's cores do the Python work, the
+    device runs every kernel, in calls as large as the prepared programs allow. Workers
+    never import JAX (:mod:`xsweep.workers`: they could not open the device anyway)."""
 
-    evaluator = Evaluator(processes=1, **settings)
+    def __init__(self, processes: int, template_bytes: int):
+        self.processes = processes
+        self._pool = Pool(processes, preparer, template_bytes)
 
-    def handle(request: tuple, context: object, note: Callable) -> tuple[list[dict], dict]:
-        plans, level, options = request
-        if evaluator.shapes_known(level, options.get("dtype")):
-            note("open")  # a warm kernel store: the others need not wait for this one
-        last = [-PROGRESS_EVERY]
+    def pids(self) -> list[int]:
+        """The process ids of the running workers (none before the first call)."""
+        return self._pool.pids()
 
-        def progress(done: int, total: int) -> None:
-            now = time.monotonic()
-            if now - last[0] >= PROGRESS_EVERY:
-                last[0] = now
-                note("progress", done)
+    def prepared(self, pieces: Iterable[Sequence], inputs: tuple
+                 ) -> Iterator[tuple[int, PreparedPiece]]:
+        """``(index, PreparedPiece)`` of each piece of validated plans, in the order they
+        are ready; ``inputs`` is ``(catalog, profile, cost)``.
 
-        messages = [DeploymentPlan.FromString(data) for data in plans]
-        return evaluator.tables(messages, level, progress=progress, **options)
+        ``pieces`` is read here one piece at a time while the workers prepare the ones
+        before it; an error it raises stops the workers and is raised.
+        """
+        requests = ([plan.SerializeToString() for plan in piece] for piece in pieces)
+        yield from self._pool.run((plans, inputs) for plans in requests)
 
-    return handle
+    def close(self, kill: bool = False) -> None:
+        """Stop the workers: at once with ``kill``, else once they finish their request."""
+        self._pool.close(kill)

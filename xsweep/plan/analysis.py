@@ -1,5 +1,9 @@
 """Static analysis of one deployment plan: per-group workload and memory, DP groups,
-resharding and the network topology; everything the lowering to the program IR needs."""
+resharding and the network topology; everything the lowering to the program IR needs.
+
+It reads a :class:`~xsweep.spec.valid_plan.ValidPlan`: the model, the training options,
+each node's hardware and the device groups as validation resolved them.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +15,8 @@ from xsweep.plan import groups as groups_mod
 from xsweep.plan import reshard as reshard_mod
 from xsweep.plan.buckets import bucket_params, bucket_starts
 from xsweep.plan.memory import MemoryBreakdown, fits, memory_breakdown
-from xsweep.plan.stack import DEFAULT_STACK, Stack
-from xsweep.plan.topology import FabricHw, NodeHw, Topology, build_topology
+from xsweep.plan.stack import Stack
+from xsweep.plan.topology import Topology, build_topology
 from xsweep.plan.workload import (
     StageCost,
     iteration_model_flops,
@@ -21,15 +25,9 @@ from xsweep.plan.workload import (
     stage_cost,
 )
 from xsweep.spec.catalog import GpuSpec, ModelSpec
-from xsweep.spec.plan_io import (
-    cluster_entries,
-    fabric_name,
-    groups_bytes,
-    recompute_name,
-    resharding_name,
-    resolve_model,
-    schedule_name,
-)
+from xsweep.spec.plan_io import DeploymentPlan
+from xsweep.spec.valid_plan import ClusterHw, Group, ValidPlan
+from xsweep.spec.validate import typed_plan
 
 
 @dataclass(frozen=True)
@@ -141,23 +139,17 @@ _reshard = cached(16384)(lambda scheme, src, dst, nbytes: tuple(
 _bucket_starts = cached(16384)(bucket_starts)
 
 
-# Memos of the parts of an analysis (``xsweep.memo``), by the bytes of the plan's parts,
-# and by the ids of the values made from them (kept alive by the entries that use them):
-# the variants of a sweep repeat the model, the training options, the cluster or its
-# GPUs, and the device groups.
-#: (model bytes, preset entry id, plan name without a preset) -> (preset entry, model)
-_MODELS: Memo = Memo(256)
-#: training bytes -> Stack, one object per value (training options that differ elsewhere,
-#: such as the batch size, share it and what is kept by its id)
-_STACKS: Memo = Memo(1024)
-_interned = cached(256)(lambda stack: stack)
-#: (cluster bytes, catalog id) -> (catalog, entries the nodes name, Topology, GPU of each
-#: rank, GPU of each node)
-_TOPOLOGIES: Memo = Memo(1024, 256 * 2**20, lambda key, value: 1024 * len(value[3]))
-#: device-group bytes -> _Layout
-_LAYOUTS: Memo = Memo(4096, 256 * 2**20, lambda key, value: 64 * len(key))
-#: (layout, node GPUs, model, stack, schedule, scheme, profile) -> (what the key's ids name,
-#: GroupInfos, Reshards, peak FLOP/s)
+# Memos of the parts of an analysis (``xsweep.memo``), by the ids of the parts of valid
+# plans they are made from (which validation shares between plans with equal parts) and
+# of the values made from them, each kept alive by the entries that use it: the variants
+# of a sweep repeat the model, the training options, the cluster or its GPUs, and the
+# device groups.
+#: ClusterHw id -> (ClusterHw, Topology, GPU of each node, what names the GPU of each rank)
+_TOPOLOGIES: Memo = Memo(1024, 256 * 2**20, lambda key, value: 1024 * len(value[0].rank_gpus))
+#: device groups id -> (device groups, _Layout)
+_LAYOUTS: Memo = Memo(4096, 256 * 2**20, lambda key, value: 2048 * len(value[0]))
+#: (layout, GPU of each rank, model, stack, schedule, scheme, profile) -> (what the key's
+#: ids name, GroupInfos, Reshards, peak FLOP/s)
 _GROUPS: Memo = Memo(4096, 256 * 2**20, lambda key, value: 1024 * len(value[5]) + 256 * sum(
     len(r.transfers) + len(r.transfers_back) for r in value[6]))
 #: (layout, model, DP options) -> (layout, model, gradient bytes and buckets per DP group)
@@ -178,28 +170,9 @@ def _dp_buckets(model: ModelSpec, stack: Stack, g: groups_mod.DpGroup) -> tuple[
     return _bucket_starts(model, g.first_layer, g.last_layer, min(g.tps), size)
 
 
-def training_stack(plan) -> Stack:
-    """The plan's training-stack options, unset ones at Megatron-LM's recipe defaults.
-
-    The plan must be validated (:func:`xsweep.spec.validate.validate_plan`).
-    """
-    t = plan.training
-    return Stack(
-        sequence_parallel=t.sequence_parallel if t.HasField("sequence_parallel")
-        else DEFAULT_STACK.sequence_parallel,
-        flash_attention=t.flash_attention if t.HasField("flash_attention")
-        else DEFAULT_STACK.flash_attention,
-        recompute=recompute_name(plan),
-        zero_stage=int(t.zero_stage),
-        virtual_pipeline_stages=max(1, int(t.virtual_pipeline_stages)),
-        dp_overlap=bool(t.dp_overlap),
-        dp_bucket_params=int(t.dp_bucket_params),
-    )
-
-
 @dataclass(frozen=True, eq=False)
 class _Layout:
-    """What a plan's device groups alone determine, kept by their bytes."""
+    """What a plan's device groups alone determine, kept by the groups' id."""
 
     facts: tuple[tuple, ...]  # (id, ranks, stage, replica, first, last, micro-batch size,
     # micro-batches) of each group, ordered by (replica, stage)
@@ -213,10 +186,8 @@ class _Layout:
     structure: tuple  # the groups as the program structure sees them (lower.structure_key)
 
 
-def _layout(plan) -> _Layout:
-    dgs = sorted(plan.device_groups, key=lambda d: (d.dp_replica, d.pp_stage))
-    facts = tuple((d.id, tuple(d.ranks), d.pp_stage, d.dp_replica, d.first_layer, d.last_layer,
-                   d.micro_batch_size, d.num_micro_batches) for d in dgs)
+def _layout(groups: tuple[Group, ...]) -> _Layout:
+    facts = tuple(groups)
     replicas: dict[int, list[int]] = {}
     for i, f in enumerate(facts):
         replicas.setdefault(f[3], []).append(i)
@@ -237,93 +208,56 @@ def _layout(plan) -> _Layout:
         tuple((f[0], f[1], f[2], f[3], f[4], f[5], f[7]) for f in facts))
 
 
-def _topology(plan, catalog) -> tuple[Topology, list[GpuSpec], tuple[GpuSpec, ...]]:
-    nodes, rank_gpu = [], []
-    for node in plan.cluster.nodes:
-        gpu = catalog.gpu(node.gpu)
-        nic = catalog.nic(node.nic or gpu.default_nic)
-        up = node.scale_up
-        nodes.append(NodeHw(
-            gpu=gpu, nic=nic, num_gpus=node.num_gpus,
-            scale_up_gbps=up.bandwidth_gbps or gpu.scale_up_gbps,
-            scale_up_latency_ns=up.latency_ns or gpu.scale_up_latency_ns,
-            scale_up_link=catalog.link(up.link or gpu.scale_up_link),
-            pcie_link=catalog.link(gpu.pcie_link),
-            cluster=node.cluster,
-        ))
-        rank_gpu += [gpu] * node.num_gpus
-    fab = plan.cluster.fabric
-    kwargs = {}
-    if fab.oversubscription:
-        kwargs["oversubscription"] = fab.oversubscription
-    if fab.nodes_per_rack:
-        kwargs["nodes_per_rack"] = fab.nodes_per_rack
-    if fab.switch_latency_ns:
-        kwargs["switch_latency_ns"] = fab.switch_latency_ns
-    if fab.HasField("inter_cluster"):
-        kwargs["inter_cluster_gbps"] = fab.inter_cluster.bandwidth_gbps
-        kwargs["inter_cluster_latency_ns"] = fab.inter_cluster.latency_ns
-    return (_build_topology(tuple(nodes), FabricHw(kind=fabric_name(plan), **kwargs)), rank_gpu,
-            tuple(node.gpu for node in nodes))
+def analyze(plan: ValidPlan | DeploymentPlan, catalog, *, profile=None) -> PlanAnalysis:
+    """Analyse a valid plan (and an optional measured profile).
 
-
-def analyze(plan, catalog, *, profile=None) -> PlanAnalysis:
-    """Resolve a validated plan against the catalog (and an optional measured profile)."""
-    training = plan.training
-    model = _model(plan, catalog)
-    schedule, scheme = schedule_name(plan), resharding_name(plan)
-    stack = _STACKS.get(training.SerializeToString(), lambda: _interned(training_stack(plan)))
-    topology, rank_gpu, node_gpus = _hardware(plan, catalog)
-    layout = _LAYOUTS.get(groups_bytes(plan), lambda: _layout(plan))
-    key = (id(layout), tuple(map(id, node_gpus)), id(model), id(stack), schedule, scheme,
-           id(profile))
+    ``plan`` is what :func:`xsweep.spec.validate.validate_plan` returned against
+    ``catalog``; a message (or a plan validated against another catalog) is typed against
+    ``catalog`` first (:func:`xsweep.spec.validate.typed_plan`: one lookup for a plan
+    validated before, else its validation).
+    """
+    if not isinstance(plan, ValidPlan) or plan.catalog is not catalog:
+        plan = typed_plan(plan.message if isinstance(plan, ValidPlan) else plan, catalog)
+    model, training = plan.model, plan.training
+    stack, schedule, scheme = training.stack, training.schedule, training.resharding
+    topology, node_gpus, rank_gpus = _TOPOLOGIES.get(id(plan.cluster),
+                                                     lambda: _hardware(plan.cluster))[1:]
+    layout = _LAYOUTS.get(id(plan.groups), lambda: (plan.groups, _layout(plan.groups)))[1]
+    key = (id(layout), rank_gpus, id(model), id(stack), schedule, scheme, id(profile))
     groups, reshards, peak = _GROUPS.get(key, lambda: (
         layout, node_gpus, model, stack, profile,
-        *_groups(layout, rank_gpu, model, stack, schedule, scheme, profile)))[5:]
+        *_groups(layout, plan.cluster, model, stack, schedule, scheme, profile)))[5:]
     key = (id(layout), id(model), stack.dp_overlap, stack.zero_stage, stack.dp_bucket_params)
     segment_bytes, buckets = _DP.get(key, lambda: (layout, model, *_dp(layout, model, stack)))[2:]
+    batch = training.global_batch_size
     return PlanAnalysis(
         name=plan.name, model=model, schedule=schedule, resharding=scheme, stack=stack,
-        global_batch_size=int(training.global_batch_size), groups=groups,
+        global_batch_size=batch, groups=groups,
         replicas=dict(layout.replicas), dp_groups=layout.dp_groups, dp_segment_bytes=segment_bytes,
         dp_buckets=buckets, reshards=reshards, topology=topology,
-        tokens_per_iteration=float(training.global_batch_size * model.seq_length),
-        model_flops_per_iteration=float(
-            _iteration_model_flops(model, int(training.global_batch_size), recompute=False)),
-        peak_flops_per_s=peak, total_tokens=float(training.total_tokens),
+        tokens_per_iteration=float(batch * model.seq_length),
+        model_flops_per_iteration=float(_iteration_model_flops(model, batch, recompute=False)),
+        peak_flops_per_s=peak, total_tokens=training.total_tokens,
         structure_groups=layout.structure)
 
 
-def _model(plan, catalog) -> ModelSpec:
-    """The plan's model (:func:`xsweep.spec.plan_io.resolve_model`), kept by the model's
-    bytes, its preset's entry and (without a preset, which names it) the plan's name."""
-    preset = plan.model.preset
-    entry = catalog.lookup("models", preset) if preset else None
-    key = (plan.model.SerializeToString(), id(entry), plan.name if entry is None else None)
-    return _MODELS.get(key, lambda: (entry, resolve_model(plan, catalog)))[1]
+def _hardware(cluster: ClusterHw) -> tuple:
+    """The cluster, its topology, the GPU of each node, and the key of the GPU of each
+    rank: the ids of the nodes' GPUs and the GPUs of each node (the groups' figures depend
+    on the GPU their ranks sit on, not on the NICs or the fabric)."""
+    node_gpus = tuple(node.gpu for node in cluster.nodes)
+    return (cluster, _build_topology(cluster.nodes, cluster.fabric), node_gpus,
+            (tuple(map(id, node_gpus)), cluster.gpus_per_node))
 
 
-def _hardware(plan, catalog) -> tuple[Topology, list[GpuSpec], tuple[GpuSpec, ...]]:
-    """The plan's topology, the GPU of every rank and of every node, kept by the cluster's
-    bytes while the catalog entries its nodes name stay the same."""
-    key = (plan.cluster.SerializeToString(), id(catalog))
-
-    def make() -> tuple:
-        return catalog, cluster_entries(plan.cluster, catalog), *_topology(plan, catalog)
-
-    _, entries, *hardware = _TOPOLOGIES.get(key, make)
-    if all(catalog.lookup(section, name) is entry for section, name, entry in entries):
-        return tuple(hardware)
-    return tuple(make()[2:])  # the catalog changed since
-
-
-def _groups(layout: _Layout, rank_gpu: list[GpuSpec], model: ModelSpec, stack: Stack,
+def _groups(layout: _Layout, cluster: ClusterHw, model: ModelSpec, stack: Stack,
             schedule: str, scheme: str, profile) -> tuple[tuple, tuple, float]:
     """Every group resolved, the reshardings between stages, and the peak FLOP/s."""
     infos = []
     # replicas repeat their stages: figures by (GPU, TP, layers, ...) once per plan, so the
     # memos above (whose keys hash the model and GPU) are asked once per distinct stage
     figures: dict[tuple, tuple] = {}
+    rank_gpu = cluster.rank_gpus
     for (gid, ranks, stage, replica, first, last, size, m), p, dp_size in zip(
             layout.facts, layout.stages, layout.dp_size, strict=True):
         gpu = rank_gpu[ranks[0]]

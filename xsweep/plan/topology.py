@@ -31,45 +31,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from xsweep.spec.catalog import GpuSpec, LinkSpec, NicSpec
+from xsweep.spec.catalog import LinkSpec, NicSpec
+
+# The hardware of a plan's nodes and fabric, as validation resolves it (the fabric's
+# defaults with it), is the spec's: a ValidPlan holds it.
+from xsweep.spec.valid_plan import FabricHw, NodeHw
 
 RAIL_OPTIMIZED = "rail_optimized"
 FAT_TREE = "fat_tree"
 FABRIC_KINDS = (RAIL_OPTIMIZED, FAT_TREE)
-
-#: Port-to-port delay of one ToR or spine switch when the plan gives none. The paper's
-#: Table 5 has no switch figure; cut-through data-centre switches forward in a few
-#: hundred nanoseconds, and 500 ns is a round value in that range (an assumption).
-DEFAULT_SWITCH_LATENCY_NS = 500.0
-
-#: Nodes under one ToR on a fat tree when the plan gives none (the plan schema's default).
-DEFAULT_NODES_PER_RACK = 4
-
-
-@dataclass(frozen=True)
-class NodeHw:
-    """One server: its GPU and NIC models, GPU count, scale-up figures and site index."""
-
-    gpu: GpuSpec
-    nic: NicSpec
-    num_gpus: int
-    scale_up_gbps: float  # per GPU, Gb/s (the node's override, else the GPU's catalog value)
-    scale_up_latency_ns: float
-    scale_up_link: LinkSpec  # link kind of the scale-up fabric (the node's override, else the GPU's)
-    pcie_link: LinkSpec  # link kind of the GPU's PCIe path
-    cluster: int = 0  # index of the site the node sits in
-
-
-@dataclass(frozen=True)
-class FabricHw:
-    """Scale-out fabric: kind, ToR oversubscription, rack size, switch and inter-site figures."""
-
-    kind: str  # RAIL_OPTIMIZED or FAT_TREE
-    oversubscription: float = 1.0  # ToR NIC-facing capacity : uplink capacity
-    nodes_per_rack: int = DEFAULT_NODES_PER_RACK  # FAT_TREE only
-    switch_latency_ns: float = DEFAULT_SWITCH_LATENCY_NS  # per ToR or spine traversed
-    inter_cluster_gbps: float = 0.0  # spine-to-spine link between sites, each direction
-    inter_cluster_latency_ns: float = 0.0
 
 
 class LinkNames(Sequence):

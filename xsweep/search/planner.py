@@ -43,8 +43,8 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from xsweep.cost import CostModel
 from xsweep.plan.memory import fits, memory_per_gpu
@@ -57,7 +57,7 @@ from xsweep.spec.catalog import Catalog, GpuSpec, ModelSpec
 from xsweep.spec.enums import FABRIC, RECOMPUTE, RESHARDING, SCHEDULE
 from xsweep.spec.limits import active_limits, over_limit
 from xsweep.spec.program_size import estimate_program_size
-from xsweep.spec.sweep import Sweep
+from xsweep.spec.sweep import NUMERIC, PER_POINT, Sweep, axis_class
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class Built:
     plan: pb.DeploymentPlan
     cost: CostModel
     memory_per_gpu_gib: float
-    layout: tuple  # the values of the axes that shape the plan (see PER_POINT_AXES)
+    layout: tuple  # the values of the axes that shape the plan (all but the per-point ones)
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ class _Pool:
 
 @dataclass(frozen=True)
 class _Template:
-    """A layout's plan, complete but for the fields of :data:`PER_POINT_AXES`."""
+    """A layout's plan, complete but for the fields of the per-point axes."""
 
     plan: pb.DeploymentPlan
     node_pool: tuple[int, ...]  # the sweep's pool of each node
@@ -108,33 +108,32 @@ class _Stage:
     last_layer: int
 
 
-#: Axes that change neither the layout nor any stage's speed or memory (gradient
-#: buckets and their overlap only change when gradients move): a point differs from its
-#: layout's template in these fields only (every other axis, including ones added
-#: later, is part of the layout's cache key).
-PER_POINT_AXES = re.compile(r"cluster\.pools\[\d+\]\.nic|training\.resharding|cluster\.fabric"
-                            r"|cluster\.oversubscription|cost\.pricing"
-                            r"|training\.dp_overlap|training\.dp_bucket_params")
-
-
 def per_point(path: str) -> bool:
-    """Whether axis ``path`` is one of :data:`PER_POINT_AXES`: points that differ in these
-    alone share a layout, and so their programs' structure."""
-    return PER_POINT_AXES.fullmatch(path) is not None
-
-
-#: Axes of the layout that change only the numbers of a program in the sweeps measured
-#: (durations and memory, not its tasks: plans that differ in these alone mostly share a
-#: structure). The bound phase's walk varies them as fast as the per-point axes
-#: (:func:`varies_fast`), so that the variants of a structure meet in one unit of work,
-#: which builds the structure once.
-NUMERIC_AXES = re.compile(r"training\.(recompute|sequence_parallel|flash_attention)")
+    """Whether axis ``path`` is declared per point (``AxisClass.PER_POINT`` in the sweep
+    schema: it changes neither the layout nor any stage's speed or memory): points that
+    differ in these alone share a layout, and so their programs' structure. Every other
+    axis, including ones added later, is part of the layout's cache key."""
+    return axis_class(path) is PER_POINT
 
 
 def varies_fast(path: str) -> bool:
-    """Whether the bound phase's walk varies axis ``path`` fastest: a per-point axis or one
-    of :data:`NUMERIC_AXES`."""
-    return per_point(path) or NUMERIC_AXES.fullmatch(path) is not None
+    """Whether the bound phase's walk varies axis ``path`` fastest: a per-point axis or a
+    numeric one (``AxisClass.NUMERIC``: a layout axis that changes only the numbers of a
+    program in the sweeps measured), so that the variants of a structure meet in one unit
+    of work, which builds the structure once."""
+    return axis_class(path) in (PER_POINT, NUMERIC)
+
+
+class PointFields(NamedTuple):
+    """A point's values of the per-point axes, as :meth:`Planner.plan` writes them into
+    its layout's plan."""
+
+    resharding: str
+    dp_overlap: bool
+    dp_bucket_params: int
+    fabric: str
+    oversubscription: float
+    nics: tuple[str, ...]  # of each pool that has nodes, in pool order ("": the default)
 
 
 #: Layouts kept at most (a sweep's fastest axes revisit a few hundred at a time).
@@ -152,7 +151,8 @@ class Planner:
         self._gpus = [catalog.gpu(pool.gpu) for pool in sweep.cluster.pools]
         self._layouts: dict[tuple, _Template | Infeasible] = {}
         # the axes' paths only: expanding the ranges here would cost as much as they hold
-        self._layout_axes = tuple(path for path in sweep.domains() if not per_point(path))
+        self._layout_axes = tuple(path for path, kind in sweep.axis_classes().items()
+                                  if kind is not PER_POINT)
         self._limits = active_limits()
 
     def cost_model(self, point: Point) -> CostModel:
@@ -168,15 +168,14 @@ class Planner:
         plan = pb.DeploymentPlan()
         plan.CopyFrom(layout.plan)
         plan.name = name
-        resharding, overlap, bucket, fabric, oversubscription, nics = \
-            self._point_fields(point, layout)
+        fields = self._point_fields(point, layout)
         t = plan.training
-        t.resharding = RESHARDING.value(resharding)
-        t.dp_overlap = overlap
-        t.dp_bucket_params = bucket
-        plan.cluster.fabric.kind = FABRIC.value(fabric)
-        plan.cluster.fabric.oversubscription = oversubscription
-        nic_of = dict(zip(sorted(set(layout.node_pool)), nics, strict=True))
+        t.resharding = RESHARDING.value(fields.resharding)
+        t.dp_overlap = fields.dp_overlap
+        t.dp_bucket_params = fields.dp_bucket_params
+        plan.cluster.fabric.kind = FABRIC.value(fields.fabric)
+        plan.cluster.fabric.oversubscription = fields.oversubscription
+        nic_of = dict(zip(sorted(set(layout.node_pool)), fields.nics, strict=True))
         for node, pool in zip(plan.cluster.nodes, layout.node_pool, strict=True):
             node.nic = nic_of[pool]
         # per point: the resharding scheme and the DP overlap change the program's size
@@ -208,15 +207,13 @@ class Planner:
         return key, layout
 
     @staticmethod
-    def _point_fields(point: Point, layout: _Template) -> tuple:
-        """The per-point fields that :meth:`plan` writes into the layout's plan: the
-        resharding scheme, DP overlap and buckets, fabric kind, oversubscription, and the
-        NIC of each pool that has nodes (in pool order)."""
-        return (point["training.resharding"], point["training.dp_overlap"],
-                point["training.dp_bucket_params"], point["cluster.fabric"],
-                point["cluster.oversubscription"],
-                tuple(point.get(f"cluster.pools[{pool}].nic", "")
-                      for pool in sorted(set(layout.node_pool))))
+    def _point_fields(point: Point, layout: _Template) -> PointFields:
+        """The per-point fields that :meth:`plan` writes into the layout's plan."""
+        return PointFields(point["training.resharding"], point["training.dp_overlap"],
+                           point["training.dp_bucket_params"], point["cluster.fabric"],
+                           point["cluster.oversubscription"],
+                           tuple(point.get(f"cluster.pools[{pool}].nic", "")
+                                 for pool in sorted(set(layout.node_pool))))
 
     def _layout(self, point: Point) -> _Template | Infeasible:
         model = self.catalog.model(point["model"])

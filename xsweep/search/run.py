@@ -16,7 +16,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +24,8 @@ import numpy as np
 import xsweep
 from xsweep.errors import InputError
 from xsweep.metrics import jsonable
-from xsweep.runtime import usable_cores
-from xsweep.search import report
+from xsweep.runtime import accelerator_possible, usable_cores
+from xsweep.search import report, tasks
 from xsweep.search.distributed import DaskExecutor, LocalExecutor
 from xsweep.search.funnel import Funnel
 from xsweep.search.grid import Grid, check_grid
@@ -50,12 +50,20 @@ class Options:
     catalog_files: tuple[str, ...] = ()
     overwrite: bool = False
     scheduler: str | None = None  # a Dask scheduler address
-    chunk_size: int = 1024  # points planned and bounded per unit
+    chunk_size: int | None = None  # points planned and bounded per unit (default below)
     max_round: int = 256  # points evaluated exactly per funnel round at most
     exact_batch: int = 64  # points per exact unit
     exhaustive: bool = False  # evaluate every bounded point exactly (no pruning)
     dtype: str = "float32"
     processes: int | None = None  # worker processes of the bound phase (default: per core)
+    platform: str | None = None  # "cpu" or "gpu" (an accelerator): default, the devices'
+
+
+#: Points planned and bounded per unit by default: on a CPU host a unit is a worker
+#: process's work; on an accelerator host units are planned here and their plans
+#: prepared by worker processes for the device, whose kernel calls want thousands of
+#: variants each (a unit's buildable points are a small share of its points).
+CHUNK_SIZE = {"cpu": 1024, "gpu": 16384}
 
 
 @dataclass
@@ -80,6 +88,27 @@ def plan_of(path: str | Path, index: int, catalog_files=()) -> Built | Infeasibl
     return Planner(sweep, catalog).plan(grid.point(index), plan_name(sweep, index))
 
 
+def _host(options: Options) -> str:
+    """The platform this process evaluates on, ``"cpu"`` or ``"gpu"``: a CPU host where no
+    accelerator can be (:func:`xsweep.runtime.accelerator_possible`), else as its
+    session's evaluator finds it (made here, before any JAX computation, so a CPU host is
+    split into its CPU devices). On an accelerator host this process is the device's one owner:
+    units are planned here, their plans prepared by the evaluator's worker processes (on
+    the CPU only) and run on the device in large calls. ``options.platform`` gives an
+    accelerator host's code path on a CPU (tests)."""
+    if options.platform is None and not accelerator_possible():
+        return "cpu"  # known without starting JAX, which a sweep of infeasible points never needs
+    evaluator = tasks.session().evaluator
+    platform = options.platform or evaluator.platform
+    if evaluator.platform != platform:
+        from xsweep.evaluator import Evaluator
+
+        tasks.start_session(Evaluator(platform=platform, processes=options.processes))
+    elif options.processes and platform != "cpu":
+        tasks.start_session(Evaluator(platform=platform, processes=options.processes))
+    return platform
+
+
 def run_sweep(path: str | Path, options: Options = Options(),
               progress: Progress | None = None, timings: dict | None = None) -> Outcome:
     """Run (or resume) the sweep at ``path``; see the module docstring.
@@ -97,6 +126,9 @@ def run_sweep(path: str | Path, options: Options = Options(),
     check_grid(sweep, str(path))
     grid = Grid(sweep)
     folder = SweepFolder(options.out_dir or results_folder(sweep.name, str(path)))
+    platform = _host(options) if not options.scheduler else "cpu"
+    options = replace(options, platform=platform,
+                      chunk_size=options.chunk_size or CHUNK_SIZE[platform])
     job = Job(sweep, catalog, options.dtype)
     manifest = {
         "format": 2, "sweep_sha256": hashlib.sha256(text.encode()).hexdigest(),
@@ -176,7 +208,7 @@ def _bound_phase(grid: Grid, folder: SweepFolder, job: Job, executor, options: O
     buildable = sum(int(np.sum(t["level"] != "none")) for t in found.values() if t is not None)
     units = executor
     processes = min(len(todo), options.processes or usable_cores())
-    if isinstance(executor, LocalExecutor) and processes > 1:
+    if isinstance(executor, LocalExecutor) and processes > 1 and options.platform == "cpu":
         # whole chunks on a worker process per core: planning runs in parallel too, and
         # no chunk waits for another's slowest share
         units = ProcessExecutor(processes)

@@ -1,19 +1,23 @@
 """Inputs: the deployment-plan schema (protobuf), the sweep schema and the catalogs.
 
 Public here: ``load_catalog``, ``Catalog``, ``GpuSpec``, ``NicSpec``, ``LinkSpec``, ``ModelSpec``,
-``load_plan`` and the plan helpers of ``plan_io``, ``validate_plan``, ``load_sweep``,
+``load_plan``, ``load_valid_plan`` and the conversions of ``plan_io``, the name helpers of
+``resolve``, ``validate_plan`` and the ``ValidPlan`` it returns, ``load_sweep``,
 ``sweep_from_dict``, ``check_sweep_names``, ``Sweep`` and ``OBJECTIVE_DIRECTIONS``.
 """
 
 from xsweep.spec.catalog import Catalog, GpuSpec, LinkSpec, ModelSpec, NicSpec, load_catalog
 from xsweep.spec.plan_io import (
-    RankPlace,
-    fabric_name,
     load_plan,
+    load_valid_plan,
     plan_from_json,
     plan_from_text,
     plan_to_json,
     plan_to_text,
+)
+from xsweep.spec.resolve import (
+    RankPlace,
+    fabric_name,
     rank_layout,
     recompute_name,
     resharding_name,
@@ -27,6 +31,7 @@ from xsweep.spec.sweep import (
     load_sweep,
     sweep_from_dict,
 )
+from xsweep.spec.valid_plan import ValidPlan
 from xsweep.spec.validate import validate_plan
 
 __all__ = [
@@ -38,10 +43,12 @@ __all__ = [
     "NicSpec",
     "RankPlace",
     "Sweep",
+    "ValidPlan",
     "check_sweep_names",
     "fabric_name",
     "load_catalog",
     "load_plan",
+    "load_valid_plan",
     "load_sweep",
     "plan_from_json",
     "plan_from_text",

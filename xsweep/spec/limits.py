@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 
 from xsweep.errors import InputError
+from xsweep.memo import cached
 
 ENV_PREFIX = "XSWEEP_MAX_"
 
@@ -44,16 +45,25 @@ class Limits:
 
 def active_limits() -> Limits:
     """The limits in force: the defaults, each replaced by its environment variable if set."""
+    return _limits(tuple(os.environ.get(name) for name in _ENV_NAMES))
+
+
+#: The environment variable of each field of :class:`Limits`, in field order.
+_ENV_NAMES = tuple(Limits.env_name(field.name) for field in dataclasses.fields(Limits))
+
+
+@cached(64)
+def _limits(texts: tuple[str | None, ...]) -> Limits:
+    """The limits of the environment variables' values ``texts`` (None: not set), read
+    once per set of values (validation asks for every plan)."""
     values = {}
-    for field in dataclasses.fields(Limits):
-        name = Limits.env_name(field.name)
-        text = os.environ.get(name, "").strip().replace("_", "")
+    for field, name, raw in zip(dataclasses.fields(Limits), _ENV_NAMES, texts, strict=True):
+        text = (raw or "").strip().replace("_", "")
         if not text:
             continue
         if not (text.isascii() and text.isdigit()) or len(text) > MAX_INTEGER_DIGITS \
                 or int(text) < 1:
-            raise InputError("environment", name, os.environ[name],
-                             "must be a positive integer")
+            raise InputError("environment", name, raw, "must be a positive integer")
         values[field.name] = int(text)
     return Limits(**values)
 

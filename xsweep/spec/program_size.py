@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 from xsweep.memo import Memo
 from xsweep.spec import xsweep_pb2
 from xsweep.spec.enums import RESHARDING, enum_name
-from xsweep.spec.plan_io import groups_bytes
+from xsweep.spec.resolve import groups_bytes
 
 #: Estimates by (device-group bytes, the training fields they read): validation and the
 #: evaluator's host chunks both ask, and the variants of a sweep share their groups.

@@ -6,11 +6,20 @@ axis. Integer knobs (:func:`int_axis`) also accept a range ``{low, high, step}``
 as an ordered integer. ``Sweep.axes()`` lists the axes' values under dotted paths such
 as ``cluster.pools[0].nodes`` or ``parallelism.tp.H100``; ``Sweep.domains()`` keeps the
 ranges as ranges.
+
+Each axis field declares its class (:class:`AxisClass`: ``LAYOUT``, ``NUMERIC`` or
+``PER_POINT``) in its annotation, which is how the planner tells the axes that shape a
+plan's layout from those it writes into a layout's plan point by point
+(:func:`axis_class`, :meth:`Sweep.axis_classes`).
 """
 
 from __future__ import annotations
 
+import enum
+import functools
 import math
+import re
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
@@ -40,6 +49,27 @@ class _AxisMarker:
 
 
 _AXIS = _AxisMarker()
+
+
+class AxisClass(enum.Enum):
+    """What an axis changes in a point's plan, declared on its field (``Annotated`` metadata):
+    the planner builds a layout once per value of the axes that are not ``PER_POINT``
+    (its cache key) and writes the ``PER_POINT`` ones into the layout's plan per point,
+    and the bound phase walks the ``PER_POINT`` and ``NUMERIC`` axes fastest."""
+
+    #: shapes the plan: the model, batch, parallelism, pools, schedule, ZeRO, interleaving
+    LAYOUT = "layout"
+    #: a layout axis that changes only the numbers of a program (durations and memory, not
+    #: its tasks) in the sweeps measured: plans that differ in these alone mostly share a
+    #: program structure, so the bound phase visits them side by side
+    NUMERIC = "numeric"
+    #: changes neither the layout nor any stage's speed or memory (gradient buckets and
+    #: their overlap only change when gradients move): NICs, resharding scheme, fabric,
+    #: pricing, DP overlap and buckets
+    PER_POINT = "per_point"
+
+
+LAYOUT, NUMERIC, PER_POINT = AxisClass.LAYOUT, AxisClass.NUMERIC, AxisClass.PER_POINT
 
 
 def _as_list(value: object) -> object:
@@ -160,44 +190,46 @@ class _Strict(BaseModel):
 class Training(_Strict):
     """Training settings; the stack options default to Megatron-LM's common recipe."""
 
-    global_batch_size: int_axis(GlobalBatch)
-    schedule: Axis[Literal[SCHEDULE.known()]] = [SCHEDULE.default]
-    resharding: Axis[Literal[RESHARDING.known()]] = [RESHARDING.default]
-    recompute: Axis[Literal[RECOMPUTE.known()]] = [RECOMPUTE.default]
-    sequence_parallel: Axis[bool] = [True]
-    flash_attention: Axis[bool] = [True]
-    virtual_pipeline_stages: int_axis(StageCount) = [1]
-    dp_overlap: Axis[bool] = [False]
-    dp_bucket_params: int_axis(Annotated[int, Field(ge=0, le=1e15, strict=True)]) = [0]
+    global_batch_size: Annotated[int_axis(GlobalBatch), LAYOUT]
+    schedule: Annotated[Axis[Literal[SCHEDULE.known()]], LAYOUT] = [SCHEDULE.default]
+    resharding: Annotated[Axis[Literal[RESHARDING.known()]], PER_POINT] = [RESHARDING.default]
+    recompute: Annotated[Axis[Literal[RECOMPUTE.known()]], NUMERIC] = [RECOMPUTE.default]
+    sequence_parallel: Annotated[Axis[bool], NUMERIC] = [True]
+    flash_attention: Annotated[Axis[bool], NUMERIC] = [True]
+    virtual_pipeline_stages: Annotated[int_axis(StageCount), LAYOUT] = [1]
+    dp_overlap: Annotated[Axis[bool], PER_POINT] = [False]
+    dp_bucket_params: Annotated[int_axis(Annotated[int, Field(ge=0, le=1e15, strict=True)]),
+                                PER_POINT] = [0]
     # 0 above: max(40M, 1M x DP) parameters per bucket, as Megatron-LM
-    zero_stage: Axis[ZeroStage] = [0]  # 1: distributed optimizer; 3: FSDP
+    zero_stage: Annotated[Axis[ZeroStage], LAYOUT] = [0]  # 1: distributed optimizer; 3: FSDP
     total_tokens: Annotated[float, Field(gt=0, le=ranges.PLAN["training.total_tokens"].high)] \
         | None = None  # whole run, for cost per run
 
 
 class Pool(_Strict):
     gpu: Annotated[str, Field(min_length=1)]
-    nodes: int_axis(NodeCount)
-    gpus_per_node: int_axis(GpusPerNode) = [8]
+    nodes: Annotated[int_axis(NodeCount), LAYOUT]
+    gpus_per_node: Annotated[int_axis(GpusPerNode), LAYOUT] = [8]
     # Absent (None): the GPU's default NIC; not an axis then.
-    nic: Axis[Annotated[str, Field(min_length=1)]] = None  # type: ignore[assignment]
+    nic: Annotated[Axis[Annotated[str, Field(min_length=1)]],  # type: ignore[assignment]
+                   PER_POINT] = None
 
 
 class Cluster(_Strict):
-    fabric: Axis[Literal[FABRIC.known()]] = [FABRIC.default]
-    oversubscription: Axis[Annotated[float, Field(
-        ge=1, le=ranges.PLAN["fabric.oversubscription"].high)]] = [1.0]
+    fabric: Annotated[Axis[Literal[FABRIC.known()]], PER_POINT] = [FABRIC.default]
+    oversubscription: Annotated[Axis[Annotated[float, Field(
+        ge=1, le=ranges.PLAN["fabric.oversubscription"].high)]], PER_POINT] = [1.0]
     nodes_per_rack: Annotated[int, Field(gt=0, le=ranges.PLAN["fabric.nodes_per_rack"].high,
                                          strict=True)] = 4
     pools: Annotated[list[Pool], Field(min_length=1)]
 
 
 class Parallelism(_Strict):
-    tp: dict[str, int_axis(TpDegree)]  # per pool, keyed by the pool's gpu
-    pp: int_axis(StageCount) = [1]
-    micro_batch_size: int_axis(MicroBatchSize) = [1]
-    pipeline_mix: Axis[Literal["separate", "mixed"]] = ["separate"]
-    layer_split: Axis[Literal["proportional", "even"]] = ["proportional"]
+    tp: Annotated[dict[str, int_axis(TpDegree)], LAYOUT]  # per pool, keyed by the pool's gpu
+    pp: Annotated[int_axis(StageCount), LAYOUT] = [1]
+    micro_batch_size: Annotated[int_axis(MicroBatchSize), LAYOUT] = [1]
+    pipeline_mix: Annotated[Axis[Literal["separate", "mixed"]], LAYOUT] = ["separate"]
+    layer_split: Annotated[Axis[Literal["proportional", "even"]], LAYOUT] = ["proportional"]
 
 
 def _cost_field(name: str) -> Any:
@@ -211,7 +243,7 @@ Pue = _cost_field("pue")
 
 
 class Cost(_Strict):
-    pricing: Axis[Literal[ranges.PRICING]] = ["capex"]
+    pricing: Annotated[Axis[Literal[ranges.PRICING]], PER_POINT] = ["capex"]
     amortization_years: AmortizationYears = 4.0
     electricity_usd_per_kwh: ElectricityPrice = 0.10
     pue: Pue = 1.3
@@ -242,7 +274,7 @@ class Sweep(_Strict):
 
     # A folder name (results/<name>): see name_problem (defined below, hence the lambda).
     name: Annotated[str, AfterValidator(lambda name: _valid_name(name))]
-    model: Axis[Annotated[str, Field(min_length=1)]]
+    model: Annotated[Axis[Annotated[str, Field(min_length=1)]], LAYOUT]
     training: Training
     cluster: Cluster
     parallelism: Parallelism
@@ -267,6 +299,10 @@ class Sweep(_Strict):
         """Number of points in the full grid over all axes."""
         return math.prod(len(domain) for domain in self.domains().values())
 
+    def axis_classes(self) -> dict[str, AxisClass]:
+        """Every axis by dotted path, in schema order, with its declared class."""
+        return {path: axis_class(path) for path in self.domains()}
+
 
 def _values(domain: list | IntRange) -> list:
     return domain.values() if isinstance(domain, IntRange) else list(domain)
@@ -287,6 +323,49 @@ def _collect_axes(model: BaseModel, prefix: str, found: dict[str, list | IntRang
                 _collect_axes(item, f"{path}[{index}].", found)
         elif isinstance(value, dict):
             found.update({f"{path}.{key}": domain for key, domain in value.items()})
+
+
+_SEGMENT = re.compile(r"([^.\[]+)(?:\[(\d+)\])?")
+
+
+@functools.lru_cache(maxsize=4096)
+def axis_class(path: str) -> AxisClass:
+    """The class an axis declares on its schema field, by the axis's dotted path
+    (``training.recompute``, ``cluster.pools[1].nic``, ``parallelism.tp.H100``): the
+    schema is walked field by field, so the answer follows the field, whatever its name.
+
+    Raises:
+      ValueError: ``path`` names no axis of the schema.
+    """
+    model: type[BaseModel] = Sweep
+    rest = path
+    while (match := _SEGMENT.match(rest)) is not None:
+        fields = {info.alias or name: info for name, info in model.model_fields.items()}
+        info = fields.get(match.group(1))
+        if info is None:
+            break
+        rest, indexed = rest[match.end():], match.group(2) is not None
+        declared = [item for item in info.metadata if isinstance(item, AxisClass)]
+        if declared and not indexed:
+            if _AXIS in info.metadata and not rest:
+                return declared[0]  # an axis
+            if _AXIS not in info.metadata and len(rest) > 1 and rest[0] == ".":
+                return declared[0]  # a mapping of axes, keyed by the rest of the path
+            break
+        inner = _model_of(info.annotation)
+        is_list = typing.get_origin(info.annotation) is list
+        if inner is None or indexed != is_list or rest[:1] != ".":
+            break
+        model, rest = inner, rest[1:]
+    raise ValueError(f"{path!r} names no axis of the sweep schema")
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The model class of a field that holds one (or a list of them), else None."""
+    if typing.get_origin(annotation) is list:
+        (annotation,) = typing.get_args(annotation)
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) \
+        else None
 
 
 def load_sweep(path: str | Path, catalog: Catalog | None = None) -> Sweep:

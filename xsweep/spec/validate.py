@@ -5,102 +5,203 @@ mapping, a message built in memory): ``load_plan``, ``xsweep.evaluate`` and ever
 command run it before anything is analysed, so the analysis and the network
 model may assume a valid plan. Checks run from the cheapest to the most
 expensive, and sizes are bounded (``xsweep.spec.limits``) before anything is
-built per GPU, per group or per task. The parts of a plan that passed (model,
-cluster, device groups) are remembered by their bytes (``xsweep.memo``), so the
-variants of a sweep, which repeat them, are checked in microseconds.
+built per GPU, per group or per task. What validation resolves on the way (the
+model, the training options, every node's hardware, the device groups, the program
+size) it returns, typed, as a :class:`~xsweep.spec.valid_plan.ValidPlan`.
+
+The parts of a plan that passed (model, training options, cluster, device groups) are
+remembered by their bytes (``xsweep.memo``) with what they resolved to, so the variants
+of a sweep, which repeat them, are checked in microseconds and share the resolved
+parts; a whole plan that passed is remembered too, so that typing a plan validated
+before (:func:`typed_plan`: ``xsweep.pipeline.prepare_valid`` of a message) costs one
+lookup.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Sequence
 
 from xsweep.errors import InputError
-from xsweep.memo import Memo
+from xsweep.memo import Memo, cached
 from xsweep.spec import ranges, xsweep_pb2
-from xsweep.spec.catalog import Catalog, check_model_dimensions
+from xsweep.spec.catalog import Catalog, ModelSpec, check_model_dimensions
 from xsweep.spec.enums import FABRIC, MLP, RECOMPUTE, RESHARDING, SCHEDULE, enum_name
 from xsweep.spec.limits import Limits, active_limits, check_limit
-from xsweep.spec.plan_io import cluster_entries, groups_bytes, rank_layout, resolve_model
 from xsweep.spec.program_size import estimate_program_size
+from xsweep.spec.resolve import (
+    cluster_entries,
+    groups_bytes,
+    resolve_cluster,
+    resolve_groups,
+    resolve_model,
+    resolve_training,
+)
+from xsweep.spec.valid_plan import ClusterHw, Group, TrainingOptions, ValidPlan
 
 # Parts of plans that passed their checks, keyed by their bytes and by everything else the
-# checks read (catalog entries, limits, fields of other parts): the plans of a sweep share
-# them, and a part checked once with the same inputs passes again. Failures are not kept.
-#: (model bytes, preset entry id) -> (preset entry, attention heads, layers)
+# checks read (catalog entries, limits, fields of other parts), with what they resolved
+# to: the plans of a sweep share them, and a part checked once with the same inputs passes
+# again. Failures are not kept. What a part read of the catalog is kept with it, as
+# (section, name, entry) of each entry it named: the part passes again against a catalog
+# that names the same entries or equal ones (a copy of the catalog, as worker processes
+# receive it), and is checked again against one that changed.
+#: plan bytes -> (the limits it passed under, the catalog entries it names, ModelSpec,
+#: TrainingOptions, ClusterHw, device groups, program size)
+_PLANS: Memo = Memo(4096, 32 * 2**20, lambda key, value: len(key))
+#: (model bytes, preset entry, plan name without a preset, which names the model) ->
+#: ModelSpec
 _MODELS: Memo = Memo(256)
-#: training bytes -> None (the options passed)
+#: training bytes -> TrainingOptions (the options passed)
 _TRAININGS: Memo = Memo(1024)
-#: (cluster bytes, catalog id, GPU limit) -> (catalog, its entries the nodes name, GPUs
-#: of each node)
+#: one Stack object per value: training options that differ elsewhere (the batch size)
+#: share it, and what users keep by its id
+_interned = cached(256)(lambda stack: stack)
+#: (cluster bytes, GPU limit) -> (the catalog entries the nodes name, ClusterHw)
 _CLUSTERS: Memo = Memo(4096, 64 * 2**20, lambda key, value: len(key[0]))
-#: (device-group bytes, GPUs of each node, model and training fields, limits) -> program
-#: size estimate
+#: device-group bytes -> the groups, typed (one object for equal groups, whatever else
+#: differs)
+_GROUP_LISTS: Memo = Memo(16384, 64 * 2**20, lambda key, value: 2 * len(key))
+#: (device-group bytes, GPUs of each node, model and training fields, limits) -> (the
+#: groups, program size estimate)
 _GROUPS: Memo = Memo(16384, 64 * 2**20, lambda key, value: len(key[0]))
 
 
 def validate_plan(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str | None = None,
-                  limits: Limits | None = None) -> None:
-    """Raise InputError (file, field path such as ``device_groups[2].ranks``, value) if invalid.
+                  limits: Limits | None = None) -> ValidPlan:
+    """The plan, typed, as validation resolved it against ``catalog``.
 
     Args:
         limits: the size limits (default: :func:`xsweep.spec.limits.active_limits`).
+
+    Raises:
+        InputError: (file, field path such as ``device_groups[2].ranks``, value) if invalid.
     """
+    return _valid(plan, catalog, file, limits if limits is not None else active_limits())
+
+
+def typed_plan(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog,
+               file: str | None = None) -> ValidPlan:
+    """:func:`validate_plan` of a plan that passed it before (against ``catalog``, under
+    whichever limits were active then): the plan typed again, in one lookup. A plan that
+    did not pass before is validated now, under the active limits.
+
+    Raises:
+        InputError: as :func:`validate_plan`, for a plan that did not pass before.
+    """
+    return _valid(plan, catalog, file, None)
+
+
+def _valid(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str | None,
+           limits: Limits | None) -> ValidPlan:
+    """The plan validated under ``limits`` (None: those it passed under before)."""
     if not isinstance(plan, xsweep_pb2.DeploymentPlan):
         raise InputError(file, None, type(plan).__name__, "expected a DeploymentPlan message")
-    limits = limits if limits is not None else active_limits()
+    made = False
+
+    def check() -> tuple:
+        nonlocal made
+        made = True
+        under = limits if limits is not None else active_limits()
+        return under, *_checked(plan, catalog, file, under)
+
+    passed, entries, *parts = _PLANS.get(plan.SerializeToString(), check)
+    if made:
+        return ValidPlan(plan, catalog, *parts)
+    if limits is None:
+        limits = passed
+    if (limits is not passed and limits != passed) or not _same_entries(catalog, entries):
+        # other limits than it passed under, or the catalog changed since
+        parts = _checked(plan, catalog, file, limits)[1:]
+    return ValidPlan(plan, catalog, *parts)
+
+
+def _same_entries(catalog: Catalog, entries: tuple) -> bool:
+    """Whether ``catalog`` names each of ``entries`` (section, name, entry) as it did: the
+    same entry, or an equal one."""
+    for section, name, entry in entries:
+        found = catalog.lookup(section, name)
+        if found is not entry and found != entry:
+            return False
+    return True
+
+
+def _checked(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str | None,
+             limits: Limits) -> tuple:
+    """Check every part of the plan (each part seen before with the same inputs passes
+    again); return the catalog entries it names and its resolved parts."""
     training = plan.training
     for table, value in ((SCHEDULE, training.schedule), (RESHARDING, training.resharding),
                          (RECOMPUTE, training.recompute),
                          (FABRIC, plan.cluster.fabric.kind), (MLP, plan.model.mlp)):
         enum_name(table, value, file)
-    heads, layers = _checked_model(plan, catalog, file)
-    _TRAININGS.get(training.SerializeToString(), lambda: _check_training(training, file))
-    gpus_per_node = _checked_cluster(plan, catalog, file, limits)
-    key = (groups_bytes(plan), gpus_per_node, heads, layers, training.global_batch_size,
-           training.virtual_pipeline_stages, training.schedule, training.zero_stage,
-           training.dp_overlap, training.resharding, limits)
-    _GROUPS.get(key, lambda: _check_structure(plan, heads, layers, gpus_per_node, file, limits))
+    preset, model = _checked_model(plan, catalog, file)
+    options = _TRAININGS.get(training.SerializeToString(),
+                             lambda: _checked_training(training, file))
+    hardware, cluster = _checked_cluster(plan, catalog, file, limits)
+    groups = groups_bytes(plan)
+    key = (groups, cluster.gpus_per_node, model.num_attention_heads, model.num_layers,
+           training.global_batch_size, training.virtual_pipeline_stages, training.schedule,
+           training.zero_stage, training.dp_overlap, training.resharding, limits)
+    typed, size = _GROUPS.get(key, lambda: _check_structure(plan, groups, model, cluster,
+                                                            file, limits))
+    entries = (*((("models", plan.model.preset, preset),) if preset is not None else ()),
+               *hardware)
+    return entries, model, options, cluster, typed, size
 
 
 def _checked_model(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog,
-                   file: str | None) -> tuple[int, int]:
-    """The model's attention heads and layers, once it passed :func:`_check_model`."""
+                   file: str | None) -> tuple[ModelSpec | None, ModelSpec]:
+    """The model's preset entry (None without a preset) and the model, once it passed
+    :func:`_check_model`."""
     preset = plan.model.preset
     entry = catalog.model(preset, file=file, field="model.preset") if preset else None
-    key = (plan.model.SerializeToString(), id(entry))
-    return _MODELS.get(key, lambda: (entry, *_check_model(plan, catalog, file)))[1:]
+    key = (plan.model.SerializeToString(), entry, plan.name if entry is None else None)
+    return entry, _MODELS.get(key, lambda: _check_model(plan, catalog, file))
+
+
+def _checked_training(training: xsweep_pb2.Training, file: str | None) -> TrainingOptions:
+    """The training options, once they passed :func:`_check_training`."""
+    _check_training(training, file)
+    options = resolve_training(training)
+    stack = _interned(options.stack)
+    return options if stack is options.stack else dataclasses.replace(options, stack=stack)
 
 
 def _checked_cluster(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str | None,
-                     limits: Limits) -> tuple[int, ...]:
-    """The GPUs of each node, once the cluster passed :func:`_check_cluster`: a cluster
-    checked before passes again while the catalog entries its nodes name are the same."""
-    key = (plan.cluster.SerializeToString(), id(catalog), limits.gpus)
+                     limits: Limits) -> tuple[tuple, ClusterHw]:
+    """The catalog entries the nodes name and the cluster's hardware, once the cluster
+    passed :func:`_check_cluster`: a cluster checked before passes again while the catalog
+    names the same entries (or equal ones)."""
+    key = (plan.cluster.SerializeToString(), limits.gpus)
 
     def check() -> tuple:
-        gpus_per_node = _check_cluster(plan, catalog, file, limits)
-        return catalog, cluster_entries(plan.cluster, catalog), gpus_per_node
+        cluster = _check_cluster(plan, catalog, file, limits)
+        return cluster_entries(plan.cluster, catalog), cluster
 
-    _, entries, gpus_per_node = _CLUSTERS.get(key, check)
-    if all(catalog.lookup(section, name) is entry for section, name, entry in entries):
-        return gpus_per_node
-    return check()[2]  # the catalog changed since the cluster was checked
+    entries, cluster = _CLUSTERS.get(key, check)
+    if _same_entries(catalog, entries):
+        return entries, cluster
+    return check()  # the catalog changed since the cluster was checked
 
 
-def _check_structure(plan: xsweep_pb2.DeploymentPlan, heads: int, layers: int,
-                     gpus_per_node: tuple[int, ...], file: str | None, limits: Limits) -> int:
+def _check_structure(plan: xsweep_pb2.DeploymentPlan, groups: bytes, model: ModelSpec,
+                     cluster: ClusterHw, file: str | None,
+                     limits: Limits) -> tuple[tuple[Group, ...], int]:
     """Check the device groups against the model, the cluster and the training options;
-    return the program size estimate."""
-    node_of_rank = [node for node, gpus in enumerate(gpus_per_node) for _ in range(gpus)]
-    _check_groups(plan, heads, layers, node_of_rank, file, limits)
+    return them typed, and the program size estimate."""
+    node_of_rank = [node for node, gpus in enumerate(cluster.gpus_per_node)
+                    for _ in range(gpus)]
+    _check_groups(plan, model.num_attention_heads, model.num_layers, node_of_rank, file,
+                  limits)
     _check_virtual_stages(plan, file)
     _check_fsdp(plan, file)
     size = estimate_program_size(plan)
     check_limit(size, limits, "program_size",
                 "the plan's program (tasks and flows of one iteration, estimated)", file,
                 "device_groups")
-    return size
+    return _GROUP_LISTS.get(groups, lambda: resolve_groups(plan)), size
 
 
 def _positive(value: float, file: str | None, field: str) -> None:
@@ -114,11 +215,11 @@ def _not_negative(value: float, file: str | None, field: str) -> None:
 
 
 def _check_model(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog,
-                 file: str | None) -> tuple[int, int]:
-    """Check the model's dimensions; return its attention heads and layers."""
+                 file: str | None) -> ModelSpec:
+    """Check the model's dimensions; return the model."""
     model = resolve_model(plan, catalog, file)
     check_model_dimensions(model, file, "model")  # the rules a catalog's models obey too
-    return model.num_attention_heads, model.num_layers
+    return model
 
 
 def _check_training(training: xsweep_pb2.Training, file: str | None) -> None:
@@ -181,8 +282,8 @@ def _check_fsdp(plan: xsweep_pb2.DeploymentPlan, file: str | None) -> None:
 
 
 def _check_cluster(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str | None,
-                   limits: Limits) -> tuple[int, ...]:
-    """Check nodes and fabric; return the GPUs of each node."""
+                   limits: Limits) -> ClusterHw:
+    """Check nodes and fabric; return the cluster's hardware."""
     cluster = plan.cluster
     if not cluster.nodes:
         raise InputError(file, "cluster.nodes", None, "a plan needs at least one node")
@@ -211,8 +312,7 @@ def _check_cluster(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str 
                          fabric.inter_cluster.bandwidth_gbps,
                          f"nodes sit in {sites} clusters, so the link between them needs a "
                          "positive bandwidth")
-    rank_layout(plan, catalog, file)  # every node's GPU, NIC and link kind is known
-    return tuple(node.num_gpus for node in cluster.nodes)
+    return resolve_cluster(cluster, catalog, file)  # every node's GPU, NIC and link kind
 
 
 def _check_groups(plan: xsweep_pb2.DeploymentPlan, heads: int, num_layers: int,

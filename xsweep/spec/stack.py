@@ -1,0 +1,63 @@
+"""Training-stack options: the switches Megatron-LM users set that change work and memory.
+
+Defaults follow Megatron-LM's common recipe for GPT and Llama models: sequence
+parallelism and fused (flash) attention on, no activation recompute, the 1F1B
+schedule (see :mod:`xsweep.plan.schedule`), one model chunk per pipeline stage,
+gradient reduction after the backward pass, no ZeRO sharding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+RECOMPUTE = ("none", "selective", "full")
+ZERO_STAGES = (0, 1, 3)
+
+
+@dataclass(frozen=True)
+class Stack:
+    """Training-stack options of one plan.
+
+    Attributes:
+        sequence_parallel: norms, dropout and residual additions run on ``1/tp`` of the
+            tokens per rank, and each TP all-reduce becomes a reduce-scatter plus an
+            all-gather of the same volume (Korthikanti et al., 2022).
+        flash_attention: the attention core is one fused kernel that never stores the
+            ``s x s`` scores (Dao et al., 2022).
+        recompute: ``"none"``; ``"selective"``: the attention core is recomputed in the
+            backward pass, so its scores are not kept; ``"full"``: only each block's
+            input is kept and the whole block's forward runs again in the backward pass.
+        zero_stage: 0; 1: optimizer states sharded over data parallelism (Megatron's
+            distributed optimizer); 3: weights, gradients and optimizer states sharded
+            (fully sharded data parallelism, FSDP).
+        virtual_pipeline_stages: model chunks per pipeline stage (interleaved 1F1B).
+        dp_overlap: gradient reduction overlapped with the backward pass, in buckets;
+            with ZeRO-1 the parameter all-gathers also overlap the first forward pass
+            (Megatron-LM's ``--overlap-param-gather``). FSDP always overlaps.
+        dp_bucket_params: parameters per gradient bucket; 0 means Megatron-LM's
+            ``max(40M, 1M x DP)``.
+    """
+
+    sequence_parallel: bool = True
+    flash_attention: bool = True
+    recompute: str = "none"
+    zero_stage: int = 0
+    virtual_pipeline_stages: int = 1
+    dp_overlap: bool = False
+    dp_bucket_params: int = 0
+
+    def __post_init__(self):
+        if self.recompute not in RECOMPUTE:
+            raise ValueError(f"recompute must be one of {RECOMPUTE}, got {self.recompute!r}")
+        if self.zero_stage not in ZERO_STAGES:
+            raise ValueError(f"zero_stage must be one of {ZERO_STAGES}, got {self.zero_stage}")
+        if self.virtual_pipeline_stages < 1:
+            raise ValueError("virtual_pipeline_stages must be at least 1, "
+                             f"got {self.virtual_pipeline_stages}")
+        if self.dp_bucket_params < 0:
+            raise ValueError(f"dp_bucket_params must not be negative, got {self.dp_bucket_params}")
+
+
+
+#: Megatron-LM's common recipe (the defaults of every field).
+DEFAULT_STACK = Stack()
