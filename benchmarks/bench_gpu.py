@@ -109,16 +109,26 @@ def _print_kernels(found: dict, cpu: dict | None) -> None:
         print(line)
 
 
-def end_to_end(budget: Budget, quick: bool) -> None:
-    """``xsweep.evaluate`` on plans new to the process, after a first set (warm)."""
+def _rows(calls: list) -> list[int]:
+    """Variants (rows) of each recorded kernel call."""
+    import jax
+
+    return [jax.tree.leaves(args[0])[0].shape[0] for _, args in calls]
+
+
+def end_to_end(budget: Budget, quick: bool, platform: str | None = None,
+               levels: tuple[str, ...] = ("bound", "exact")) -> None:
+    """``xsweep.evaluate`` on plans new to the process, after a first set (warm), with the
+    kernel calls it made and the variants each carried (an accelerator wants thousands)."""
     sys.path.insert(0, str(HERE))
     from bench_end_to_end import plans_of
+    from hlo_proxies import recorded_calls
 
     import xsweep
 
-    evaluator = xsweep.Evaluator()
+    evaluator = xsweep.Evaluator(platform=platform)
     for family in ("sweep-like", "distinct"):
-        for level in ("bound", "exact"):
+        for level in levels:
             if not budget.allows(60):
                 print(f"  {family} {level}: skipped (not within the budget)")
                 continue
@@ -126,13 +136,16 @@ def end_to_end(budget: Budget, quick: bool) -> None:
             evaluator.evaluate(plans_of(family, False, quick), level=level)
             cold = time.perf_counter() - start
             plans = plans_of(family, True, quick)
-            start = time.perf_counter()
-            ds = evaluator.evaluate(plans, level=level)
-            warm = time.perf_counter() - start
+            with recorded_calls() as calls:
+                start = time.perf_counter()
+                ds = evaluator.evaluate(plans, level=level)
+                warm = time.perf_counter() - start
+            rows = _rows(calls)
             ok = int((ds["status"] == "ok").sum())
             print(f"  {family:>10} {level}: {len(plans) / warm:>9,.1f} variants/s warm in "
-                  f"process ({len(plans)} new plans in {warm:.2f} s; ok {ok}); first set "
-                  f"{cold:.1f} s with its compilations")
+                  f"process ({len(plans)} new plans in {warm:.2f} s; ok {ok}; "
+                  f"{len(rows)} kernel calls in this process, {max(rows, default=0)} rows at "
+                  f"most); first set {cold:.1f} s with its compilations")
     evaluator.close()
 
 
@@ -260,6 +273,10 @@ def main() -> None:
     _print_kernels(found, cpu)
     print("3. end to end (xsweep.evaluate, plans new to the process)")
     end_to_end(budget, args.quick)
+    if not accelerator:
+        print("3b. the same, bound level, by an accelerator host's code path on these CPU "
+              "devices (its kernel calls: how many variants each carries)")
+        end_to_end(budget, args.quick, "gpu", ("bound",))
     print("4. the large space")
     large_space(budget, LARGE if accelerator and not args.quick else SMALL)
     print("5. HLO proxies (main loop of each kernel call)")

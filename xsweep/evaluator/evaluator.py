@@ -53,6 +53,10 @@ HOST_CHUNK = 4096
 #: estimate, an upper bound): a program with its layouts and encodings holds a few hundred
 #: bytes per task and flow, so a chunk of 512-GPU plans stays within about a gigabyte.
 HOST_CELLS = 4_000_000
+#: Bytes of program structures a worker that prepares plans for a device keeps at most:
+#: a call's plans are shared among all workers, so each meets a structure's variants
+#: less often than one process would, and its memory is what the host has per core.
+PREPARER_TEMPLATE_BYTES = 64 * 2**20
 #: Seconds between two progress notes of one worker's request at least.
 PROGRESS_EVERY = 0.2
 #: Plans a call needs at least before worker processes take it (starting them costs
@@ -156,7 +160,7 @@ class Evaluator:
                 catalog=self.catalog, profile=self.profile, cost=cost,
                 compile_cache=compile_cache))
         elif processes > 1:
-            self._workers = PreparingPool(processes, template_bytes)
+            self._workers = PreparingPool(processes, min(template_bytes, PREPARER_TEMPLATE_BYTES))
         if self._workers is not None:
             weakref.finalize(self, self._workers.close)
 

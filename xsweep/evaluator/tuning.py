@@ -78,12 +78,18 @@ TUNINGS: dict[tuple[str, str], Tuning] = {
     ("cpu", "exact"): Tuning("cpu", "exact", chunk=32, vectorized=False,
                              metrics_on_device=False, step_cost=32, spare_work=2e7,
                              **_LEVEL_SHAPES["exact"]),
+    # An accelerator runs a call in about (steps) x (launches per step), whatever its
+    # rows, until the call fills it: few shape classes, so that each call carries
+    # thousands of variants, matter more than padding (first guesses, to be measured
+    # with benchmarks/bench_gpu.py).
     ("gpu", "bound"): Tuning("gpu", "bound", chunk=16384, vectorized=True,
                              metrics_on_device=True, step_cost=1024, spare_work=0.0,
-                             **_LEVEL_SHAPES["bound"]),
+                             **_LEVEL_SHAPES["bound"] | dict(max_shapes=2, merge_factor=8.0,
+                                                              reuse=8.0)),
     ("gpu", "exact"): Tuning("gpu", "exact", chunk=2048, vectorized=True,
                              metrics_on_device=True, step_cost=1024, spare_work=0.0,
-                             **_LEVEL_SHAPES["exact"]),
+                             **_LEVEL_SHAPES["exact"] | dict(max_shapes=3, merge_factor=4.0,
+                                                              reuse=4.0)),
 }
 
 

@@ -69,6 +69,29 @@ def serve() -> None:
                                         f"{type(error).__name__}: {error}"))
         except OSError:  # the caller is gone (killed, say): nobody to answer
             return
+        release_memory()
+
+
+def _trim():
+    """glibc's ``malloc_trim`` (None elsewhere)."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+_TRIM = _trim()
+
+
+def release_memory() -> None:
+    """Give the memory a request freed back to the system. glibc keeps freed memory in its
+    heaps for reuse, and a worker's requests free a lot (a unit's plans, programs and
+    arrays): measured on the sweep of the large space, a unit worker held 820 MB after
+    60 units, 680 MB when trimmed after each (a few milliseconds a unit)."""
+    if _TRIM is not None:
+        _TRIM(0)
 
 
 if __name__ == "__main__":
