@@ -60,7 +60,6 @@ from xsweep.evaluator.slots import exact_slots, grown, used_slots
 from xsweep.evaluator.tuning import (
     MAX_STRETCH,
     ROW_CELLS,
-    SPLIT_WORK,
     Tuning,
     platform_of,
     tuning,
@@ -315,7 +314,7 @@ class _Run:
             key = ChunkKey.of(0, flat, num_fields)
             begin = 0
             if tune.vectorized:
-                split = float(fmt.work(np.array(flat))) >= SPLIT_WORK
+                split = float(fmt.work(np.array(flat))) >= tune.split_work
                 counts = _row_chunks(len(run), tune, chunk_size, devices, split)
             else:
                 rows = _rows_alone(cells(fmt.shape(*key.shape)), tune, chunk_size, devices)

@@ -8,6 +8,7 @@ accelerator's are first guesses until measured on one.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -51,6 +52,10 @@ class Tuning:
     rows_step: int
     #: How a variant's sizes round up into its shape key.
     key_rounding: Callable
+    #: Work per row from which a vmapped group is cut into several row counts so that it
+    #: pads little: below it a row costs less than the extra calls and executables. An
+    #: accelerator never cuts: a call costs its steps' launches, whatever its rows.
+    split_work: float = 2**16
 
 
 #: A group of variants runs at a larger shape (see ``Tuning.spare_work``) only while that
@@ -60,9 +65,6 @@ MAX_STRETCH = 3.0
 #: have one row count per shape: 2**23 cells are 32 MB of 4-byte values, of which only
 #: the real rows' pages are ever written.
 ROW_CELLS = 2**23
-#: Work per row from which a vmapped group is cut into several row counts so that it
-#: pads little: below it a row costs less than the extra calls and executables.
-SPLIT_WORK = 2**16
 
 _LEVEL_SHAPES = {  # what the levels share across platforms
     "bound": dict(max_shapes=8, merge_factor=2.0, reuse=2.0, min_rows=1, rows_step=2,
@@ -85,11 +87,11 @@ TUNINGS: dict[tuple[str, str], Tuning] = {
     ("gpu", "bound"): Tuning("gpu", "bound", chunk=16384, vectorized=True,
                              metrics_on_device=True, step_cost=1024, spare_work=0.0,
                              **_LEVEL_SHAPES["bound"] | dict(max_shapes=2, merge_factor=8.0,
-                                                              reuse=8.0)),
+                                                              reuse=8.0, split_work=math.inf)),
     ("gpu", "exact"): Tuning("gpu", "exact", chunk=2048, vectorized=True,
                              metrics_on_device=True, step_cost=1024, spare_work=0.0,
                              **_LEVEL_SHAPES["exact"] | dict(max_shapes=3, merge_factor=4.0,
-                                                              reuse=4.0)),
+                                                              reuse=4.0, split_work=math.inf)),
 }
 
 
