@@ -87,8 +87,9 @@ def max_plus_schedule(dep_task: Array, dep_pred: Array,
     return start_s, end_s
 
 
-def blocked_schedule(b: BlockedProgram) -> tuple[Array, Array]:
-    """Start and end of every task, one ``lax.scan`` step per block of independent nodes."""
+def blocked_schedule(b: BlockedProgram, unroll: int = 1) -> tuple[Array, Array]:
+    """Start and end of every task, one ``lax.scan`` step per block of independent nodes
+    (``unroll`` steps per iteration of the compiled loop: the same results)."""
     num_blocks, width, _ = b.slot_pred.shape
 
     def body(end_s, block):
@@ -99,7 +100,7 @@ def blocked_schedule(b: BlockedProgram) -> tuple[Array, Array]:
 
     zeros = jnp.zeros(1 + num_blocks * width, b.slot_duration_s.dtype)
     end_s, start_s = lax.scan(body, zeros, (jnp.arange(num_blocks, dtype=jnp.int32),
-                                            b.slot_pred, b.slot_duration_s))
+                                            b.slot_pred, b.slot_duration_s), unroll=unroll)
     start_s = jnp.concatenate([zeros[:1], start_s.reshape(-1)])
     return start_s[b.task_slot], end_s[b.task_slot]
 
@@ -116,6 +117,8 @@ def bound(p: ProgramArrays) -> Schedule:
                                               contention_free_durations(p)))
 
 
-def blocked_bound(b: BlockedProgram) -> Schedule:
-    """The same lower-bound schedule from a program's block layout."""
-    return _bound_schedule(*blocked_schedule(b))
+def blocked_bound(b: BlockedProgram, unroll: int = 1) -> Schedule:
+    """The same lower-bound schedule from a program's block layout; ``unroll`` steps per
+    iteration of the compiled loop (static): fewer iterations, each the loop's fixed
+    cost (on a GPU, a round trip to the host to test the loop's condition)."""
+    return _bound_schedule(*blocked_schedule(b, unroll))

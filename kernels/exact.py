@@ -453,7 +453,7 @@ def _continues(t: _Tables, cap: int, carry: tuple) -> Array:
 
 
 def exact(p: ProgramArrays, slots: int | tuple[int, int], max_rounds: int = MAX_ROUNDS,
-          batched: bool = True) -> Schedule:
+          batched: bool = True, unroll: int = 1) -> Schedule:
     """Exact schedule of one program under the program IR's fluid-flow semantics.
 
     Args:
@@ -468,12 +468,16 @@ def exact(p: ProgramArrays, slots: int | tuple[int, int], max_rounds: int = MAX_
         (:func:`~xsweep.kernels.waterfill.packed_waterfill`); batched (where a branch
         would run both sides), no branches and all slots every time. Results are
         the same.
+      unroll: passes per iteration of the compiled loop (static). Each iteration has a
+        fixed cost (on a GPU, a round trip to the host to test the loop's condition);
+        a pass after the variant is done changes nothing, so results are the same.
     """
     cfg = _config(p, slots, max_rounds, _VMAPPED if batched else _ALONE)
     if batched:
-        return _schedule(cfg, p)
+        return _schedule(cfg, p, unroll)
     # a row without tasks (a padded variant) skips the loop and what comes before it
-    return lax.cond(jnp.any(p.task_valid), functools.partial(_schedule, cfg), _empty, p)
+    return lax.cond(jnp.any(p.task_valid), functools.partial(_schedule, cfg, unroll=unroll),
+                    _empty, p)
 
 
 def _empty(p: ProgramArrays) -> Schedule:
@@ -483,12 +487,28 @@ def _empty(p: ProgramArrays) -> Schedule:
                     zero)
 
 
-def _schedule(cfg: _Config, p: ProgramArrays) -> Schedule:
+def _unrolled(cfg: _Config, t: _Tables, cap: int, unroll: int, carry: tuple) -> tuple:
+    """``unroll`` passes; each after the first runs only where the loop would go on (a
+    select: the same results as one pass an iteration, in fewer iterations)."""
+    carry = _settle_then_step(cfg, t, carry)
+    for _ in range(unroll - 1):
+        more = _continues(t, cap, carry)
+        carry = jax.tree.map(functools.partial(_kept, more), _settle_then_step(cfg, t, carry),
+                             carry)
+    return carry
+
+
+def _kept(more: Array, new: Array, old: Array) -> Array:
+    return jnp.where(more, new, old)
+
+
+def _schedule(cfg: _Config, p: ProgramArrays, unroll: int = 1) -> Schedule:
     """The loop from the start to the last event, and its schedule."""
     t = _tables(cfg, p)
     cap = max_steps(cfg.num_tasks, cfg.num_flows)
-    s, _ = lax.while_loop(functools.partial(_continues, t, cap),
-                          functools.partial(_settle_then_step, cfg, t),
+    body = (functools.partial(_settle_then_step, cfg, t) if unroll == 1
+            else functools.partial(_unrolled, cfg, t, cap, unroll))
+    s, _ = lax.while_loop(functools.partial(_continues, t, cap), body,
                           (_init(cfg, t), jnp.bool_(True)))
     status = jnp.where(_running(t, s), Status.INFEASIBLE, s.status)
     start_s = jnp.where(s.start_s < 0, s.now, s.start_s)

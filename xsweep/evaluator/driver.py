@@ -270,7 +270,7 @@ class _Run:
             slots = used_slots(slots, shape)
         vmapped = cfg.tune.vectorized and rows > len(devices)
         kernel, sharding = self.executables.kernel(cfg.level, slots, cfg.max_rounds, vmapped,
-                                                   with_metrics)
+                                                   with_metrics, cfg.tune.unroll)
         arrays = fmt.encode(programs, shape, dtype=cfg.dtype, num_variants=rows)
         index = scalars = None
         if with_metrics:

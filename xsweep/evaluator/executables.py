@@ -81,11 +81,12 @@ def _one_by_one(fn: Callable, present: Callable | None, *args):
 
 
 def _evaluate_one(level: str, slots: tuple[int, int], max_rounds: int, batched: bool,
-                  arrays, index: timeline.MetricIndex | None, scalars: tuple | None) -> dict:
+                  unroll: int, arrays, index: timeline.MetricIndex | None,
+                  scalars: tuple | None) -> dict:
     """One variant's schedule at ``level``, its diagnostics and, given the metrics' index
     and scalars, its metrics: one compiled call, the task times never leave the device."""
-    schedule = (blocked_bound(arrays) if level == "bound"
-                else exact(arrays, slots, max_rounds, batched))
+    schedule = (blocked_bound(arrays, unroll) if level == "bound"
+                else exact(arrays, slots, max_rounds, batched, unroll))
     out = dict(zip(DIAGNOSTICS, (schedule.status, schedule.steps, schedule.max_active_flows,
                                  schedule.max_rounds), strict=True))
     out |= {"iteration_time_s": schedule.iteration_time_s, "start_s": schedule.start_s,
@@ -184,14 +185,16 @@ class Executables:
         self._assigned: dict[tuple, dict[tuple, tuple]] = {}
 
     def kernel(self, level: str, slots: tuple[int, int], max_rounds: int, vectorized: bool,
-               with_metrics: bool) -> tuple[_Kernel, NamedSharding]:
+               with_metrics: bool, unroll: int = 1) -> tuple[_Kernel, NamedSharding]:
         """The kernel of ``level`` (and the metrics) over a variant axis, and the sharding
-        of its inputs: ``(arrays, index, scalars)``, the last two None without metrics."""
-        key = (level, slots, max_rounds, vectorized, with_metrics)
+        of its inputs: ``(arrays, index, scalars)``, the last two None without metrics;
+        ``unroll`` steps per iteration of its loop."""
+        key = (level, slots, max_rounds, vectorized, with_metrics) + \
+            ((unroll,) if unroll != 1 else ())  # keys of kernels kept before stay theirs
         if key not in self._kernels:
             def one(arrays, index, scalars):
-                return _packed(_evaluate_one(level, slots, max_rounds, vectorized, arrays,
-                                             index, scalars), with_metrics)
+                return _packed(_evaluate_one(level, slots, max_rounds, vectorized, unroll,
+                                             arrays, index, scalars), with_metrics)
             jitted, sharding = _sharded(one, self.devices, vectorized,
                                          _holds_tasks if level == "exact" else None)
             self._kernels[key] = (_Kernel(jitted, key, self.devices, self._store, self._used),

@@ -56,6 +56,10 @@ class Tuning:
     #: pads little: below it a row costs less than the extra calls and executables. An
     #: accelerator never cuts: a call costs its steps' launches, whatever its rows.
     split_work: float = 2**16
+    #: Steps of a kernel's loop per iteration of the compiled loop. An accelerator pays a
+    #: fixed cost per iteration (a round trip to the host to test the condition); a CPU's
+    #: loop compiles whole and pays none.
+    unroll: int = 1
 
 
 #: A group of variants runs at a larger shape (see ``Tuning.spare_work``) only while that
@@ -87,11 +91,11 @@ TUNINGS: dict[tuple[str, str], Tuning] = {
     ("gpu", "bound"): Tuning("gpu", "bound", chunk=16384, vectorized=True,
                              metrics_on_device=True, step_cost=1024, spare_work=0.0,
                              **_LEVEL_SHAPES["bound"] | dict(max_shapes=2, merge_factor=8.0,
-                                                              reuse=8.0, split_work=math.inf)),
+                                                              reuse=8.0, split_work=math.inf, unroll=4)),
     ("gpu", "exact"): Tuning("gpu", "exact", chunk=2048, vectorized=True,
                              metrics_on_device=True, step_cost=1024, spare_work=0.0,
                              **_LEVEL_SHAPES["exact"] | dict(max_shapes=3, merge_factor=4.0,
-                                                              reuse=4.0, split_work=math.inf)),
+                                                              reuse=4.0, split_work=math.inf, unroll=4)),
 }
 
 
