@@ -2,7 +2,7 @@
 
 Run: ``python benchmarks/bench_hostile.py [--size 1000000] [--huge 100]``.
 
-Writes each input of ``tests/hostile_inputs.py`` at ``--size`` bytes (classes that do
+Writes each input of ``tests/support/hostile_inputs.py`` at ``--size`` bytes (classes that do
 not scale keep their own size), runs ``xsweep check`` on every one, ``xsweep plan
 --json`` and ``xsweep simulate --json`` on the plans, and ``xsweep.evaluate`` (bound
 level) on the plans from a Python process, each as a subprocess. For each run it
@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # the catalogue of inputs lives with the tests
 
-from tests.hostile_inputs import HOSTILE  # noqa: E402
+from tests.support.hostile_inputs import HOSTILE  # noqa: E402
 
 EVALUATE = ("import sys, xsweep\n"
             "from xsweep.errors import InputError\n"

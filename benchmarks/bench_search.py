@@ -16,6 +16,9 @@ Run: ``python benchmarks/bench_search.py [--trials 1000] [--seeds 0 1 2] [--skip
    study run one trial per call (``study.optimize`` with an objective that plans and
    evaluates one point exactly), both on SQLite files, in this process.
 
+Everything runs in one session (:class:`xsweep.search.evaluation.Session`): a plan
+evaluated by an earlier step is not evaluated again by a later one.
+
 Ratios are printed; nothing is asserted.
 """
 
@@ -49,13 +52,13 @@ def hypervolume_2d(points: np.ndarray, reference: np.ndarray) -> float:
     return area
 
 
-def exhaustive(work: Path) -> dict:
+def exhaustive(work: Path, session) -> dict:
     import xarray as xr
 
-    from xsweep.search.run import Options, run_sweep
+    from xsweep.search.sweep.run import Options, run_sweep
 
     began = time.perf_counter()
-    outcome = run_sweep(SPACE, Options(out_dir=work / "sweep"))
+    outcome = run_sweep(SPACE, Options(out_dir=work / "sweep"), session=session)
     spent = time.perf_counter() - began
     ds = xr.open_zarr(outcome.folder / "sweep.zarr")
     exact = ((ds["level"] == "exact") & ds["feasible"] & (ds["status"] == "ok")).values.ravel()
@@ -74,17 +77,17 @@ def exhaustive(work: Path) -> dict:
 
 
 def search(space: Path, work: Path, name: str, sampler: str, seed: int, trials: int,
-           batch: int) -> tuple[object, float]:
-    from xsweep.search.optimize import Options, run_optimize
+           batch: int, session) -> tuple[object, float]:
+    from xsweep.search.optimize.run import Options, run_optimize
 
     folder = work / f"{name}-{sampler}-{seed}"
     began = time.perf_counter()
     outcome = run_optimize(space, Options(trials=trials, batch=batch, sampler=sampler, seed=seed,
-                                          out_dir=folder, study=name))
+                                          out_dir=folder, study=name), session=session)
     return outcome, time.perf_counter() - began
 
 
-def quality(args, work: Path, truth: dict) -> None:
+def quality(args, work: Path, truth: dict, session) -> None:
     document = yaml.safe_load(SPACE.read_text())
     document.update(name="search-bench-deadline", objectives=["cost_per_run_usd"],
                     constraints={"training_days_max": truth["deadline_days"]})
@@ -97,11 +100,13 @@ def quality(args, work: Path, truth: dict) -> None:
     for sampler in ("nsga2", "tpe", "random"):
         ratios, gaps, exact, walls = [], [], [], []
         for seed in args.seeds:
-            multi, wall_m = search(SPACE, work, "multi", sampler, seed, args.trials, args.batch)
+            multi, wall_m = search(SPACE, work, "multi", sampler, seed, args.trials, args.batch,
+                                   session)
             front = np.array([[row[n] for n in OBJECTIVES] for row in multi.summary["best"]])
             ratios.append(hypervolume_2d(front, truth["reference"]) / truth["hv"]
                           if len(front) else 0.0)
-            best, wall_s = search(single, work, "single", sampler, seed, args.trials, args.batch)
+            best, wall_s = search(single, work, "single", sampler, seed, args.trials, args.batch,
+                                  session)
             found = best.summary["best"]
             gaps.append(found[0]["cost_per_run_usd"] / truth["optimum_usd"] - 1 if found
                         else float("inf"))
@@ -113,14 +118,14 @@ def quality(args, work: Path, truth: dict) -> None:
               f"{statistics.mean(exact):>9.0f} {statistics.mean(walls):>8.1f}")
 
 
-def throughput(work: Path, trials: int) -> None:
+def throughput(work: Path, trials: int, session) -> None:
     import optuna
 
-    from xsweep.search import trials as trial_io
-    from xsweep.search.tasks import Job, evaluate_points
+    from xsweep.search.evaluation import Job, evaluate_points
+    from xsweep.search.optimize import trials as trial_io
     from xsweep.spec import load_catalog, load_sweep
 
-    batched, wall_b = search(SPACE, work, "throughput", "random", 7, trials, 256)
+    batched, wall_b = search(SPACE, work, "throughput", "random", 7, trials, 256, session)
     rate_b = batched.summary["trials_per_s"]
     catalog = load_catalog()
     job = Job(load_sweep(SPACE, catalog), catalog)
@@ -128,7 +133,8 @@ def throughput(work: Path, trials: int) -> None:
 
     def objective(trial):
         point = trial_io.suggest_point(trial, domains)
-        row, _ = evaluate_points(job, np.array([trial.number]), [point], ["one"], "exact")
+        row, _ = evaluate_points(session, job, np.array([trial.number]), [point], ["one"],
+                                 "exact")
         if row["level"][0] != "exact" or row["status"][0] != "ok" or not row["feasible"][0]:
             raise optuna.TrialPruned()
         return [float(row[name][0]) for name in OBJECTIVES]
@@ -148,6 +154,8 @@ def throughput(work: Path, trials: int) -> None:
 def main() -> None:
     import optuna
 
+    from xsweep.search.evaluation import Session
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--batch", type=int, default=100)
@@ -156,16 +164,17 @@ def main() -> None:
     parser.add_argument("--skip-quality", action="store_true")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    session = Session()
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
         if not args.skip_quality:
-            truth = exhaustive(work)
+            truth = exhaustive(work, session)
             print(f"exhaustive: {truth['points']:,} points, {truth['exact']:,} evaluated exactly "
                   f"by the funnel, {len(truth['front'])} on the front, {truth['wall_s']:.1f} s; "
                   f"deadline {truth['deadline_days']:.1f} days, cheapest plan within it "
                   f"${truth['optimum_usd']:,.0f}")
-            quality(args, work, truth)
-        throughput(work, args.throughput_trials)
+            quality(args, work, truth, session)
+        throughput(work, args.throughput_trials, session)
 
 
 if __name__ == "__main__":

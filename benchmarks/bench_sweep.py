@@ -116,7 +116,7 @@ class _OutOfTime(BaseException):
 
 
 def large(work: Path, budget_s: float, run: int) -> None:
-    from xsweep.search.run import Options, run_sweep
+    from xsweep.search.sweep.run import Options, run_sweep
     from xsweep.spec import load_sweep
 
     points = load_sweep(LARGE).grid_size()

@@ -1,4 +1,9 @@
-"""Shared fixtures: the default catalog, the repository's paths and the real CLI."""
+"""Shared fixtures: the default catalog, the shipped examples, the real CLI, and the
+corpus of programs that the kernel and evaluator tests share (:mod:`tests.support.corpus`).
+
+Helpers that tests of several folders import live in ``tests/support`` and are imported
+as ``from tests.support.<module> import ...``; a test module imports nothing from
+another test module."""
 
 from __future__ import annotations
 
@@ -10,8 +15,13 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from tests.support.paths import REPO_ROOT, SPACES
 from xsweep.runtime import use_compiled_loops
 from xsweep.spec.catalog import Catalog, load_catalog
+
+# Session-scoped fixtures of the kernel and evaluator tests, registered once for the
+# whole run so that each batch of the corpus is evaluated (and compiled) once.
+pytest_plugins = ("tests.support.corpus",)
 
 # The kernels compile as the evaluator compiles them (before any test starts JAX).
 use_compiled_loops()
@@ -20,9 +30,6 @@ use_compiled_loops()
 # property tests fail on load rather than on a wrong answer.
 settings.register_profile("xsweep", deadline=None)
 settings.load_profile("xsweep")
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-SPACES = REPO_ROOT / "spaces"
 
 
 @pytest.fixture(scope="session")

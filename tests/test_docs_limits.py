@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tests.conftest import REPO_ROOT
+from tests.support.paths import REPO_ROOT
 from xsweep.spec import ranges
 from xsweep.spec.limits import MAX_INTEGER_DIGITS, MAX_NESTING_DEPTH, Limits
 

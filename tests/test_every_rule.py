@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import xsweep
-from tests.conftest import REPO_ROOT
-from tests.invalid_plans import RULES
+from tests.support.invalid_plans import RULES
+from tests.support.paths import REPO_ROOT
 from xsweep.errors import InputError
 from xsweep.spec import enums, validate
 from xsweep.spec.plan_io import plan_to_text

@@ -12,10 +12,13 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.conftest import REPO_ROOT
+from tests.support.paths import REPO_ROOT
 
 PACKAGES = ("xsweep", "xsweep.spec", "xsweep.plan", "xsweep.sim", "xsweep.evaluator",
-            "xsweep.search", "xsweep.workers", "xsweep.cli")
+            "xsweep.search", "xsweep.search.space", "xsweep.search.sweep",
+            "xsweep.search.optimize", "xsweep.search.validate", "xsweep.workers", "xsweep.cli")
+#: The folders of ``xsweep.search`` that hold one command each.
+COMMANDS = ("xsweep.search.sweep", "xsweep.search.optimize", "xsweep.search.validate")
 
 
 def module_files() -> dict[str, Path]:
@@ -94,10 +97,26 @@ def test_the_package_imports_without_a_cycle():
     files = module_files()
     graph = {name: imports(name, path, set(files)) for name, path in files.items()}
     assert graph["xsweep.spec.validate"] >= {"xsweep.spec.program_size", "xsweep.spec.resolve"}
-    assert "xsweep.evaluator.evaluator" in graph["xsweep.search.tasks"] or \
-        "xsweep.evaluator" in graph["xsweep.search.tasks"]  # function-level imports count
+    assert "xsweep.evaluator.evaluator" in graph["xsweep.search.evaluation"] or \
+        "xsweep.evaluator" in graph["xsweep.search.evaluation"]  # function-level imports count
     found = cycles(graph)
     assert not found, f"import cycles: {found}"
+
+
+def test_the_commands_of_a_search_share_only_the_space_and_the_search_package():
+    """A command's folder of ``xsweep.search`` imports no other command's folder, and the
+    space and the shared modules import no command's: what two commands use lives in the
+    space or beside it, in ``xsweep.search`` itself."""
+    files = module_files()
+    graph = {name: imports(name, path, set(files)) for name, path in files.items()}
+
+    def folder(module: str) -> str | None:
+        return next((c for c in COMMANDS if module == c or module.startswith(c + ".")), None)
+
+    found = sorted((name, other) for name in graph if name.startswith("xsweep.search")
+                   for other in graph[name]
+                   if folder(other) is not None and folder(other) != folder(name))
+    assert not found, f"imports across the commands' folders: {found}"
 
 
 def test_the_kernels_import_nothing_of_xsweep():

@@ -16,9 +16,9 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import REPO_ROOT
-from tests.invalid_plans import _set
-from tests.plan.test_lower_identity import assert_identical
+from tests.support.invalid_plans import set_path
+from tests.support.lowering import assert_identical
+from tests.support.paths import REPO_ROOT
 from xsweep.errors import InputError
 from xsweep.evaluator.blocks import contention_free_durations
 from xsweep.memo import clear_memos
@@ -45,16 +45,16 @@ def _micro_batch_size(size: int):
 #: buckets, oversubscription, a node's scale-up bandwidth, the model's sequence, the
 #: micro-batch size (with the batch it makes), the run's tokens.
 CHANGES = {
-    "gpu": _set("cluster.nodes.0.gpu", "H200"),
-    "nic": _set("cluster.nodes.0.nic", "cx8"),
-    "recompute": _set("training.recompute", pb.FULL),
-    "sequence_parallel": _set("training.sequence_parallel", False),
-    "buckets": _set("training.dp_bucket_params", 20_000_000),
-    "oversubscription": _set("cluster.fabric.oversubscription", 3.0),
-    "scale_up": _set("cluster.nodes.0.scale_up.bandwidth_gbps", 1200.0),
-    "sequence": _set("model.seq_length", 2048),
+    "gpu": set_path("cluster.nodes.0.gpu", "H200"),
+    "nic": set_path("cluster.nodes.0.nic", "cx8"),
+    "recompute": set_path("training.recompute", pb.FULL),
+    "sequence_parallel": set_path("training.sequence_parallel", False),
+    "buckets": set_path("training.dp_bucket_params", 20_000_000),
+    "oversubscription": set_path("cluster.fabric.oversubscription", 3.0),
+    "scale_up": set_path("cluster.nodes.0.scale_up.bandwidth_gbps", 1200.0),
+    "sequence": set_path("model.seq_length", 2048),
     "micro_batch_size": _micro_batch_size(3),
-    "tokens": _set("training.total_tokens", 2e9),
+    "tokens": set_path("training.total_tokens", 2e9),
 }
 
 
@@ -153,7 +153,7 @@ def test_the_same_plans_in_a_new_process(catalog, tmp_path):
 def test_a_plan_broken_after_its_valid_twin_gets_the_fresh_error(catalog, path, value, field):
     plan = plan_from_text(plan_to_text(random_plan(320, max_gpus=16)))
     validate_plan(plan, catalog, "p.pbtxt")  # every part of it now kept as valid
-    _set(path, value)(plan)  # the same message object, one number broken
+    set_path(path, value)(plan)  # the same message object, one number broken
     with pytest.raises(InputError) as kept:
         validate_plan(plan, catalog, "p.pbtxt")
     clear_memos()

@@ -56,11 +56,15 @@ def node_rates(nodes, model: CostModel = DEFAULT_COST) -> dict[str, float]:
 
 def run_costs(iteration_time_s, tokens_per_iteration, total_tokens, capex_usd,
               cost_rate_usd_per_hour) -> dict[str, np.ndarray]:
-    """Cost of training ``total_tokens``, element-wise over arrays (or numbers).
+    """Cost of training ``total_tokens``, and of a million tokens, element-wise over arrays
+    (or numbers).
 
-    ``paper_tco`` is the seed paper's figure of merit, capex divided by the training
-    time in hours (lower is better only for equal capex; kept for comparison). Without
-    ``total_tokens`` (0) the run's length is unknown: its three figures are NaN.
+    ``cost_per_million_tokens_usd`` is the hourly cost rate divided by the tokens trained
+    per hour (``tokens_per_iteration / iteration_time_s x 3600``), times a million: it
+    needs no run length, so it is known without ``total_tokens``. ``paper_tco`` is the
+    seed paper's figure of merit, capex divided by the training time in hours (lower is
+    better only for equal capex; kept for comparison). Without ``total_tokens`` (0) the
+    run's length is unknown: its three figures are NaN.
     """
     t = np.asarray(iteration_time_s, dtype=float)
     tokens = np.asarray(tokens_per_iteration, dtype=float)
@@ -69,9 +73,13 @@ def run_costs(iteration_time_s, tokens_per_iteration, total_tokens, capex_usd,
         iterations = np.where(tokens > 0, total / np.where(tokens > 0, tokens, 1.0), 0.0)
         hours = t * iterations / 3600.0
         tco = np.where(hours > 0, capex_usd / np.where(hours > 0, hours, 1.0), np.inf)
+        hours_per_token = np.where(tokens > 0, t / 3600.0 / np.where(tokens > 0, tokens, 1.0),
+                                   np.nan)
     unknown = total <= 0
     return {
         "training_time_s": np.where(unknown, np.nan, hours * 3600.0),
         "cost_per_run_usd": np.where(unknown, np.nan, hours * cost_rate_usd_per_hour),
+        "cost_per_million_tokens_usd": hours_per_token * 1e6 * np.asarray(
+            cost_rate_usd_per_hour, dtype=float),
         "paper_tco": np.where(unknown, np.nan, tco),
     }

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 # A message stays one readable line whatever the input: long parts are cut.
 _MAX_NAME, _MAX_REASON, _MAX_VALUE = 200, 400, 80
+#: The longest reason a message shows whole (a longer one is cut).
+MAX_REASON = _MAX_REASON
 
 
 def _clip(text: str, limit: int) -> str:
@@ -25,8 +30,46 @@ def _one_line(text: str) -> str:
     return _escaped(" ".join(text.split()))
 
 
+def close_names(value: object, choices: Iterable[str]) -> list[str]:
+    """The ``choices`` closest to ``value`` by :func:`difflib.get_close_matches`, ignoring
+    case: the closest, and up to two more as close as it; each as ``choices`` spell it."""
+    if not isinstance(value, str) or not value.strip():
+        return []
+    spelled: dict[str, str] = {}
+    for choice in choices:
+        spelled.setdefault(str(choice).lower(), str(choice))
+    word = value.strip().lower()
+    found = difflib.get_close_matches(word, list(spelled), n=3, cutoff=0.6)
+    if not found:
+        return []
+    best = difflib.SequenceMatcher(None, word, found[0]).ratio()
+    return [spelled[key] for key in found
+            if difflib.SequenceMatcher(None, word, key).ratio() >= best - 1e-9]
+
+
+def did_you_mean(value: object, choices: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` for the choice closest to ``value`` (``'x' or 'y'`` when two
+    are as close), or ``""`` when none is close: the tail of the reason of an error about
+    an unknown name."""
+    return suggestion(close_names(value, choices))
+
+
+def suggestion(names: Iterable[str]) -> str:
+    """``"; did you mean 'x' or 'y'?"`` for ``names``, or ``""`` for none."""
+    names = list(names)
+    return "; did you mean " + " or ".join(map(repr, names)) + "?" if names else ""
+
+
 class XsweepError(Exception):
     """Base class of every error xsweep raises on purpose."""
+
+
+class CheckFailed(XsweepError):
+    """Valid input that fails a check the command makes (a plan that does not fit in
+    memory, say): the CLI prints the one-line message on stderr and exits with 1."""
+
+    def __init__(self, message: str):
+        super().__init__(_one_line(message))
 
 
 class InputError(XsweepError):

@@ -72,6 +72,7 @@ def plan_figures(analyses: Sequence[PlanAnalysis], iteration_time_s,
     """Memory verdict and TCO of plans at their iteration times, as arrays over the plans.
 
     Without ``total_tokens`` a plan's run length is unknown, so its ``training_time_s``,
-    ``cost_per_run_usd`` and ``paper_tco`` are NaN.
+    ``cost_per_run_usd`` and ``paper_tco`` are NaN; its ``cost_per_million_tokens_usd``
+    (cost rate over tokens per hour) is known all the same.
     """
     return timed_figures(static_figures(analyses, cost), iteration_time_s)

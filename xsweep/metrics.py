@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from xsweep.errors import MAX_REASON, did_you_mean
+
 PLAN = "plan"
 STREAM = "stream"
 MINIMIZE = "minimize"
@@ -70,6 +72,9 @@ TABLE: tuple[Metric, ...] = (
            "time to train total_tokens (NaN/null without total_tokens)"),
     Metric("cost_per_run_usd", "USD", PLAN, MINIMIZE,
            "training_time_s x cost rate (NaN/null without total_tokens)"),
+    Metric("cost_per_million_tokens_usd", "USD/1M tokens", PLAN, MINIMIZE,
+           "cost rate / tokens trained per hour, for one million tokens (known without "
+           "total_tokens)"),
     Metric("paper_tco", "USD/h", PLAN, None,
            "the seed paper's figure: capex / training hours (reported, not optimised)"),
 )
@@ -104,6 +109,58 @@ def directions() -> dict[str, str]:
         names = [m.name] if m.per == PLAN else [summary_name(m.name, h) for h in SUMMARIES]
         out |= dict.fromkeys(names, m.direction)
     return out
+
+
+#: Short names a sweep may give for some objectives, and the metric each stands for.
+OBJECTIVE_SHORT_FORMS = {"iteration_time": "iteration_time_s", "cost_per_run": "cost_per_run_usd",
+                         "cost_per_million_tokens": "cost_per_million_tokens_usd",
+                         "cost_rate": "cost_rate_usd_per_hour", "capex": "capex_usd",
+                         "memory_per_gpu": "memory_per_gpu_gib"}
+#: Where the objectives are listed for readers (the table :func:`objectives_markdown` makes).
+OBJECTIVES_DOC = "docs/formats.md#objectives"
+
+
+def objective_name(name: object) -> str | None:
+    """The metric an objective names (a metric name or a short form, in any case), or None
+    when it names none."""
+    if not isinstance(name, str):
+        return None
+    key = name.lower()
+    key = OBJECTIVE_SHORT_FORMS.get(key, key)
+    return key if key in directions() else None
+
+
+def unknown_objective(name: object, limit: int = MAX_REASON) -> str:
+    """Why ``name`` is no objective, on one line of at most ``limit`` characters: the
+    closest objectives, then every objective (the per-stream metrics named once, with
+    their summaries' suffixes), or, when that would not fit, where they are listed."""
+    names = [*directions(), *OBJECTIVE_SHORT_FORMS]
+    hint = did_you_mean(name, names)
+    plan_level = [m.name for m in TABLE if m.per == PLAN and m.direction is not None]
+    per_stream = [m.name for m in TABLE if m.per == STREAM and m.direction is not None]
+    suffixes = " or ".join(f"_{how}" for how in SUMMARIES)
+    every = (f" (objectives: {', '.join(plan_level)}; {', '.join(per_stream)} with "
+             f"{suffixes})")
+    where = f" (the objectives are listed in {OBJECTIVES_DOC})"
+    reason = f"unknown objective{hint}"
+    return reason + (every if len(reason + every) <= limit else where)
+
+
+def objectives_markdown() -> str:
+    """The Markdown table of every objective a sweep accepts (every plan-level figure with
+    a direction), as ``docs/formats.md`` holds it: name, direction, unit, meaning."""
+    short = {metric: form for form, metric in OBJECTIVE_SHORT_FORMS.items()}
+    lines = ["| Objective | Better | Unit | Meaning |", "|---|---|---|---|"]
+    for name, direction in directions().items():
+        m = metric_of(name)
+        meaning = m.description
+        if m.per == STREAM:
+            how = name.rpartition("_")[2]
+            meaning = f"{how} over ranks of {m.name}: {meaning}"
+        cell = f"`{name}`" + (f" (or `{short[name]}`)" if name in short else "")
+        better = "lower" if direction == MINIMIZE else "higher"
+        lines.append(f"| {cell} | {better} | {m.unit} | {meaning} |")
+    return "\n".join(lines) + "\n"
 
 
 def metric_of(name: str) -> Metric:

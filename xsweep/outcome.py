@@ -47,7 +47,8 @@ def format_outcome(doc: dict) -> str:
         f"MFU {doc['mfu']:.1%}",
         f"memory: largest {doc['memory_per_gpu_gib']:.1f} GiB per GPU"
         + ("" if doc["memory_fits"] else "  (DOES NOT FIT)"),
-        f"cost: capex {doc['capex_usd']:,.0f} USD, {doc['cost_rate_usd_per_hour']:,.2f} USD/h"
+        f"cost: capex {doc['capex_usd']:,.0f} USD, {doc['cost_rate_usd_per_hour']:,.2f} USD/h, "
+        f"{doc['cost_per_million_tokens_usd']:,.4g} USD per million tokens"
         + (f", {doc['cost_per_run_usd']:,.0f} USD per run ({doc['training_time_s'] / 86400:.1f}"
            " days)" if doc["cost_per_run_usd"] == doc["cost_per_run_usd"] else ""),  # not NaN
         "",

@@ -8,6 +8,7 @@ is computed from them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,20 +69,25 @@ def load(plan: ValidPlan | DeploymentPlan | str | Path,
 
 def prepare_valid(plan: ValidPlan | DeploymentPlan, catalog: Catalog,
                   profile: Profile | None = None, *, templates: TemplateCache | None = None,
-                  names: bool = True, source: str | None = None) -> Prepared:
+                  names: bool = True, source: str | None = None,
+                  before_lowering: Callable[[PlanAnalysis], None] | None = None) -> Prepared:
     """Analyse and lower a plan that :func:`load` (or ``validate_plan``) already checked:
     the :class:`ValidPlan` it returned, or the message (typed again:
-    :func:`xsweep.spec.validate.typed_plan`)."""
+    :func:`xsweep.spec.validate.typed_plan`). ``before_lowering`` is called with the
+    analysis before the program is built (a check that may stop there)."""
     if not isinstance(plan, ValidPlan) or plan.catalog is not catalog:
         plan = typed_plan(plan.message if isinstance(plan, ValidPlan) else plan, catalog,
                           plan.name or None)
     analysis = analyze(plan, catalog, profile=profile)
+    if before_lowering is not None:
+        before_lowering(analysis)
     return Prepared(plan, analysis, lower(analysis, templates=templates, names=names), source)
 
 
 def prepare(plan: ValidPlan | DeploymentPlan | str | Path, catalog: Catalog | None = None,
             profile: Profile | str | Path | None = None, *,
-            templates: TemplateCache | None = None, names: bool = True) -> Prepared:
+            templates: TemplateCache | None = None, names: bool = True,
+            before_lowering: Callable[[PlanAnalysis], None] | None = None) -> Prepared:
     """Load (if a path), validate, analyse and lower one plan.
 
     Args:
@@ -91,6 +97,7 @@ def prepare(plan: ValidPlan | DeploymentPlan | str | Path, catalog: Catalog | No
       profile: measured layer times overriding the estimates, or the path of one.
       templates: program structures kept between calls (see ``xsweep.plan.lower``).
       names: name every task of the program (for traces and reports).
+      before_lowering: called with the plan's analysis before its program is built.
 
     Raises:
       InputError: the plan (or profile) is invalid, naming file, field and value.
@@ -98,4 +105,4 @@ def prepare(plan: ValidPlan | DeploymentPlan | str | Path, catalog: Catalog | No
     catalog, profile = resolve_inputs(catalog, profile)
     valid, source = load(plan, catalog)
     return prepare_valid(valid, catalog, profile, templates=templates, names=names,
-                         source=source)
+                         source=source, before_lowering=before_lowering)

@@ -1,8 +1,8 @@
 """Every class of hostile input through the real CLI, within a time and memory budget.
 
-Each input of ``tests/hostile_inputs.py`` is either accepted (exit 0) or refused with
+Each input of ``tests/support/hostile_inputs.py`` is either accepted (exit 0) or refused with
 exit code 2 and one line naming the file, never a traceback, never over 1 GB of
-address space (``tests/budget.py``). ``benchmarks/bench_hostile.py`` runs the same
+address space (``tests/support/budget.py``). ``benchmarks/bench_hostile.py`` runs the same
 inputs at 1 MB and reports the time and memory they take.
 """
 
@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from tests.budget import one_line_per_file, run_cli
-from tests.hostile_inputs import HOSTILE, PLAN
+from tests.support.budget import one_line_per_file, run_cli
+from tests.support.hostile_inputs import HOSTILE, PLAN
 
 SIZE = 64 * 1024
 PLAN_INPUTS = [h for h in HOSTILE if h.is_plan]

@@ -13,8 +13,8 @@ import time
 import numpy as np
 import pytest
 
-from tests.budget import REPO_ROOT, run_cli
-from tests.hostile_inputs import PLAN
+from tests.support.budget import REPO_ROOT, run_cli
+from tests.support.hostile_inputs import PLAN
 from xsweep.cli.common import json_text
 
 # A plan whose simulation runs for a few seconds: 1,500 micro-batches per replica.

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.budget import MEMORY_BYTES, run_cli
+from tests.support.budget import MEMORY_BYTES, run_cli
 
 BASE = {
     "name": "tiny",
@@ -49,7 +49,7 @@ def _limit_memory() -> None:
 
 
 def xsweep(cwd: Path, *args: object, env: dict | None = None, timeout_s: float = 120):
-    """The real CLI in ``cwd``, within the memory budget of ``tests/budget.py``."""
+    """The real CLI in ``cwd``, within the memory budget of ``tests/support/budget.py``."""
     return subprocess.run([sys.executable, "-m", "xsweep.cli.main", *map(str, args)],
                           cwd=cwd, capture_output=True, text=True, timeout=timeout_s,
                           check=False, preexec_fn=_limit_memory,

@@ -15,28 +15,13 @@ import numpy as np
 import optuna
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.support.paths import REPO_ROOT
+from tests.support.sweeps import TINY
 from xsweep.metrics import plan_names
 from xsweep.search.pareto import non_dominated, objective_matrix
-from xsweep.search.planner import Planner
+from xsweep.search.space.planner import Planner
 from xsweep.spec import load_catalog, plan_from_text, sweep_from_dict
 from xsweep.spec.reader import parse_yaml
-
-# 2 x 2 x 3 x 2 x 2 x 2 = 96 points of Llama-2-7B on one or two H100 nodes; the node count and
-# the stages are ranges.
-TINY = """\
-name: tiny-search
-model: llama2-7b
-training: {global_batch_size: 16, schedule: [gpipe, 1f1b], total_tokens: 1.0e+11}
-cluster:
-  pools: [{gpu: H100-SXM, nodes: {low: 1, high: 2}}]
-parallelism:
-  tp: {H100-SXM: [2, 4, 8]}
-  pp: {low: 1, high: 2}
-  micro_batch_size: [1, 2]
-  pipeline_mix: [separate, mixed]
-objectives: [iteration_time_s, cost_per_run_usd]
-"""
 
 # Llama-2-70B fits on no layout of one A100-40GB node: every trial fails with its reason.
 NO_FIT = """\

@@ -12,9 +12,9 @@ import numpy as np
 import optuna
 import pytest
 
-from tests.cli.test_optimize import TINY
-from tests.conftest import REPO_ROOT
-from tests.postgres_server import postgres_server, why_not
+from tests.support.paths import REPO_ROOT
+from tests.support.postgres_server import postgres_server, why_not
+from tests.support.sweeps import TINY
 from xsweep.search.pareto import non_dominated, objective_matrix
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(why_not() is not None, reason=str(why_not()))]

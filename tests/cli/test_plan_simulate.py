@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.cli.test_bad_inputs import CASES
+from tests.support.bad_inputs import CASES
 
 PLAN_CASES = {k: v for k, v in CASES.items() if v[0].endswith(".pbtxt")}
 METRICS = ("iteration_time_s", "tokens_per_s", "mfu", "busy_s_mean", "bubble_s_max",
@@ -73,3 +73,29 @@ def test_bad_plans_fail_with_one_line(tmp_path, run_xsweep, command, name, conte
     assert result.stdout == ""
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"{path}: ") and field in lines[0]
+
+
+def test_simulate_trace_is_readable_by_others(run_xsweep, spaces_dir, tmp_path):
+    """The trace gets the mode every output gets (0644 under umask 022), not 0600."""
+    import os
+    import stat
+
+    trace = tmp_path / "trace.json"
+    previous = os.umask(0o022)  # the subprocess inherits it
+    try:
+        result = run_xsweep("simulate", spaces_dir / "h100x8-baseline.pbtxt", "--trace", trace)
+    finally:
+        os.umask(previous)
+    assert result.returncode == 0, result.stderr
+    assert stat.S_IMODE(trace.stat().st_mode) == 0o644
+
+
+def test_simulate_reports_the_cost_per_million_tokens(run_xsweep, spaces_dir):
+    """Known without total_tokens (the baseline has none), in JSON and in the text."""
+    plan = spaces_dir / "h100x8-baseline.pbtxt"
+    doc = json.loads(run_xsweep("simulate", plan, "--json").stdout)
+    assert doc["cost_per_run_usd"] is None
+    expected = doc["cost_rate_usd_per_hour"] / (doc["tokens_per_s"] * 3600) * 1e6
+    assert doc["cost_per_million_tokens_usd"] == pytest.approx(expected, rel=1e-12)
+    text = run_xsweep("simulate", plan).stdout
+    assert f"{expected:,.4g} USD per million tokens" in text

@@ -15,7 +15,7 @@ import psutil
 import pytest
 import xarray as xr
 
-from tests.conftest import REPO_ROOT, SPACES
+from tests.support.paths import REPO_ROOT, SPACES
 from xsweep.spec import load_sweep
 
 # Range axes (which once could not travel to a worker process) and no point that fits, so

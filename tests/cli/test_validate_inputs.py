@@ -13,9 +13,9 @@ import optuna
 import pytest
 import xarray as xr
 
-from tests.budget import REPO_ROOT, run_cli
-from xsweep.search.compare import COMPARED
-from xsweep.search.tasks import catalog_version
+from tests.support.budget import REPO_ROOT, run_cli
+from xsweep.search.evaluation import catalog_version
+from xsweep.search.validate.compare import COMPARED
 from xsweep.spec.catalog import load_catalog
 
 QUICKSTART = REPO_ROOT / "spaces" / "quickstart.yaml"

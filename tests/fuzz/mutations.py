@@ -19,8 +19,8 @@ import yaml
 from google.protobuf import text_format
 from hypothesis import strategies as st
 
-from tests.conftest import SPACES
-from tests.hostile_inputs import PLAN, SWEEP
+from tests.support.hostile_inputs import PLAN, SWEEP
+from tests.support.paths import SPACES
 from xsweep.spec.plan_io import plan_from_text, plan_to_json
 
 

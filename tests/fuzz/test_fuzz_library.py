@@ -2,7 +2,7 @@
 
 Each example either passes (and the exact simulator gives finite numbers for it) or
 raises InputError naming the file in one line, within a time and memory budget
-(``tests/budget.py``). Fixed seed (``derandomize``), bounded examples; ``-m slow``
+(``tests/support/budget.py``). Fixed seed (``derandomize``), bounded examples; ``-m slow``
 runs more examples and the batched evaluator on the accepted plans.
 """
 
@@ -17,8 +17,6 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import xsweep
-from tests.budget import in_process_budget
-from tests.conftest import SPACES
 from tests.fuzz.mutations import (
     catalog_samples,
     extreme_catalogs,
@@ -30,7 +28,9 @@ from tests.fuzz.mutations import (
     write,
 )
 from tests.fuzz.verdict import FUZZ_PROGRAM_SIZE, library_accepts, simulated
-from tests.hostile_inputs import PLAN
+from tests.support.budget import in_process_budget
+from tests.support.hostile_inputs import PLAN
+from tests.support.paths import SPACES
 from xsweep.errors import InputError
 from xsweep.spec.plan_io import load_plan, plan_from_text
 from xsweep.spec.sweep import load_sweep

@@ -1,7 +1,7 @@
 """Property-based fuzzing of sweeps: hostile names, odd ranges, pools of any size.
 
 Every generated sweep file is accepted or refused with one InputError line naming the
-file, within the time and memory budget (``tests/budget.py``). An accepted one has a
+file, within the time and memory budget (``tests/support/budget.py``). An accepted one has a
 name that is a plain folder name, and its points plan in a moment whatever its pools'
 size: each into a plan that passes validation (so evaluating it cannot fail), or an
 infeasible point with a one-line reason. Through the command line, ``xsweep check``
@@ -22,13 +22,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.budget import MEMORY_BYTES, in_process_budget, one_line_per_file
 from tests.fuzz.mutations import SANDBOX, Sample, hostile_sweeps
+from tests.support.budget import MEMORY_BYTES, in_process_budget, one_line_per_file
 from xsweep.errors import InputError
-from xsweep.search.grid import MAX_GRID_POINTS, Grid, check_grid_size
-from xsweep.search.planner import Built, Planner
-from xsweep.search.store import results_folder
-from xsweep.search.tasks import plan_name
+from xsweep.search.folders import results_folder
+from xsweep.search.space.grid import MAX_GRID_POINTS, Grid, check_grid_size
+from xsweep.search.space.planner import Built, Planner, plan_name
 from xsweep.spec.sweep import Sweep, check_sweep_limits, load_sweep, name_problem
 from xsweep.spec.validate import validate_plan
 

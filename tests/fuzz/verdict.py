@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from tests.hostile_inputs import PLAN
+from tests.support.hostile_inputs import PLAN
 from xsweep.errors import InputError
 from xsweep.metrics import jsonable
 from xsweep.outcome import simulate_plan

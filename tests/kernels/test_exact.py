@@ -6,9 +6,9 @@ import jax
 import jax.extend.core
 import numpy as np
 import pytest
-from programs import GB, bottleneck_program, parking_lot_program
 from xsweep.kernels import MAX_ROUNDS, Status, exact
 
+from tests.support.programs import GB, bottleneck_program, parking_lot_program
 from xsweep.evaluator import default_evaluator
 from xsweep.evaluator.encode import encode
 from xsweep.evaluator.shapes import batch_shape, predicted_size, program_sizes

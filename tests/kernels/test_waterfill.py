@@ -8,12 +8,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from programs import GB, parking_lot_program, parking_lot_rates
 from xsweep.kernels import packed_waterfill, waterfill
 
+from tests.kernels.reference import progressive_fill
+from tests.support.programs import GB, parking_lot_program, parking_lot_rates
 from xsweep.evaluator.encode import encode
-
-from .reference import progressive_fill
 
 NUM_LINKS, NUM_FLOWS, HOPS = 8, 16, 4
 

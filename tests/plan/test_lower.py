@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.lowering import payload_bytes
 from xsweep.plan.analysis import analyze
 from xsweep.plan.builder import NodeReq, ReplicaReq, StageReq, build_plan, random_plan
 from xsweep.plan.lower import lower
@@ -85,18 +86,6 @@ def test_appendix_b_ranks_groups_and_dp_tasks(catalog):
     # both replicas reshard (TP 3 -> 2 and 2 -> 3), forward and backward, every micro-batch
     assert int(np.sum(cat == Category.PP)) == 0
     assert int(np.sum(cat == Category.RESHARD)) == 2 * 2 * 2
-
-
-def payload_bytes(a, prog, flows) -> float:
-    """Bytes the flows carry for the model: their wire bytes times the bus efficiency of
-    each path's narrowest link."""
-    topo = a.topology
-    total = 0.0
-    for f in flows:
-        path = prog.path(int(f))
-        narrowest = path[np.argmin(topo.capacity[path])]
-        total += prog.flow_bytes[f] * topo.bus_efficiency[narrowest]
-    return total
 
 
 def test_dp_volume_per_group_matches_lcm_chunking(catalog):

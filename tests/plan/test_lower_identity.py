@@ -9,31 +9,17 @@ first is filled into a structure built from another variant.
 
 from __future__ import annotations
 
-import dataclasses
 import random
 
-import numpy as np
 import pytest
 
 from tests.plan.reference_lowering import reference_lower
+from tests.support.lowering import assert_identical
 from xsweep.plan.analysis import analyze
 from xsweep.plan.builder import GPU_TYPES, NICS, random_plan
 from xsweep.plan.lower import TemplateCache, lower, structure_key
-from xsweep.plan.program import Program
 from xsweep.spec import validate_plan
 from xsweep.spec import xsweep_pb2 as pb
-
-
-def assert_identical(got: Program, want: Program) -> None:
-    for field in dataclasses.fields(Program):
-        if field.name == "structure":  # which cached structure a program came from
-            continue
-        a, b = getattr(got, field.name), getattr(want, field.name)
-        if isinstance(b, np.ndarray):
-            assert a.dtype == b.dtype and a.shape == b.shape, field.name
-            np.testing.assert_array_equal(a, b, err_msg=field.name)
-        else:
-            assert a == b, field.name
 
 
 def numeric_variant(plan, rng: random.Random):

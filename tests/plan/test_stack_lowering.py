@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.plan.test_lower import payload_bytes
+from tests.support.lowering import payload_bytes
 from xsweep.plan.analysis import analyze
 from xsweep.plan.builder import NodeReq, ReplicaReq, StageReq, build_plan
 from xsweep.plan.lower import lower

@@ -12,10 +12,11 @@ import xarray as xr
 from sqlalchemy.engine import make_url
 
 from xsweep.errors import InputError
-from xsweep.search.optimize import sqlite_url
-from xsweep.search.store import SweepFolder, plain_file_name, results_folder
-from xsweep.search.study_result import open_study_result
-from xsweep.search.validate import check_output, output_folder, validate
+from xsweep.search.folders import plain_file_name, results_folder
+from xsweep.search.optimize.run import sqlite_url
+from xsweep.search.sweep.store import SweepFolder
+from xsweep.search.validate.run import check_output, output_folder, validate
+from xsweep.search.validate.study_result import open_study_result
 
 
 @pytest.mark.parametrize("name", ["../x", "/tmp/x", ".", "..", "a\0b", "x" * 101, "café", ""])

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from programs import (
+
+from tests.sim.rate_log import RateLog
+from tests.support.programs import (
     bottleneck_program,
     gpipe_program,
     parking_lot_program,
@@ -11,11 +13,8 @@ from programs import (
     ring_allreduce_program,
     two_replica_dp_program,
 )
-
 from xsweep.plan.program import Category, ProgramBuilder
 from xsweep.sim import rank_metrics, simulate
-
-from .rate_log import RateLog
 
 REL = 1e-9
 

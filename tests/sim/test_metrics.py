@@ -9,8 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from programs import random_program
 
+from tests.support.programs import random_program
 from xsweep import timeline
 from xsweep.evaluator.encode import metric_index_dims, pad_metric_index
 from xsweep.plan.analysis import analyze

@@ -8,12 +8,11 @@ import json
 import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from programs import random_program
 
+from tests.sim.rate_log import RateLog
+from tests.support.programs import random_program
 from xsweep.plan.program import TaskKind
 from xsweep.sim import rank_metrics, simulate, summary
-
-from .rate_log import RateLog
 
 seeds = st.integers(0, 2**32 - 1)
 

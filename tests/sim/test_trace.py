@@ -7,8 +7,8 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
-from programs import random_program, two_replica_dp_program
 
+from tests.support.programs import random_program, two_replica_dp_program
 from xsweep.plan.program import Category
 from xsweep.sim import simulate, write_trace
 
@@ -73,3 +73,22 @@ def test_trace_replaces_an_existing_file(tmp_path):
     target.write_text("old")
     write_trace(program, simulate(program), target)
     assert json.loads(target.read_text())["displayTimeUnit"] == "ms"
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_trace_has_the_mode_of_every_output(tmp_path, umask):
+    """0666 less the umask, as ``open(name, "w")`` makes files: not a temporary file's 0600."""
+    import os
+    import stat
+
+    program = two_replica_dp_program(0.01)
+    previous = os.umask(umask)
+    try:
+        path = write_trace(program, simulate(program), tmp_path / "trace.json")
+        other = tmp_path / "other.json"
+        other.write_text("{}")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
+    assert stat.S_IMODE(path.stat().st_mode) == stat.S_IMODE(other.stat().st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.json", "trace.json"]

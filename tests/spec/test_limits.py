@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.hostile_inputs import PLAN
+from tests.support.hostile_inputs import PLAN
 from xsweep.errors import InputError
 from xsweep.plan.analysis import analyze
 from xsweep.plan.builder import NodeReq, ReplicaReq, StageReq, build_plan, random_plan

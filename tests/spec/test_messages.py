@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from matplotlib.font_manager import FontProperties
 
-from tests.hostile_inputs import SWEEP
+from tests.support.hostile_inputs import SWEEP
 from xsweep.errors import InputError
-from xsweep.search.plot import drawable, pareto_png
-from xsweep.search.results import Answer
+from xsweep.search.sweep.plot import drawable, pareto_png
+from xsweep.search.sweep.results import Answer
 from xsweep.spec.reader import parse_yaml, read_text_file
 from xsweep.spec.sweep import sweep_from_dict
 
@@ -35,8 +35,9 @@ def test_a_byte_order_mark_in_a_yaml_key_is_shown_escaped(tmp_path):
     with pytest.raises(InputError) as info:
         sweep_from_dict(parse_yaml(text, str(path)), str(path))
     assert info.value.field == "model\ufeff"
-    assert str(info.value) == (f"{path}: model\\ufeff: Extra inputs are not permitted "
-                               "(got 'llama2-7b')")
+    assert str(info.value) == (f"{path}: model\\ufeff: unknown key; did you mean 'model'? "
+                               "(known: name, model, training, cluster, parallelism, cost, "
+                               "objectives, constraints, search, validate)")
 
 
 def test_a_title_in_any_script_draws_without_warnings():

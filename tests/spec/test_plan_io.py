@@ -256,7 +256,7 @@ def json_plan(**changes) -> dict:
     ({"training__totalTokens": float("inf")}, "training.total_tokens", float("inf"),
      "a number too large for a double"),
     ({"training__schedule": "GPIPE "}, "training.schedule", "GPIPE ",
-     "unknown value; expected one of GPIPE, ONE_F_ONE_B"),
+     "unknown value; did you mean 'GPIPE'? (expected one of GPIPE, ONE_F_ONE_B)"),
     ({"training__schedule": True}, "training.schedule", True,
      "expected one of GPIPE, ONE_F_ONE_B"),
     ({"training__schedule": "1"}, "training.schedule", "1", "unknown value"),
@@ -280,7 +280,7 @@ def json_plan(**changes) -> dict:
     ({"cluster": [1, 2]}, "cluster", None, "expected an object {...} of fields, not a list"),
     ({"cluster__nodes__0__gpu": 7}, "cluster.nodes[0].gpu", 7, "expected a string"),
     ({"model__dropout": "true"}, "model.dropout", "true", "expected true or false"),
-    ({"model__name": "x"}, "model.name", None, "unknown field; expected one of preset,"),
+    ({"model__name": "x"}, "model.name", None, "unknown field (expected one of preset,"),
     ({"name": "\ud800"}, "name", "\ud800", "a string with an unpaired surrogate"),
 ])
 def test_json_plan_errors_name_the_field_and_value(changes, field, value, reason):
@@ -296,8 +296,8 @@ def test_json_plan_reports_the_trailing_space_of_an_enum_name():
     text = json.dumps(json_plan(training__schedule="GPIPE "))
     with pytest.raises(InputError) as info:
         plan_from_json(text, "p.json")
-    assert str(info.value) == ("p.json: training.schedule: unknown value; expected one of "
-                               "GPIPE, ONE_F_ONE_B (got 'GPIPE ')")
+    assert str(info.value) == ("p.json: training.schedule: unknown value; did you mean "
+                               "'GPIPE'? (expected one of GPIPE, ONE_F_ONE_B) (got 'GPIPE ')")
 
 
 def test_json_plan_accepts_the_forms_of_the_protobuf_mapping():

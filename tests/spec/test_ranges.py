@@ -1,6 +1,6 @@
 """Every number is finite and inside its documented range, in catalogs, profiles and sweeps.
 
-(Plan fields: ``tests/invalid_plans.py`` holds a case per rule.)
+(Plan fields: ``tests/support/invalid_plans.py`` holds a case per rule.)
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from tests.spec.test_sweep_schema import with_change
+from tests.support.sweeps import with_change
 from xsweep.errors import InputError
 from xsweep.spec import ranges
 from xsweep.spec.catalog import load_catalog

@@ -7,9 +7,9 @@ import copy
 
 import pytest
 
-from tests.budget import in_process_budget
+from tests.support.budget import in_process_budget
 from xsweep.errors import InputError
-from xsweep.search.store import results_folder
+from xsweep.search.folders import results_folder
 from xsweep.spec import sweep_from_dict
 from xsweep.spec.limits import Limits
 from xsweep.spec.sweep import (

@@ -8,27 +8,9 @@ import math
 import pytest
 import yaml
 
+from tests.support.sweeps import MINIMAL, with_change
 from xsweep.errors import InputError
 from xsweep.spec.sweep import load_sweep, sweep_from_dict
-
-MINIMAL = {
-    "name": "tiny",
-    "model": "llama2-7b",
-    "training": {"global_batch_size": 32},
-    "cluster": {"pools": [{"gpu": "H100", "nodes": 1}]},
-    "parallelism": {"tp": {"H100": [2, 4]}},
-}
-
-
-def with_change(path: str, value) -> dict:
-    """MINIMAL with the dotted ``path`` set to ``value``."""
-    document = copy.deepcopy(MINIMAL)
-    *parents, last = path.split(".")
-    node = document
-    for key in parents:
-        node = node.setdefault(key, {})
-    node[last] = value
-    return document
 
 
 def test_quickstart_grid(spaces_dir):
@@ -87,14 +69,14 @@ def test_short_objective_names_map_to_metrics():
         ("training.schedule", ["gpipe", "zb"], "training.schedule[1]", "Input should be"),
         ("training.global_batch_size", 0, "training.global_batch_size[0]", "greater than 0"),
         ("training.global_batch_size", "8", "training.global_batch_size[0]", "integer"),
-        ("training.batch", 8, "training.batch", "Extra inputs"),
+        ("training.batch", 8, "training.batch", "unknown key (known: global_batch_size, "),
         ("parallelism.pp", [1, 1], "parallelism.pp", "distinct"),
         ("parallelism.pp", [], "parallelism.pp", "at least 1"),
         ("parallelism.tp", {"H100": 2, "A100": 2}, "parallelism.tp.A100", "no pool"),
         ("parallelism.tp", {}, "parallelism.tp", "no TP degrees for pool 'H100'"),
         ("cluster.pools", [{"gpu": "H100", "nodes": 0}], "cluster.pools", "empty"),
         ("cluster.oversubscription", 0.5, "cluster.oversubscription[0]", "greater than or equal"),
-        ("objectives", ["latency"], "objectives[0]", "Input should be"),
+        ("objectives", ["latency"], "objectives[0]", "unknown objective"),
         ("objectives", ["cost_per_run_usd"], "training.total_tokens", "cost_per_run_usd"),
         ("objectives", ["mfu", "mfu"], "objectives", "repeated"),
         ("search.sampler", "anneal", "search.sampler", "Input should be"),
@@ -104,7 +86,8 @@ def test_short_objective_names_map_to_metrics():
          "greater than 0"),
         ("training.dp_bucket_params", -5, "training.dp_bucket_params[0]", "greater than or equal"),
         ("training.sequence_parallel", "yes please", "training.sequence_parallel[0]", "boolean"),
-        ("training.activation_recompute", True, "training.activation_recompute", "Extra inputs"),
+        ("training.activation_recompute", True, "training.activation_recompute",
+         "unknown key; did you mean 'recompute'?"),
     ],
 )
 def test_errors_name_field(path, value, field, reason):
@@ -156,7 +139,8 @@ def test_integer_axes_take_ranges():
     ({"low": -1, "high": 2}, "greater than or equal to 0"),
     ({"low": 0, "high": 2, "step": 0}, "greater than 0"),
     ({"low": 0}, "Field required"),
-    ({"low": 0, "high": 2, "stride": 1}, "Extra inputs are not permitted"),
+    ({"low": 0, "high": 2, "stride": 1}, "unknown key; did you mean 'step'? (known: low, high, "
+                                         "step)"),
     ({"low": 0, "high": 60_000}, None),  # within the node bound: accepted
 ])
 def test_bad_ranges_are_one_line_errors_naming_the_field(value, message, monkeypatch):

@@ -7,6 +7,7 @@ Ctrl-C) before any command pulls in protobuf, YAML or numpy.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -14,7 +15,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from xsweep.errors import InputError
+from xsweep.errors import CheckFailed, InputError
 from xsweep.metrics import jsonable
 from xsweep.workers.pipes import WorkerError
 
@@ -68,6 +69,9 @@ def run_guarded(run: Callable[[argparse.Namespace], int], args: argparse.Namespa
     except BAD_INPUT_ERRORS as error:
         print(error_line(error), file=sys.stderr)
         return EXIT_BAD_INPUT
+    except CheckFailed as error:  # valid input that fails a check: one line and exit 1
+        print(one_line(error), file=sys.stderr)
+        return EXIT_CHECK_FAILED
     except WorkerError as error:  # the run failed, not the input: one line and exit 1
         print(one_line(error), file=sys.stderr)
         if error.details and os.environ.get(DEBUG_ENV, "").strip() not in ("", "0"):
@@ -77,6 +81,107 @@ def run_guarded(run: Callable[[argparse.Namespace], int], args: argparse.Namespa
         return EXIT_CHECK_FAILED
     except KeyboardInterrupt:
         return interrupted()
+
+
+#: Help of ``--allow-oom`` (check, plan, simulate).
+ALLOW_OOM_HELP = ("go on with a plan that does not fit in GPU memory (exit 0; the verdict is "
+                  "still printed); without it such a plan fails with exit 1")
+
+
+def memory_check(file: str, allow_oom: bool) -> Callable:
+    """A check of a plan's analysis (``before_lowering`` of ``xsweep.pipeline.prepare``): a
+    plan that does not fit in memory fails with :class:`CheckFailed` (exit 1) naming
+    ``file``, the device group and its memory against its GPU's; with ``allow_oom`` the
+    same line goes to stderr and the command goes on."""
+
+    def check(analysis) -> None:
+        verdict = analysis.memory_verdict()
+        if not verdict:
+            return
+        if not allow_oom:
+            raise CheckFailed(f"{file}: {verdict} (--allow-oom to go on)")
+        print(one_line(f"{file}: {verdict} (going on: --allow-oom)"), file=sys.stderr,
+              flush=True)
+
+    return check
+
+
+#: The kinds of input file, what each is, and which command takes it.
+_KINDS = {"plan": ("a deployment plan", "use xsweep simulate"),
+          "sweep": ("a sweep file", "use xsweep sweep or xsweep optimize"),
+          "catalog": ("a catalog", "give it with --catalog"),
+          "results": ("a sweep's results folder", "use xsweep validate")}
+PLAN_SUFFIXES = (".pbtxt", ".textproto", ".txtpb", ".json")
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def file_kind(path: str, read: bool = True) -> str | None:
+    """What ``path`` holds, as far as its name tells (and, for YAML with ``read``, its
+    top-level keys): ``plan``, ``sweep``, ``catalog``, ``results`` (a folder with a
+    ``sweep.zarr``), ``yaml`` (not read) or None (another file or folder, or one that
+    cannot be read)."""
+    target = Path(path)
+    if target.is_dir():
+        return "results" if (target / "sweep.zarr").is_dir() else None
+    if not target.is_file():
+        return None
+    suffix = target.suffix.lower()
+    if suffix in PLAN_SUFFIXES:
+        return "plan"
+    if suffix not in YAML_SUFFIXES:
+        return None
+    if not read:
+        return "yaml"
+    from xsweep.spec.catalog import is_catalog_document
+    from xsweep.spec.reader import read_yaml_file
+
+    try:
+        document = read_yaml_file(path)
+    except (InputError, OSError):
+        return None
+    return "catalog" if is_catalog_document(document) else "sweep"
+
+
+def wrong_kind(path: str, wanted: str, expected: str | tuple[str, ...],
+               read: bool = True) -> InputError | None:
+    """The error for ``path`` given where ``wanted`` (``"a sweep file"``) is expected when
+    it is another kind of input (:func:`file_kind`): ``not a sweep file: a deployment plan;
+    use xsweep simulate``. None when it is of an ``expected`` kind or of no known kind
+    (the reader will say what is wrong)."""
+    kind = file_kind(path, read)
+    if kind is None or kind == "yaml" or kind in (expected if isinstance(expected, tuple)
+                                                  else (expected,)):
+        return None
+    what, hint = _KINDS[kind]
+    return InputError(path, None, None, f"not {wanted}: {what}; {hint}")
+
+
+def refuse_other_kind(path: str, wanted: str, expected: str, read: bool = True) -> None:
+    """Raise :func:`wrong_kind`'s error, if any, for ``path``.
+
+    Raises:
+        InputError: ``path`` is another kind of input than ``expected``: ``not a sweep
+            file: a deployment plan; use xsweep simulate``.
+    """
+    error = wrong_kind(path, wanted, expected, read)
+    if error is not None:
+        raise error
+
+
+@contextlib.contextmanager
+def sweep_file_errors(path: str):
+    """Within: an error about the sweep file ``path`` that is a catalog (read as a sweep,
+    it failed) says so, and which command takes a catalog (see also
+    :func:`refuse_other_kind`)."""
+    try:
+        yield
+    except InputError as error:
+        if error.file != path:
+            raise
+        other = wrong_kind(path, "a sweep file", "sweep")
+        if other is None:
+            raise
+        raise other from None
 
 
 def check_output_path(path: str | None, option: str) -> None:

@@ -7,7 +7,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from xsweep.cli.common import EXIT_OK, check_output_folder, emit, json_text, positive_int
+from xsweep.cli.common import (
+    EXIT_OK,
+    check_output_folder,
+    emit,
+    json_text,
+    positive_int,
+    refuse_other_kind,
+    sweep_file_errors,
+)
 
 #: Read when --storage is absent, so a URL with a password need not appear in a process
 #: listing or a shell history.
@@ -48,7 +56,9 @@ def _natural(text: str) -> int:
 
 
 def run(args) -> int:
-    from xsweep.search.optimize import Options, run_optimize
+    # before anything is imported or read: a plan or a sweep's results folder is no sweep
+    refuse_other_kind(args.space, "a sweep file", "sweep", read=False)
+    from xsweep.search.optimize.run import Options, run_optimize
     from xsweep.search.progress import Progress
     from xsweep.spec.sweep import check_name
 
@@ -60,7 +70,8 @@ def run(args) -> int:
                       study=args.study, sampler=args.sampler, seed=args.seed,
                       out_dir=Path(args.output) if args.output else None,
                       catalog_files=tuple(args.catalog))
-    outcome = run_optimize(args.space, options, Progress())
+    with sweep_file_errors(args.space):
+        outcome = run_optimize(args.space, options, Progress())
     summary = outcome.summary
     if args.json:
         emit(json_text(summary))

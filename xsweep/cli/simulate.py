@@ -12,7 +12,8 @@ from xsweep.sim import write_trace
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("simulate", help="simulate one iteration exactly",
-                              description=__doc__)
+                              description=__doc__ + " A plan that does not fit in GPU memory "
+                              "fails (exit 1) unless --allow-oom is given.")
     add_plan_inputs(p)
     p.add_argument("--trace", metavar="FILE",
                    help="write a Chrome/Perfetto trace (open in ui.perfetto.dev)")

@@ -14,6 +14,8 @@ from xsweep.cli.common import (
     emit,
     json_text,
     positive_int,
+    refuse_other_kind,
+    sweep_file_errors,
 )
 
 
@@ -44,13 +46,16 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    # before anything is imported or read: a plan or a sweep's results folder is no sweep
+    refuse_other_kind(args.space, "a sweep file", "sweep", read=False)
     from xsweep.search.progress import Progress
-    from xsweep.search.report import best_lines
-    from xsweep.search.run import Options, plan_of, run_sweep
+    from xsweep.search.sweep.run import Options, plan_of, run_sweep
+    from xsweep.search.sweep.summary import best_lines
     from xsweep.spec import plan_to_text
 
     if args.emit_plan is not None:
-        found = plan_of(args.space, args.emit_plan, args.catalog)
+        with sweep_file_errors(args.space):
+            found = plan_of(args.space, args.emit_plan, args.catalog)
         if not hasattr(found, "plan"):
             print(f"point {args.emit_plan}: infeasible: {found.reason}", file=sys.stderr)
             return EXIT_CHECK_FAILED
@@ -63,7 +68,8 @@ def run(args) -> int:
                       processes=args.processes,
                       **({"chunk_size": args.chunk_size} if args.chunk_size else {}))
     try:
-        outcome = run_sweep(args.space, options, Progress())
+        with sweep_file_errors(args.space):
+            outcome = run_sweep(args.space, options, Progress())
     except KeyboardInterrupt:
         print("\ninterrupted: finished chunks are kept; rerun the same command to resume",
               file=sys.stderr)

@@ -6,7 +6,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from xsweep.cli.common import EXIT_CHECK_FAILED, EXIT_OK, check_output_folder, emit, json_text
+from xsweep.cli.common import (
+    EXIT_CHECK_FAILED,
+    EXIT_OK,
+    check_output_folder,
+    emit,
+    json_text,
+    refuse_other_kind,
+)
 from xsweep.errors import InputError
 
 
@@ -51,11 +58,13 @@ def _tolerance(text: str) -> float:
 
 
 def run(args) -> int:
+    # before anything is imported: a plan, a sweep or a catalog file is no result
+    refuse_other_kind(args.result, "a sweep's results", "results")
+    from xsweep.search.folders import results_folder
     from xsweep.search.progress import Progress
-    from xsweep.search.store import results_folder
-    from xsweep.search.study_result import is_storage_url, open_study_result, redacted
-    from xsweep.search.sweep_result import is_sweep_folder, open_sweep_result
-    from xsweep.search.validate import check_output, format_report, validate
+    from xsweep.search.validate.run import check_output, format_report, validate
+    from xsweep.search.validate.study_result import is_storage_url, open_study_result, redacted
+    from xsweep.search.validate.sweep_result import is_sweep_folder, open_sweep_result
     from xsweep.spec.catalog import load_catalog
     from xsweep.spec.sweep import check_name
 

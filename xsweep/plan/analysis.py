@@ -92,6 +92,19 @@ class PlanAnalysis:
     #: (id, ranks, stage, replica, first layer, last layer, micro-batches) of each
     structure_groups: tuple
 
+    def memory_verdict(self) -> str:
+        """``""`` when every GPU holds what its device group needs; else one line naming the
+        device group that needs the most against its GPU's memory, and how many do not fit."""
+        over = [g for g in self.groups if not g.fits]
+        if not over:
+            return ""
+        worst = max(over, key=lambda g: g.memory.total_gib / g.gpu.hbm_gib)
+        others = f"; {len(over)} of {len(self.groups)} device groups do not fit" \
+            if len(over) > 1 else ""
+        return (f"does not fit in memory: device group {worst.id} ({worst.gpu.name}, TP "
+                f"{worst.tp}) needs {worst.memory.total_gib:.2f} GiB per GPU, more than the "
+                f"{worst.gpu.hbm_gib:.2f} GiB of its GPUs{others}")
+
     @property
     def fsdp(self) -> bool:
         """Parameters are gathered layer by layer (ZeRO-3 with data parallelism to shard over)."""

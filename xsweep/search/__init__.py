@@ -1,16 +1,24 @@
-"""Sweeps: a sweep's grid planned point by point, bounded, evaluated through the exact funnel
-and published as a dataset.
+"""Searching a sweep's space: the three commands that plan and evaluate its points, and what
+they share.
 
-Public here: ``run_sweep`` and its ``Options`` (what ``xsweep sweep`` runs), ``plan_of``
-(one point's plan), ``Grid`` (the points of a sweep) and ``Planner`` (a point to a plan).
-The modules hold one concept each: ``grid``, ``planner`` (with ``apportion``), ``tasks``
-(the units of work), ``funnel`` and ``pareto``, ``table`` and ``store`` (files),
-``results`` (the dataset and the answer), ``report`` and ``plot``, ``distributed``
-(where units run) and ``progress``.
+One folder per command, each importing only the shared modules here and the space,
+never another command's folder:
+
+- ``space``: the grid of a sweep's points and the planner, a point to a plan (``grid``,
+  ``planner`` with ``apportion``).
+- ``sweep``: ``xsweep sweep``, every point through the exact funnel to a published
+  dataset (``run``; its units of work, ``units``; where they run, ``processes``,
+  ``distributed`` and ``dask_worker``; the output folder, ``store``; the dataset and
+  answer, ``results``; the summary document, ``summary``; the plot, ``plot``).
+- ``optimize``: ``xsweep optimize``, an Optuna study over the space (``run``; the study's
+  attributes and samplers, ``study``; trials and points, ``trials``; the answer,
+  ``best``).
+- ``validate``: ``xsweep validate``, winners re-run in the exact simulator (``run``; its
+  inputs, ``sweep_result`` and ``study_result``; which points, ``winners``; the
+  comparison, ``compare``).
+
+Shared here: ``evaluation`` (the job, the session a process evaluates in and
+``evaluate_points``), ``table`` (per-point tables and their files), ``pareto`` (fronts
+and top points), ``funnel`` (the exact funnel), ``report`` (the front table),
+``folders`` (where outputs go), ``storage`` (where a study lives) and ``progress``.
 """
-
-from xsweep.search.grid import Grid
-from xsweep.search.planner import Built, Infeasible, Planner
-from xsweep.search.run import Options, Outcome, plan_of, run_sweep
-
-__all__ = ["Built", "Grid", "Infeasible", "Options", "Outcome", "Planner", "plan_of", "run_sweep"]

@@ -1,20 +1,13 @@
-"""What a finished sweep tells the user: the Pareto table (text and CSV) and the summary
-document ``--json`` prints."""
+"""The front table a finished sweep or study shows: one line per distinct plan, as aligned
+text and as CSV."""
 
 from __future__ import annotations
 
 import csv
 import io
-import math
 import re
-from collections import Counter
 
-import numpy as np
-
-from xsweep.search.grid import Grid
-from xsweep.search.results import Answer
-from xsweep.search.table import Table
-from xsweep.search.tasks import MEMORY_METRIC
+from xsweep.search.evaluation import MEMORY_METRIC
 
 #: Metrics of the front table, with their headers and formats.
 COLUMNS = (("iteration_time_s", "iteration_s", "{:.4f}"),
@@ -33,19 +26,6 @@ def axis_label(path: str, pools: list[str]) -> str:
     if path.startswith("parallelism.tp."):
         return f"{path[len('parallelism.tp.'):]} tp"
     return path.rsplit(".", 1)[-1]
-
-
-def point_row(table: Table, grid: Grid, index: int, objectives=()) -> dict:
-    """One point's metrics of :data:`COLUMNS` and ``objectives``, and its swept axes' values
-    (JSON-ready)."""
-    row = {"point": int(index)}
-    for name in dict.fromkeys([*(c[0] for c in COLUMNS), *objectives]):
-        if name in table:
-            value = float(table[name][index])
-            row[name] = value if math.isfinite(value) else None
-    point = grid.point(index)
-    row["axes"] = {path: _plain(point[path]) for path in grid.dims}
-    return row
 
 
 def front_table(rows: list[dict], dims: tuple[str, ...], pools: list[str],
@@ -101,37 +81,6 @@ def csv_text(lines: list[list[str]], rows: list[dict]) -> str:
         writer.writerow([row["point"], *("" if row.get(n) is None else repr(row[n]) for n in names),
                          *row["axes"].values(), line[-1]])
     return buffer.getvalue()
-
-
-def summary(table: Table, grid: Grid, objectives: list[str], found: Answer) -> dict:
-    """Counts by status and level, the front and the top points (JSON-ready)."""
-    bounded = int(np.sum(table["level"] != "none"))
-    exact = int(np.sum(table["level"] == "exact"))
-    return {
-        "points": grid.size,
-        "status": dict(sorted(Counter(table["status"].tolist()).items())),
-        "level": dict(sorted(Counter(table["level"].tolist()).items())),
-        "evaluated_exactly": exact,
-        "exact_share_of_bounded": exact / bounded if bounded else 0.0,
-        "objectives": list(objectives),
-        "front": [point_row(table, grid, i, objectives) for i in found.front],
-        "top": {name: [point_row(table, grid, i, objectives) for i in points]
-                for name, points in found.top.items()},
-    }
-
-
-def best_lines(summary: dict) -> list[str]:
-    """One line per objective naming its best points, best first."""
-    lines = []
-    for name, rows in summary["top"].items():
-        if rows:
-            points = ", ".join(f"{r['point']} ({r[name]:.6g})" for r in rows)
-            lines.append(f"best by {name}: {points}")
-    return lines
-
-
-def _plain(value):
-    return value.item() if isinstance(value, np.generic) else value
 
 
 def _is_number(cell: str) -> bool:

@@ -11,9 +11,10 @@ Timestamps are microseconds.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 
 import numpy as np
@@ -113,11 +114,13 @@ def trace_events(program: Program, result: SimResult) -> dict:
 
 
 def write_trace(program: Program, result: SimResult, path) -> Path:
-    """Write the trace JSON to ``path`` atomically (a temporary file, then a rename)."""
+    """Write the trace JSON to ``path`` atomically (a temporary file beside it, then a
+    rename). The file gets the mode every other output gets, 0666 less the umask (0644
+    under the usual umask 022), not the owner-only mode of a temporary file."""
     path = Path(path)
     document = trace_events(program, result)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, tmp = _new_file(path)
         try:
             with os.fdopen(fd, "w") as out:
                 json.dump(document, out, separators=(",", ":"))
@@ -128,3 +131,15 @@ def write_trace(program: Program, result: SimResult, path) -> Path:
     except OSError as error:  # name the file the caller asked for, not the temporary one
         raise OSError(error.errno, error.strerror, str(path)) from None
     return path
+
+
+def _new_file(path: Path) -> tuple[int, Path]:
+    """A new file beside ``path`` under a name no other writer takes, opened for writing
+    with mode 0666 less the umask, as ``open(name, "w")`` creates files."""
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name beside it", str(path))

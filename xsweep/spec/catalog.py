@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Generic, TypeVar
 
-from xsweep.errors import InputError
+from xsweep.errors import InputError, close_names, did_you_mean, suggestion
 from xsweep.spec import ranges
 from xsweep.spec.enums import MLP
 from xsweep.spec.reader import parse_yaml, read_yaml_file
@@ -123,8 +123,14 @@ class _Table(Generic[Spec]):
         canonical = self.find(name)
         if canonical is None:
             known = ", ".join(sorted(self.entries))
-            raise InputError(file, field_path, name, f"unknown {self.kind}; known: {known}")
+            raise InputError(file, field_path, name,
+                             f"unknown {self.kind}{self.did_you_mean(name)} (known: {known})")
         return self.entries[canonical]
+
+    def did_you_mean(self, name: object) -> str:
+        """The tail of a message about the unknown ``name``: the entries it is close to, by
+        their names or aliases (any case), each by its name."""
+        return suggestion(dict.fromkeys(self.keys[key] for key in close_names(name, self.keys)))
 
 
 @dataclass
@@ -298,7 +304,8 @@ def _merge(tables: dict[str, _Table], document: object, file: str) -> None:
     for section, entries in document.items():
         if section not in _SECTIONS:
             raise InputError(file, str(section), None,
-                             "unknown catalog section; expected gpus, nics, links or models")
+                             f"unknown catalog section{did_you_mean(str(section), _SECTIONS)} "
+                             "(expected gpus, nics, links or models)")
         if entries is None:
             continue
         if not isinstance(entries, Mapping):
@@ -337,8 +344,10 @@ def _merge_entry(table: _Table, section: str, name: str, values: object, file: s
     fields = {f.name: f for f in dataclasses.fields(spec_type)}
     for key in values:
         if key not in fields or key == "name":
-            known = ", ".join(f for f in fields if f != "name")
-            raise InputError(file, f"{path}.{key}", None, f"unknown field; known: {known}")
+            known = [f for f in fields if f != "name"]
+            raise InputError(file, f"{path}.{key}", None,
+                             f"unknown field{did_you_mean(str(key), known)} "
+                             f"(known: {', '.join(known)})")
     checked = {key: _check_value(section, key, value, file, f"{path}.{key}")
                for key, value in values.items()}
     canonical = table.find(name)

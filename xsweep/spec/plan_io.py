@@ -23,9 +23,10 @@ from typing import Any
 from google.protobuf import json_format, text_format
 from google.protobuf.descriptor import FieldDescriptor
 
-from xsweep.errors import InputError
+from xsweep.errors import InputError, did_you_mean, suggestion
 from xsweep.spec import xsweep_pb2
 from xsweep.spec.catalog import Catalog, load_catalog
+from xsweep.spec.enums import TABLES
 from xsweep.spec.limits import MAX_INTEGER_DIGITS
 from xsweep.spec.reader import parse_json, read_text_file
 from xsweep.spec.valid_plan import ValidPlan
@@ -67,10 +68,83 @@ def plan_from_text(text: str, file: str | None = None) -> DeploymentPlan:
     base than ten its field and line."""
     if _SUSPECT_NUMBER.search(text):  # rare: most plans hold no such characters at all
         _check_text_numbers(text, file)
+    for _ in range(_MAX_ENUM_FIXES + 1):
+        try:
+            return text_format.Parse(text, DeploymentPlan())
+        except text_format.ParseError as error:
+            fixed = _enum_in_any_case(error, text)
+            if fixed is None:
+                raise _text_error(error, text, file) from None
+            text = fixed
+    raise AssertionError("unreachable: a plan holds fewer enum values than that")
+
+
+#: Enum fields of a plan (each singular, in a singular message): at most this many values
+#: in another case, each found by one parse.
+_MAX_ENUM_FIXES = 8
+_NO_ENUM_VALUE = re.compile(r'Enum type "([\w.]+)" has no value named ')
+_NO_FIELD = re.compile(r'Message type "([\w.]+)" has no field named "?(\w+)"?')
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _enum_in_any_case(error: text_format.ParseError, text: str) -> str | None:
+    """``text`` with the enum name ``error`` stopped at written as declared, when it is a
+    declared name in another case (``schedule: gpipe``); else None. protobuf's text
+    parser knows names in one case only, and tells where it stopped."""
+    kind = _NO_ENUM_VALUE.search(str(error))
+    line, column = error.GetLine(), error.GetColumn()
+    if kind is None or not line or not column:
+        return None
+    lines = text.split("\n")
+    if line > len(lines):
+        return None
+    word = _IDENTIFIER.match(lines[line - 1], column - 1)
+    if word is None:
+        return None
+    enum = _enum_type(kind.group(1))
+    name = None if enum is None else enum_value_name(enum, word.group())
+    if name is None or name == word.group():
+        return None
+    lines[line - 1] = lines[line - 1][:word.start()] + name + lines[line - 1][word.end():]
+    return "\n".join(lines)
+
+
+def _enum_type(full_name: str):
     try:
-        return text_format.Parse(text, DeploymentPlan())
-    except text_format.ParseError as error:
-        raise _text_error(error, text, file) from None
+        return xsweep_pb2.DESCRIPTOR.pool.FindEnumTypeByName(full_name)
+    except KeyError:
+        return None
+
+
+def _close_names_hint(reason: str) -> str:
+    """The close names of an unknown field or enum value protobuf's message names."""
+    unknown_field = _NO_FIELD.search(reason)
+    if unknown_field is not None:
+        try:
+            message = xsweep_pb2.DESCRIPTOR.pool.FindMessageTypeByName(unknown_field.group(1))
+        except KeyError:
+            return ""
+        return did_you_mean(unknown_field.group(2), [f.name for f in message.fields])
+    unknown_value = _NO_ENUM_VALUE.search(reason)
+    enum = None if unknown_value is None else _enum_type(unknown_value.group(1))
+    if enum is None:
+        return ""
+    written = reason[unknown_value.end():].strip().rstrip(".")
+    declared = ", ".join(v.name for v in enum.values if v.number != 0)
+    quoted = len(written) > 1 and written[0] == written[-1] == '"'
+    if quoted and enum_value_name(enum, written[1:-1]) is not None:
+        return (f"; an enum value is a name, not a string: write "
+                f"{enum_value_name(enum, written[1:-1])} without quotes")
+    return f"{_enum_hint(enum, written.strip(chr(34)))} (expected one of {declared})"
+
+
+def _enum_hint(enum, written: str) -> str:
+    """The declared names of ``enum`` close to ``written``, or the one a sweep spells
+    ``written`` (``1f1b`` is ``ONE_F_ONE_B``, ``none`` is ``NO_RECOMPUTE``)."""
+    table = next((t for t in TABLES if t.enum.DESCRIPTOR.full_name == enum.full_name), None)
+    if table is not None and written.strip().lower() in table.known():
+        return suggestion([table.enum.Name(table.value(written.strip().lower()))])
+    return did_you_mean(written, [v.name for v in enum.values if v.number != 0])
 
 
 def _text_error(error: text_format.ParseError, text: str, file: str | None) -> InputError:
@@ -84,6 +158,9 @@ def _text_error(error: text_format.ParseError, text: str, file: str | None) -> I
     echo = f"'{lines[line - 1]}': " if line <= len(lines) else ""
     if echo and reason.startswith(echo):
         reason = reason[len(echo):]
+    hint = _close_names_hint(reason)
+    if hint:
+        reason = reason.rstrip(".") + hint
     return InputError(file, f"line {line}", None, f"{reason} (column {error.GetColumn()})")
 
 
@@ -198,8 +275,11 @@ def _check_json_message(document: dict, descriptor, path: str, file: str | None)
     for key, value in document.items():
         field = descriptor.fields_by_name.get(key) or descriptor.fields_by_camelcase_name.get(key)
         if field is None:
-            known = ", ".join(f.name for f in descriptor.fields)
-            raise InputError(file, f"{path}{key}", None, f"unknown field; expected one of {known}")
+            names = [f.name for f in descriptor.fields]
+            spelled = [f.json_name for f in descriptor.fields] if key != key.lower() else names
+            raise InputError(file, f"{path}{key}", None,
+                             f"unknown field{did_you_mean(key, spelled)} (expected one of "
+                             f"{', '.join(names)})")
         where = f"{path}{field.name}"
         if field.name in seen:
             raise InputError(file, where, None, f"given twice (as {seen[field.name]!r} and {key!r})")
@@ -207,14 +287,14 @@ def _check_json_message(document: dict, descriptor, path: str, file: str | None)
         if value is None:
             continue  # null: the field's default
         if not field.is_repeated:
-            _check_json_value(value, field, where, file)
+            document[key] = _check_json_value(value, field, where, file)
             continue
         if not isinstance(value, list):
             raise _wrong(value, "a list [...]", where, file)
         for index, item in enumerate(value):
             if item is None:
                 raise InputError(file, f"{where}[{index}]", None, "null is not allowed in a list")
-            _check_json_value(item, field, f"{where}[{index}]", file)
+            value[index] = _check_json_value(item, field, f"{where}[{index}]", file)
 
 
 _INT_BITS = {FieldDescriptor.CPPTYPE_INT32: (True, 32), FieldDescriptor.CPPTYPE_INT64: (True, 64),
@@ -226,8 +306,9 @@ _JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?
 _JSON_FLOAT_WORDS = ("NaN", "Infinity", "-Infinity")  # the mapping's names; ranges refuse them
 
 
-def _check_json_value(value: Any, field, path: str, file: str | None) -> None:
-    """One value of ``field`` (an item, for a repeated field)."""
+def _check_json_value(value: Any, field, path: str, file: str | None) -> Any:
+    """One value of ``field`` (an item, for a repeated field), as ``ParseDict`` is to read
+    it: an enum name written in another case is given as declared."""
     kind = field.cpp_type
     if kind == FieldDescriptor.CPPTYPE_MESSAGE:
         if not isinstance(value, dict):
@@ -241,7 +322,7 @@ def _check_json_value(value: Any, field, path: str, file: str | None) -> None:
         if not isinstance(value, bool):
             raise _wrong(value, "true or false (no quotes)", path, file)
     elif kind == FieldDescriptor.CPPTYPE_ENUM:
-        _check_json_enum(value, field.enum_type, path, file)
+        return _check_json_enum(value, field.enum_type, path, file)
     elif not isinstance(value, str):
         raise _wrong(value, "a string", path, file)
     elif not value.isascii():
@@ -250,6 +331,7 @@ def _check_json_value(value: Any, field, path: str, file: str | None) -> None:
         except UnicodeEncodeError as error:
             raise InputError(file, path, value[error.start:error.end],
                              "a string with an unpaired surrogate escape") from None
+    return value
 
 
 def _check_json_integer(value: Any, signed: bool, bits: int, path: str,
@@ -293,17 +375,26 @@ def _check_json_float(value: Any, path: str, file: str | None) -> None:
         raise InputError(file, path, value, "a number too large for a double")
 
 
-def _check_json_enum(value: Any, enum, path: str, file: str | None) -> None:
-    """An enum value: its name, or its number (the plan validation refuses an undeclared
-    number)."""
-    if isinstance(value, str) and value in enum.values_by_name:
-        return
+def _check_json_enum(value: Any, enum, path: str, file: str | None) -> Any:
+    """An enum value: its name in any case (returned as declared), or its number (the plan
+    validation refuses an undeclared number)."""
+    if isinstance(value, str) and enum_value_name(enum, value) is not None:
+        return enum_value_name(enum, value)
     if isinstance(value, int) and not isinstance(value, bool):
-        return
+        return value
     names = ", ".join(v.name for v in enum.values if v.number != 0)
     if isinstance(value, str):
-        raise InputError(file, path, value, f"unknown value; expected one of {names}")
+        raise InputError(file, path, value,
+                         f"unknown value{_enum_hint(enum, value)} (expected one of {names})")
     raise _wrong(value, f"one of {names}", path, file)
+
+
+def enum_value_name(enum, name: str) -> str | None:
+    """The declared name of the value of ``enum`` (a descriptor) called ``name`` in any case
+    (``GPIPE`` for ``gpipe``), or None. Only ASCII letters change case: ``GPıPE`` (a dotless
+    i) names nothing."""
+    value = enum.values_by_name.get(name.upper() if name.isascii() else name)
+    return None if value is None else value.name
 
 
 def _wrong(value: Any, expected: str, path: str, file: str | None) -> InputError:

@@ -44,7 +44,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from xsweep.errors import InputError
+from xsweep.errors import InputError, did_you_mean
 from xsweep.spec import ranges
 from xsweep.spec.catalog import Catalog
 from xsweep.spec.limits import MAX_INTEGER_DIGITS
@@ -140,7 +140,8 @@ def _measurement(file: str, place: _Place, record: object) -> tuple[str, int, in
     unknown = sorted(str(key) for key in set(record) - set(_FIELDS))
     if unknown:
         raise InputError(file, place.of(unknown[0]), None,
-                         "unknown field; expected " + ", ".join(_FIELDS))
+                         f"unknown field{did_you_mean(unknown[0], _FIELDS)} (expected "
+                         + ", ".join(_FIELDS) + ")")
     for name in _FIELDS:
         if record.get(name) in (None, ""):
             raise InputError(file, place.of(name), None, "is missing")

@@ -34,8 +34,8 @@ from pydantic import (
     ValidationError,
 )
 
-from xsweep.errors import InputError
-from xsweep.metrics import directions
+from xsweep.errors import InputError, did_you_mean
+from xsweep.metrics import directions, objective_name, unknown_objective
 from xsweep.spec import ranges
 from xsweep.spec.catalog import Catalog, entry_key, load_catalog, repeated_entry
 from xsweep.spec.enums import FABRIC, RECOMPUTE, RESHARDING, SCHEDULE
@@ -156,18 +156,33 @@ StageCount = Annotated[int, Field(gt=0, le=ranges.MAX_LAYERS, strict=True)]
 MicroBatchSize = Annotated[int, Field(gt=0, le=ranges.MAX_MICRO_BATCH_SIZE, strict=True)]
 
 # Objective names accepted in a sweep: every plan-level figure of the metrics table that
-# has a direction; the short forms of the design sketch map onto the metric names.
+# has a direction, or a short form of one (xsweep.metrics.OBJECTIVE_SHORT_FORMS), in any case.
 OBJECTIVE_DIRECTIONS = directions()
-_OBJECTIVE_SHORT = {"iteration_time": "iteration_time_s", "cost_per_run": "cost_per_run_usd",
-                    "cost_rate": "cost_rate_usd_per_hour", "capex": "capex_usd",
-                    "memory_per_gpu": "memory_per_gpu_gib"}
 
 
-def _objective(value: object) -> object:
-    return _OBJECTIVE_SHORT.get(value, value) if isinstance(value, str) else value
+def _objective(value: object) -> str:
+    """The metric an objective names; an unknown name is refused with the close names and
+    the list of objectives (or where it is documented)."""
+    from pydantic_core import PydanticCustomError
+
+    name = objective_name(value)
+    if name is None:
+        raise PydanticCustomError("objective", "{reason}", {"reason": unknown_objective(value)})
+    return name
 
 
 Objective = Annotated[Literal[tuple(OBJECTIVE_DIRECTIONS)], BeforeValidator(_objective)]
+
+
+def _lower(value: object) -> object:
+    """A name of a fixed set, matched in any case as the catalog's names are (``GPipe`` is
+    ``gpipe``); anything else is left for the type to refuse."""
+    return value.lower() if isinstance(value, str) else value
+
+
+def Choice(*names: str) -> Any:  # noqa: N802 (a type, spelled as one)
+    """One of ``names`` (lower case), matched in any case."""
+    return Annotated[Literal[names], BeforeValidator(_lower)]
 
 
 def _integer_stage(value: object) -> object:
@@ -191,9 +206,9 @@ class Training(_Strict):
     """Training settings; the stack options default to Megatron-LM's common recipe."""
 
     global_batch_size: Annotated[int_axis(GlobalBatch), LAYOUT]
-    schedule: Annotated[Axis[Literal[SCHEDULE.known()]], LAYOUT] = [SCHEDULE.default]
-    resharding: Annotated[Axis[Literal[RESHARDING.known()]], PER_POINT] = [RESHARDING.default]
-    recompute: Annotated[Axis[Literal[RECOMPUTE.known()]], NUMERIC] = [RECOMPUTE.default]
+    schedule: Annotated[Axis[Choice(*SCHEDULE.known())], LAYOUT] = [SCHEDULE.default]
+    resharding: Annotated[Axis[Choice(*RESHARDING.known())], PER_POINT] = [RESHARDING.default]
+    recompute: Annotated[Axis[Choice(*RECOMPUTE.known())], NUMERIC] = [RECOMPUTE.default]
     sequence_parallel: Annotated[Axis[bool], NUMERIC] = [True]
     flash_attention: Annotated[Axis[bool], NUMERIC] = [True]
     virtual_pipeline_stages: Annotated[int_axis(StageCount), LAYOUT] = [1]
@@ -216,7 +231,7 @@ class Pool(_Strict):
 
 
 class Cluster(_Strict):
-    fabric: Annotated[Axis[Literal[FABRIC.known()]], PER_POINT] = [FABRIC.default]
+    fabric: Annotated[Axis[Choice(*FABRIC.known())], PER_POINT] = [FABRIC.default]
     oversubscription: Annotated[Axis[Annotated[float, Field(
         ge=1, le=ranges.PLAN["fabric.oversubscription"].high)]], PER_POINT] = [1.0]
     nodes_per_rack: Annotated[int, Field(gt=0, le=ranges.PLAN["fabric.nodes_per_rack"].high,
@@ -228,8 +243,8 @@ class Parallelism(_Strict):
     tp: Annotated[dict[str, int_axis(TpDegree)], LAYOUT]  # per pool, keyed by the pool's gpu
     pp: Annotated[int_axis(StageCount), LAYOUT] = [1]
     micro_batch_size: Annotated[int_axis(MicroBatchSize), LAYOUT] = [1]
-    pipeline_mix: Annotated[Axis[Literal["separate", "mixed"]], LAYOUT] = ["separate"]
-    layer_split: Annotated[Axis[Literal["proportional", "even"]], LAYOUT] = ["proportional"]
+    pipeline_mix: Annotated[Axis[Choice("separate", "mixed")], LAYOUT] = ["separate"]
+    layer_split: Annotated[Axis[Choice("proportional", "even")], LAYOUT] = ["proportional"]
 
 
 def _cost_field(name: str) -> Any:
@@ -243,14 +258,14 @@ Pue = _cost_field("pue")
 
 
 class Cost(_Strict):
-    pricing: Annotated[Axis[Literal[ranges.PRICING]], PER_POINT] = ["capex"]
+    pricing: Annotated[Axis[Choice(*ranges.PRICING)], PER_POINT] = ["capex"]
     amortization_years: AmortizationYears = 4.0
     electricity_usd_per_kwh: ElectricityPrice = 0.10
     pue: Pue = 1.3
 
 
 class Search(_Strict):
-    sampler: Literal["grid", "random", "tpe", "nsga2"] = "grid"
+    sampler: Choice("grid", "random", "tpe", "nsga2") = "grid"
     trials: Annotated[int, Field(gt=0, le=10**9, strict=True)] = 1000
     batch: Annotated[int, Field(gt=0, le=2**20, strict=True)] = 256
     seed: Annotated[int, Field(ge=0, le=2**32 - 1, strict=True)] = 0  # numpy seeds are 32-bit
@@ -391,10 +406,11 @@ def sweep_from_dict(document: Any, file: str | None = None) -> Sweep:
     try:
         sweep = Sweep.model_validate(document)
     except ValidationError as error:
-        first = error.errors()[0]
+        first = _first_error(error.errors())
         field = _loc_path(first["loc"])
-        value = None if first["type"] == "missing" or not first["loc"] else first.get("input")
-        raise InputError(file, field or None, value, first["msg"]) from None
+        value = None if first["type"] in ("missing", "extra_forbidden") or not first["loc"] \
+            else first.get("input")
+        raise InputError(file, field or None, value, _reason(first)) from None
     _cross_check(sweep, file)
     check_sweep_limits(sweep, file)  # before anything of a point's size is built
     return sweep
@@ -424,7 +440,8 @@ def _cross_check(sweep: Sweep, file: str | None) -> None:
                              f"names the gpu of cluster.pools[{pool}] in another spelling; "
                              f"key it exactly as the pool spells it: {pools[pool]!r}")
         raise InputError(file, f"parallelism.tp.{key}", None,
-                         f"names no pool's gpu (pools: {', '.join(pools)})")
+                         f"names no pool's gpu{did_you_mean(key, pools)} "
+                         f"(pools: {', '.join(pools)})")
     for name in pools:
         if name not in sweep.parallelism.tp:
             raise InputError(file, "parallelism.tp", None, f"no TP degrees for pool {name!r}")
@@ -444,6 +461,55 @@ def _cross_check(sweep: Sweep, file: str | None) -> None:
     if sweep.constraints.training_days_max is not None and sweep.training.total_tokens is None:
         raise InputError(file, "training.total_tokens", None,
                          "required by the constraint training_days_max")
+
+
+def _first_error(errors: list[dict]) -> dict:
+    """The error to report: the first, but for a missing key whose mapping also has an
+    unknown key, that key (most likely the missing one misspelt)."""
+    first = errors[0]
+    if first["type"] == "missing":
+        parent = first["loc"][:-1]
+        return next((e for e in errors if e["type"] == "extra_forbidden"
+                     and e["loc"][:-1] == parent), first)
+    return first
+
+
+def _reason(error: dict) -> str:
+    """The reason of pydantic's ``error``, with the close names for a name it does not know:
+    an unknown key (and the keys known there), a value of a fixed set."""
+    if error["type"] == "extra_forbidden":
+        known = _keys_at(error["loc"][:-1])
+        if known is None:
+            return error["msg"]
+        return (f"unknown key{did_you_mean(str(error['loc'][-1]), known)} "
+                f"(known: {', '.join(known)})")
+    if error["type"] == "literal_error":
+        choices = re.findall(r"'([^']*)'", str((error.get("ctx") or {}).get("expected", "")))
+        return error["msg"] + did_you_mean(error.get("input"), choices)
+    return error["msg"]
+
+
+def _keys_at(loc: tuple) -> list[str] | None:
+    """The keys a mapping of the sweep schema takes at ``loc`` (pydantic's location of the
+    mapping), or None where the schema has no fixed keys (the pools' keys of
+    ``parallelism.tp``)."""
+    model: type[BaseModel] | None = Sweep
+    for part in loc:
+        if isinstance(part, int):
+            continue  # an item of a list of models
+        if part == "[range]":
+            model = IntRange
+            continue
+        if "[" in str(part):
+            continue  # another branch tag
+        if model is None:
+            return None
+        fields = {info.alias or name: info for name, info in model.model_fields.items()}
+        info = fields.get(part)
+        model = None if info is None else _model_of(info.annotation)
+    if model is None:
+        return None
+    return [info.alias or name for name, info in model.model_fields.items()]
 
 
 def _loc_path(loc: tuple) -> str:

@@ -1,0 +1,114 @@
+"""Result tables on disk and the output folder's resume and refusal rules."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from xsweep.errors import InputError
+from xsweep.search import table as tables
+from xsweep.search.sweep.store import SweepFolder
+
+
+def sample(points) -> tables.Table:
+    points = np.asarray(points)
+    return tables.from_rows({
+        "point": points,
+        "iteration_time_s": points * 0.5,
+        "steps": points.astype(np.int32),
+        "feasible": points % 2 == 0,
+        "reason": np.array(["" if p % 2 == 0 else "does not fit" for p in points]),
+    })
+
+
+def test_table_round_trip_without_pickle(tmp_path):
+    original = sample(range(10))
+    assert original["steps"].dtype == np.float64 and original["reason"].dtype == object
+    tables.save(original, tmp_path / "t.npz")
+    assert [p.name for p in tmp_path.iterdir()] == ["t.npz"]  # no temporary left
+    loaded = tables.load(tmp_path / "t.npz")
+    assert loaded.keys() == original.keys()
+    for name in original:
+        np.testing.assert_array_equal(loaded[name], original[name])
+    with np.load(tmp_path / "t.npz", allow_pickle=False) as data:  # text stored as codes
+        assert data["reason.text_values"].tolist() == ["", "does not fit"]
+
+
+def test_concat_and_update_fill_missing_columns():
+    a = sample([0, 1])
+    b = {"point": np.array([2]), "feasible": np.array([True])}
+    both = tables.concat([a, b])
+    assert both["point"].tolist() == [0, 1, 2]
+    assert np.isnan(both["iteration_time_s"][2]) and both["reason"][2] == ""
+    tables.update(both, {"point": np.array([1]), "iteration_time_s": np.array([9.0]),
+                         "level": np.array(["exact"], object)})
+    assert both["iteration_time_s"].tolist()[:2] == [0.0, 9.0]
+    assert both["level"].tolist() == ["", "exact", ""]
+
+
+MANIFEST = {"format": 1, "sweep_sha256": "a", "catalog_version": "c", "xsweep_version": "v",
+            "chunk_size": 4}
+
+
+def test_claim_resumes_the_same_run_and_refuses_another(tmp_path):
+    folder = SweepFolder(tmp_path / "out")
+    assert folder.claim(MANIFEST, overwrite=False) is False
+    folder.save_bound(0, 2, sample([0, 1]))
+    (folder.work / "bound" / "000000000002-000000000004.npz.77.partial").write_bytes(b"half")
+    assert folder.claim(dict(MANIFEST), overwrite=False) is True
+    assert sorted(p.name for p in (folder.work / "bound").iterdir()) == [
+        "000000000000-000000000002.npz"]  # a killed writer's temporary is gone
+    assert folder.load_bound(0, 2)["point"].tolist() == [0, 1]
+    assert folder.load_bound(2, 4) is None
+    assert folder.load_exact(1, 0, np.array([0])) is None
+    changed = MANIFEST | {"sweep_sha256": "b"}
+    with pytest.raises(InputError, match=r"sweep file changed.*--overwrite"):
+        folder.claim(changed, overwrite=False)
+    assert folder.load_bound(0, 2) is not None  # refused: nothing touched
+    (folder.root / "validate").mkdir()
+    (folder.root / "validate" / "validation.json").write_text("{}")  # of the old results
+    assert folder.claim(changed, overwrite=True) is False
+    assert folder.load_bound(0, 2) is None  # overwritten: started afresh
+    assert not (folder.root / "validate").exists()  # its validation went with it
+
+
+def test_a_chunk_file_of_other_points_is_not_reused(tmp_path):
+    folder = SweepFolder(tmp_path)
+    folder.claim(MANIFEST, overwrite=False)
+    folder.save_exact(1, 0, sample([3, 5]))
+    assert folder.load_exact(1, 0, np.array([3, 5])) is not None
+    assert folder.load_exact(1, 0, np.array([3, 6])) is None
+
+
+def test_a_folder_with_foreign_results_is_refused(tmp_path):
+    (tmp_path / "sweep.zarr").mkdir()
+    with pytest.raises(InputError, match="did not write"):
+        SweepFolder(tmp_path).claim(MANIFEST, overwrite=False)
+
+
+def test_publish_replaces_outputs_whole(tmp_path):
+    folder = SweepFolder(tmp_path)
+    folder.claim(MANIFEST, overwrite=False)
+    for value in (1.0, 2.0):
+        ds = xr.Dataset({"x": (("a",), np.full(3, value))}, coords={"a": [1, 2, 3]})
+        folder.publish(ds, {"summary.json": b"{}"}, {"point-1.pbtxt": f"name: '{value}'"})
+        assert xr.open_zarr(tmp_path / "sweep.zarr")["x"].values.tolist() == [value] * 3
+    assert (tmp_path / "plans" / "point-1.pbtxt").read_text() == "name: '2.0'"
+    assert not list(tmp_path.glob("*partial*"))
+
+
+@pytest.mark.parametrize("section", ["gpus", "nics", "links", "models"])
+def test_the_catalog_version_covers_every_section(tmp_path, section):
+    from xsweep.search.evaluation import catalog_version
+    from xsweep.spec import load_catalog
+
+    base = load_catalog()
+    name, entry = next(iter(getattr(base, section).items()))
+    field, value = next((f, v) for f, v in vars(entry).items()
+                        if isinstance(v, int | float) and not isinstance(v, bool))
+    changed = value * 0.5 if isinstance(value, float) else value + 1  # e.g. one more layer
+    override = tmp_path / "catalog.yaml"
+    override.write_text(f"{section}:\n  {name}:\n    {field}: {changed!r}\n")
+    assert catalog_version(load_catalog([str(override)])) != catalog_version(base)
+    assert catalog_version(load_catalog()) == catalog_version(base)

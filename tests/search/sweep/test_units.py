@@ -1,0 +1,31 @@
+"""The units of a sweep's work give the same rows however the points are cut into units
+(run one after another in one session, as a worker process runs them)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from xsweep.search.evaluation import Job, Session
+from xsweep.search.sweep.units import bound_chunk, exact_batch
+from xsweep.search.table import concat
+from xsweep.spec import load_sweep
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_chunk_is_the_same_in_one_unit_or_two(spaces_dir, catalog):
+    session = Session()
+    job = Job(load_sweep(spaces_dir / "quickstart.yaml", catalog), catalog)
+    whole, spent = bound_chunk(session, job, 200, 384)
+    assert spent["planning_s"] > 0 and spent["bound_s"] > 0
+    assert (whole["level"] == "bound").sum() > 20
+    pieces = concat([bound_chunk(session, job, 200, 290)[0],
+                     bound_chunk(session, job, 290, 384)[0]])
+    assert whole.keys() == pieces.keys()
+    for name, values in whole.items():
+        np.testing.assert_array_equal(values, pieces[name], err_msg=name)
+    # duplicates of one plan (pools of 0 nodes make the other pool's TP irrelevant) agree
+    exact, _ = exact_batch(session, job, np.array([252, 253, 258, 259]))
+    assert len(set(exact["iteration_time_s"].tolist())) == 1
+    assert set(exact["level"]) == {"exact"} and exact["feasible"].all()

@@ -1,0 +1,208 @@
+"""Planning and evaluating points, in any process: the job every unit of a search shares,
+the session a process evaluates in, and :func:`evaluate_points`, which plans points and
+evaluates the buildable ones.
+
+:func:`evaluate_points` returns a :data:`~xsweep.search.table.Table` (one row per point)
+and the seconds it spent planning and evaluating. Infeasible points get their reason and
+``level = "none"``.
+
+What a process evaluates it keeps from call to call in a :class:`Session`, an object its
+owner makes and passes to every call: its :class:`~xsweep.evaluator.Evaluator` (program
+structures and compiled kernels are reused; it streams a call's plans in chunks, over
+worker processes where a call is large enough) and the results of the plans it
+evaluated. The owners: a sweep's run for the units it runs itself, each of the sweep's
+worker processes (:mod:`xsweep.search.sweep.processes`), each Dask worker
+(:mod:`xsweep.search.sweep.distributed`) and a study's run. Points that plan to the same
+plan under the same pricing are evaluated once and share the result, within a call and
+across the calls of one session (a pool with no nodes makes its NIC and TP axes
+irrelevant, so most large grids repeat plans). Which points share a call changes a
+result by float32 rounding at most (the padded shape a plan lands in).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from xsweep import metrics
+from xsweep.search.space.grid import Point
+from xsweep.search.space.planner import Built, Planner
+from xsweep.search.table import Table, blank, from_rows
+from xsweep.spec.catalog import Catalog
+from xsweep.spec.sweep import Sweep
+
+#: Variables of an evaluation that describe its batch, not a point.
+BATCH_DIAGNOSTICS = ("padding_overhead",)
+#: The metrics every table has (every plan-level figure of the metrics table), NaN (or
+#: False for flags) where a point was not evaluated, so a chunk, or a whole sweep,
+#: without a buildable point has the same variables as any other.
+METRICS = metrics.plan_names()
+#: The memory metric, which the planner knows before any evaluation.
+MEMORY_METRIC = "memory_per_gpu_gib"
+
+
+#: Plan results a session keeps at most (a few kilobytes each: about 100 MB in all).
+MAX_KEPT_RESULTS = 1 << 15
+
+
+def catalog_version(catalog: Catalog) -> str:
+    """A digest of every entry of every catalog section (GPUs, NICs, links, models):
+    equal digests, equal hardware and models."""
+    sections = [f.name for f in dataclasses.fields(catalog) if not f.name.startswith("_")]
+    content = {kind: {name: dataclasses.asdict(spec)
+                      for name, spec in sorted(getattr(catalog, kind).items())}
+               for kind in sections}
+    text = json.dumps(content, sort_keys=True)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Job:
+    """What every call of one sweep's search needs (its units, a study's batches): sent once
+    to each worker."""
+
+    sweep: Sweep
+    catalog: Catalog
+    dtype: str = "float32"
+    catalog_version: str = dataclasses.field(init=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "catalog_version", catalog_version(self.catalog))
+
+
+class Session:
+    """What one process keeps between the calls it evaluates: an Evaluator and the results
+    of the plans it evaluated, by plan, pricing, level, dtype and catalog.
+
+    Args:
+      evaluator: what it evaluates with; by default the process's default evaluator
+        (:func:`xsweep.evaluator.default_evaluator`), taken when first needed, so a session
+        that never evaluates never loads JAX.
+    """
+
+    def __init__(self, evaluator=None):
+        self._evaluator = evaluator
+        self._results: dict[tuple, dict[str, object]] = {}
+        self._lock = threading.RLock()  # threads of one process may share a session
+
+    @property
+    def evaluator(self):
+        """What this session evaluates with (the default evaluator made on first use)."""
+        with self._lock:
+            if self._evaluator is None:
+                from xsweep.evaluator import default_evaluator  # JAX loads only where it evaluates
+
+                self._evaluator = default_evaluator()
+            return self._evaluator
+
+    def results(self, job: Job, plans: dict[bytes, object], cost, level: str,
+                timings: dict[str, float]) -> list[dict[str, object]]:
+        """Each plan's per-variant results (``plans``: plan key -> plan), evaluating only
+        those this session has not; adds where the time went to ``timings``."""
+        keys = {key: (hashlib.blake2b(key, digest_size=16).digest(), cost, level, job.dtype,
+                      job.catalog_version) for key in plans}
+        with self._lock:
+            return self._results_of(job, plans, keys, cost, level, timings)
+
+    def _results_of(self, job: Job, plans: dict[bytes, object], keys: dict[bytes, tuple], cost,
+                    level: str, timings: dict[str, float]) -> list[dict[str, object]]:
+        todo = [key for key in plans if keys[key] not in self._results]
+        if todo:
+            ds = self.evaluator.evaluate([plans[key] for key in todo], level,
+                                         catalog=job.catalog, cost=cost, dtype=job.dtype)
+            for stage in ("prepare_s", "kernels_s", "results_s", "compile_s"):
+                name = f"{level}_{stage}"
+                timings[name] = timings.get(name, 0.0) + ds.attrs[stage]
+            columns = {name: var.values for name, var in ds.data_vars.items()
+                       if var.dims == ("variant",) and name not in BATCH_DIAGNOSTICS}
+            if len(self._results) + len(todo) > MAX_KEPT_RESULTS:
+                self._results.clear()
+            for i, key in enumerate(todo):
+                self._results[keys[key]] = {name: values[i] for name, values in columns.items()}
+        return [self._results[keys[key]] for key in plans]
+
+
+def _blank_metrics(n: int) -> dict[str, np.ndarray]:
+    return {name: np.zeros(n, bool) if metrics.metric_of(name).unit == "bool"
+            else np.full(n, np.nan) for name in METRICS}
+
+
+def evaluate_points(session: Session, job: Job, numbers: np.ndarray, points: Iterable[Point],
+                    names: Sequence[str], level: str,
+                    planner: Planner | None = None) -> tuple[Table, dict[str, float]]:
+    """Plan ``points`` (one row each, column ``point`` = ``numbers``, plans named ``names``)
+    and evaluate the buildable ones at ``level`` in ``session``, each distinct plan once;
+    ``planner`` (one of ``job``'s sweep) keeps its layouts between calls."""
+    began = time.perf_counter()
+    planner = planner or Planner(job.sweep, job.catalog)
+    n = len(numbers)
+    rows = {"point": np.asarray(numbers), "level": np.full(n, "none", object),
+            "status": np.full(n, "infeasible", object), "feasible": np.zeros(n, bool),
+            "reason": np.full(n, "", object), **_blank_metrics(n)}
+    groups: dict[object, dict[bytes, list[int]]] = {}  # cost model -> plan key -> rows
+    plans: dict[bytes, object] = {}
+    layouts: dict[tuple, int] = {}  # the rank of each layout's first point
+    layout_of: dict[bytes, int] = {}
+    known: dict[tuple, tuple[bytes, float]] = {}  # a variant's plan key and memory
+    for row, (point, name) in enumerate(zip(points, names, strict=True)):
+        variant = planner.variant(point)
+        if variant in known:  # the same plan as an earlier point's: not built again
+            key, rows[MEMORY_METRIC][row] = known[variant]
+            groups.setdefault(planner.cost_model(point), {}).setdefault(key, []).append(row)
+            continue
+        out = planner.plan(point, name)
+        rows[MEMORY_METRIC][row] = out.memory_per_gpu_gib
+        if not isinstance(out, Built):
+            rows["reason"][row] = out.reason
+            continue
+        key = plan_key(out.plan)
+        known[variant] = (key, out.memory_per_gpu_gib)
+        plans.setdefault(key, out.plan)
+        layout_of.setdefault(key, layouts.setdefault(out.layout, len(layouts)))
+        groups.setdefault(out.cost, {}).setdefault(key, []).append(row)
+    planned = time.perf_counter()
+    timings = {"planning_s": planned - began, f"{level}_s": 0.0}
+    columns: dict[str, np.ndarray] = {}
+    for cost, by_plan in groups.items():
+        # Plans of one layout side by side: those that differ only in numbers (NICs, say)
+        # then share a worker process, which lowers their structure once.
+        ordered = sorted(by_plan, key=layout_of.__getitem__)
+        members = [by_plan[key] for key in ordered]
+        found = session.results(job, {key: plans[key] for key in ordered}, cost, level,
+                                 timings)
+        take = np.concatenate([np.full(len(m), i) for i, m in enumerate(members)])
+        where = np.concatenate([np.asarray(m) for m in members])
+        for name in found[0]:  # per-stream detail stays with single-plan evaluation
+            values = from_rows({name: np.array([r[name] for r in found])})[name][take]
+            if name not in columns:
+                columns[name] = blank(values, n)
+            columns[name][where] = values
+        rows["level"][where] = level
+    evaluated = rows["level"] == level
+    for name, values in columns.items():
+        if name in rows:
+            rows[name][evaluated] = values[evaluated]
+        else:
+            rows[name] = values
+    timings[f"{level}_s"] = time.perf_counter() - planned
+    return from_rows(rows), timings
+
+
+def plan_key(plan) -> bytes:
+    """The plan's bytes without its name: equal keys, equal results."""
+    name, plan.name = plan.name, ""
+    key = plan.SerializeToString(deterministic=True)
+    plan.name = name
+    return key
+
+
+def exact_feasible(table: Table) -> np.ndarray:
+    """``bool[n]``: points evaluated exactly with a feasible, converged result."""
+    return (table["level"] == "exact") & table["feasible"] & (table["status"] == "ok")

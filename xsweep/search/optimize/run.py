@@ -1,0 +1,255 @@
+"""``run_optimize``: an Optuna study over a sweep's space, asked and told in batches.
+
+Each batch: ask ``batch`` trials, turn their suggestions into points, plan them and
+evaluate the buildable ones at the bound level in one call; then the exact funnel
+(:class:`xsweep.search.funnel.Funnel`) seeded with the study's current exact front: a
+trial whose bound is already dominated by it (or whose bound misses the deadline) is
+told its bound values with ``level = "bound"``; the others are evaluated exactly, in
+rounds that prune as exact results arrive, and told ``level = "exact"``. A point that
+cannot be built or does not fit is told FAIL with its reason, never a number.
+
+The study lives in any Optuna storage, so several processes (on several machines)
+can run on one study; each asks until the study holds ``trials`` trials. A rerun
+continues the study. With ``constraints.training_days_max`` the samplers get the
+deadline as a constraint and only plans that meet it make the answer.
+
+Everything a run writes goes into its output folder (``-o``, else ``results/<sweep
+name>``): the default study database ``study.db``, whose URL is percent-encoded so that
+no character of the folder's path can move it, and the plans. A study name follows the
+sweep's name rule (:func:`xsweep.spec.sweep.check_name`), and both are checked, with the
+sweep's size limits, before anything is written.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from xsweep.search.evaluation import Job, Session, evaluate_points, exact_feasible
+from xsweep.search.folders import checked_folder, results_folder
+from xsweep.search.funnel import Funnel
+from xsweep.search.optimize import trials as trial_io
+from xsweep.search.optimize.best import Best, best_of_study, exact_trials
+from xsweep.search.optimize.study import default_sampler, make_sampler, open_study, space_attrs
+from xsweep.search.pareto import non_dominated, objective_matrix
+from xsweep.search.progress import Progress
+from xsweep.search.space.planner import Built, Planner
+from xsweep.search.storage import interrupts_deferred, masked, open_storage
+from xsweep.search.table import update
+from xsweep.spec import load_catalog, load_sweep, plan_to_text
+from xsweep.spec.reader import read_text_file
+from xsweep.spec.sweep import check_name
+
+SECONDS_PER_DAY = 86_400.0
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to run a search; ``None`` takes the sweep's ``search`` section (or the default)."""
+
+    trials: int | None = None  # the study's total, this run's and earlier ones together
+    batch: int | None = None
+    storage: str | None = None  # default: SQLite at <out_dir>/study.db
+    study: str | None = None  # default: the sweep's name
+    sampler: str | None = None
+    seed: int | None = None
+    out_dir: Path | None = None  # default: results/<sweep name>
+    catalog_files: tuple[str, ...] = ()
+    dtype: str = "float32"
+
+
+@dataclass
+class Outcome:
+    """A finished search: its summary document, best plans and where they were written."""
+
+    summary: dict
+    best: Best
+    folder: Path
+
+
+class Deadline:
+    """``constraints.training_days_max`` as an Optuna constraint (<= 0 when met)."""
+
+    def __init__(self, days: float | None):
+        self.limit_s = None if days is None else days * SECONDS_PER_DAY
+
+    def met(self, training_time_s: np.ndarray) -> np.ndarray:
+        """``bool[n]``: within the deadline (everything when there is none; NaN never)."""
+        if self.limit_s is None:
+            return np.ones(len(training_time_s), bool)
+        return np.asarray(training_time_s) <= self.limit_s
+
+    def days_past(self, training_time_s: float) -> float | None:
+        """Days past the deadline (negative: days to spare); None without a deadline."""
+        if self.limit_s is None:
+            return None
+        if not np.isfinite(training_time_s):
+            return float("inf")
+        return (float(training_time_s) - self.limit_s) / SECONDS_PER_DAY
+
+
+def run_optimize(path: str | Path, options: Options = Options(),
+                 progress: Progress | None = None, session: Session | None = None) -> Outcome:
+    """Run (or continue) the study of the sweep at ``path``; see the module docstring.
+
+    Args:
+      session: what this process evaluates trials in, and keeps results and compiled
+        kernels in for the caller's later runs; by default one made for this run, over
+        the process's default evaluator.
+    """
+    import optuna
+
+    show = progress.update if progress is not None else (lambda text, final=False: None)
+    if options.study is not None:
+        check_name(options.study, "--study")
+    out_dir = checked_folder(options.out_dir) if options.out_dir is not None else None
+    catalog = load_catalog(options.catalog_files)
+    text = read_text_file(str(path))
+    sweep = load_sweep(path, catalog)
+    job = Job(sweep, catalog, options.dtype)
+    search = sweep.search
+    target = options.trials if options.trials is not None else search.trials
+    batch = options.batch if options.batch is not None else search.batch
+    seed = options.seed if options.seed is not None else search.seed
+    sampler_name = options.sampler or default_sampler(sweep)
+    study_name = options.study or sweep.name
+    folder = out_dir or results_folder(sweep.name, str(path))
+    url = options.storage
+    if url is None:
+        folder.mkdir(parents=True, exist_ok=True)
+    storage = open_storage(url if url is not None else sqlite_url(folder / "study.db"))
+    shown_url = masked(url) if url is not None else str(folder / "study.db")
+    deadline = Deadline(sweep.constraints.training_days_max)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    attrs = space_attrs(sweep, text, job.catalog_version)
+    # The sampler's seed moves on with the study, so a rerun does not replay the
+    # suggestions the study already holds.
+    probe = open_study(storage, study_name, attrs, None, shown_url)
+    start = len(probe.get_trials(deepcopy=False))
+    sampler = make_sampler(sampler_name, seed + start, batch)
+    study = open_study(storage, study_name, attrs, sampler, shown_url)
+    folder.mkdir(parents=True, exist_ok=True)
+    if start:
+        show(f"continuing study {study_name!r}: {start} trials so far", final=True)
+    began, told = time.perf_counter(), 0
+    planner = Planner(sweep, catalog)
+    session = session if session is not None else Session()
+    while (count := min(batch, target - len(study.get_trials(deepcopy=False)))) > 0:
+        asked: list = []
+        try:
+            for _ in range(count):
+                with interrupts_deferred():  # a trial asked is a trial this run will tell
+                    asked.append(study.ask())
+            _run_batch(study, asked, session, job, planner, deadline)
+        except BaseException:
+            _fail_unfinished(study, asked, "interrupted before its result was told")
+            raise
+        told += count
+        rate = told / (time.perf_counter() - began)
+        held = len(study.get_trials(deepcopy=False))
+        # The last batch's line always shows, however soon after the one before it.
+        show(f"{held:,}/{target:,} trials, {rate:,.1f} trials/s, "
+             f"{_best_text(study, sweep.objectives)}", final=held >= target)
+    best = best_of_study(study, sweep, deadline.met)
+    spent = time.perf_counter() - began
+    show(f"done: {told:,} trials in {spent:.1f} s ({told / spent if spent else 0:,.1f} trials/s); "
+         f"study {study_name!r} holds {best.counts['total']:,} trials", final=True)
+    written = best.write_plans(folder / "plans")
+    summary = {"sweep": sweep.name, "study": study_name, "storage": shown_url,
+               "sampler": sampler_name, "batch": batch, "trials_this_run": told,
+               "trials_per_s": told / spent if spent else None,
+               "objectives": list(sweep.objectives),
+               "training_days_max": sweep.constraints.training_days_max,
+               **best.summary(), "plans": [str(p) for p in written]}
+    return Outcome(summary, best, folder)
+
+
+def sqlite_url(path: Path) -> str:
+    """The SQLAlchemy URL of the SQLite database at ``path``, whatever the path holds: each
+    character but letters, digits and ``/_.-~`` percent-encoded, so that a ``?`` or ``#``
+    does not start the URL's query, a ``%`` is not read as an escape and braces are not
+    read as fields of Optuna's URL template (SQLAlchemy decodes the database part)."""
+    return "sqlite:///" + urllib.parse.quote(os.fspath(path), safe="/")
+
+
+def _run_batch(study, asked: list, session: Session, job: Job, planner: Planner,
+               deadline: Deadline) -> None:
+    sweep = job.sweep
+    domains = sweep.domains()
+    points = [trial_io.suggest_point(trial, domains) for trial in asked]
+    names = [f"{sweep.name}-t{trial.number}" for trial in asked]
+    n = len(asked)
+    table, _ = evaluate_points(session, job, np.arange(n), points, names, "bound", planner)
+    front = _exact_front(study, sweep.objectives, deadline)
+    candidates = ((table["level"] == "bound") & (table["status"] == "ok")
+                  & deadline.met(table["training_time_s"]))
+    funnel = Funnel(np.concatenate([front, objective_matrix(table, sweep.objectives)]),
+                    np.concatenate([np.zeros(len(front), bool), candidates]), top=0,
+                    max_round=n)
+    funnel.record(np.arange(len(front)), front, np.ones(len(front), bool))
+    while len(picks := funnel.next_round()):
+        rows = picks - len(front)
+        exact, _ = evaluate_points(session, job, rows, [points[i] for i in rows],
+                                   [names[i] for i in rows], "exact", planner)
+        update(table, exact)
+        feasible = exact_feasible(exact) & deadline.met(exact["training_time_s"])
+        funnel.record(picks, objective_matrix(exact, sweep.objectives), feasible)
+    for i, trial in enumerate(asked):
+        row = {name: values[i] for name, values in table.items()}
+        reason = _failure(row, sweep.objectives)
+        if reason:
+            trial_io.fail(study, trial, reason, points[i])
+            continue
+        built = planner.plan(points[i], names[i])
+        assert isinstance(built, Built)  # it was built for its evaluation
+        trial_io.complete(study, trial, sweep, row, points[i], plan_to_text(built.plan),
+                          deadline.days_past(row["training_time_s"]))
+
+
+def _failure(row: dict, objectives: list[str]) -> str:
+    """Why a row has no objective values to tell ("" when it has them)."""
+    if row["level"] == "none":
+        return row["reason"] or "not buildable"
+    if row["status"] != "ok":
+        detail = f": {row['reason']}" if row["reason"] else ""
+        return f"{row['level']} evaluation: {row['status']}{detail}"
+    if row["level"] == "exact" and not row["feasible"]:
+        return row["reason"] or "infeasible"
+    missing = [name for name in objectives if not np.isfinite(row[name])]
+    if missing:
+        return f"objective {missing[0]} is not a number at the {row['level']} level"
+    return ""
+
+
+def _exact_front(study, objectives: list[str], deadline: Deadline) -> np.ndarray:
+    """Objective values (minimisation form) of the front of the study's exact trials that
+    meet the deadline: the funnel's evaluated rows."""
+    done = exact_trials(study, deadline.met)
+    values = objective_matrix({name: np.array([t.values[j] for t in done], float)
+                               for j, name in enumerate(objectives)}, objectives)
+    return values[non_dominated(values)]
+
+
+def _fail_unfinished(study, asked: list, reason: str) -> None:
+    import optuna
+
+    running = {t.number for t in study.get_trials(deepcopy=False,
+                                                  states=(optuna.trial.TrialState.RUNNING,))}
+    for trial in asked:
+        if trial.number in running:
+            trial_io.fail(study, trial, reason, None)
+
+
+def _best_text(study, objectives: list[str]) -> str:
+    try:
+        front = study.best_trials
+    except ValueError:
+        return "no plan yet"
+    if len(objectives) == 1:
+        return f"best {objectives[0]} {front[0].values[0]:.6g}" if front else "no plan yet"
+    return f"{len(front)} trials on the front"

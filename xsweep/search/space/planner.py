@@ -1,0 +1,514 @@
+"""The grid planner: one point of a sweep to a DeploymentPlan, or the reason it cannot be one.
+
+Layout rules (pure and deterministic; the same point always gives the same plan):
+
+- Each pool with nodes contributes ``nodes x gpus_per_node`` GPUs; ranks are numbered
+  pool by pool in the sweep file's order, node by node. TP groups are runs of ``tp``
+  consecutive ranks, so they never straddle a node (``tp`` must divide the node).
+- ``pipeline_mix: separate``: each pool forms its own replicas of ``pp`` stages, all at
+  the pool's TP degree. ``mixed``: every pipeline takes the same number of stages from
+  each pool, the pools' stages in file order (the first pool holds the embedding).
+- Within a pool, TP groups are handed out stage-major (tp, then dp, then pp, as
+  Megatron-LM orders ranks): the replicas' copies of one stage sit side by side, so
+  data-parallel traffic stays inside nodes where it can and pipeline traffic crosses.
+- ``layer_split: proportional`` gives each stage layers in proportion to its speed (the
+  inverse of one layer's forward plus backward time on its GPU at its TP degree and
+  micro-batch size, from :func:`xsweep.plan.workload.stage_cost`, the simulator's own
+  model); ``even`` splits them equally, the first stages taking the remainder.
+- The ``global_batch_size / micro_batch_size`` micro-batches are split over the
+  replicas in proportion to replica throughput (the inverse of its slowest stage's time
+  per micro-batch), so every sequence of the global batch is used.
+- Every training-stack option of the point is written into the plan. Interleaving
+  (``virtual_pipeline_stages`` v > 1) follows Megatron-LM's rules: the 1F1B schedule, at
+  least two stages, each stage's layers a multiple of v (layers are apportioned in
+  units of v) and each replica's micro-batches a multiple of the stages (apportioned in
+  units of pp). FSDP (``zero_stage`` 3) needs every replica to run the same stages with
+  the same micro-batch count; the rules above are applied unchanged and a point whose
+  replicas come out different is infeasible.
+
+A point that cannot be built (divisibility, too few TP groups, more stages than layers,
+fewer micro-batches than replicas, the interleaving and FSDP rules), whose largest
+per-GPU memory exceeds its GPU (:mod:`xsweep.plan.memory`, as the evaluator computes it)
+or whose plan would exceed a size limit of :mod:`xsweep.spec.limits` (GPUs, device
+groups, micro-batches of a replica, program size) is :class:`Infeasible` with a
+one-line reason. The rules that need no layout are arithmetic on the point, and so is
+the GPU limit: they are decided before anything per GPU, per TP group or per replica is
+built (so no more than the GPU limit's worth), and a pool of billions of GPUs costs no
+more than one of eight. The other limits are checked once the memory is known, before
+the plan is built (device groups, micro-batches) or evaluated (program size), so that a
+point that does not fit keeps that reason.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from xsweep.cost import CostModel
+from xsweep.plan.memory import fits, memory_per_gpu
+from xsweep.plan.stack import Stack
+from xsweep.plan.workload import stage_cost
+from xsweep.search.space.apportion import apportion
+from xsweep.search.space.grid import Point
+from xsweep.spec import xsweep_pb2 as pb
+from xsweep.spec.catalog import Catalog, GpuSpec, ModelSpec
+from xsweep.spec.enums import FABRIC, RECOMPUTE, RESHARDING, SCHEDULE
+from xsweep.spec.limits import active_limits, over_limit
+from xsweep.spec.program_size import estimate_program_size
+from xsweep.spec.sweep import NUMERIC, PER_POINT, Sweep, axis_class
+
+
+@dataclass(frozen=True)
+class Infeasible:
+    """A point that yields no plan to evaluate."""
+
+    reason: str
+    memory_per_gpu_gib: float = math.nan  # known when the plan was built but does not fit
+
+
+@dataclass(frozen=True)
+class Built:
+    """A point's plan and what evaluating it needs besides the plan."""
+
+    plan: pb.DeploymentPlan
+    cost: CostModel
+    memory_per_gpu_gib: float
+    layout: tuple  # the values of the axes that shape the plan (all but the per-point ones)
+
+
+@dataclass(frozen=True)
+class _Pool:
+    gpu: GpuSpec
+    name: str  # as the sweep names it (the key of parallelism.tp)
+    index: int  # in the sweep's list of pools
+    nodes: int
+    gpus_per_node: int
+    tp: int
+
+    @property
+    def tp_groups(self) -> int:
+        return self.nodes * self.gpus_per_node // self.tp
+
+
+@dataclass(frozen=True)
+class _Template:
+    """A layout's plan, complete but for the fields of the per-point axes."""
+
+    plan: pb.DeploymentPlan
+    node_pool: tuple[int, ...]  # the sweep's pool of each node
+    memory_per_gpu_gib: float
+
+
+@dataclass(frozen=True)
+class _Stage:
+    pool: int  # index into the active pools
+    first_layer: int
+    last_layer: int
+
+
+def plan_name(sweep: Sweep, index: int) -> str:
+    """The name of the plan of the sweep's point ``index``."""
+    return f"{sweep.name}-p{index}"
+
+
+def per_point(path: str) -> bool:
+    """Whether axis ``path`` is declared per point (``AxisClass.PER_POINT`` in the sweep
+    schema: it changes neither the layout nor any stage's speed or memory): points that
+    differ in these alone share a layout, and so their programs' structure. Every other
+    axis, including ones added later, is part of the layout's cache key."""
+    return axis_class(path) is PER_POINT
+
+
+def varies_fast(path: str) -> bool:
+    """Whether the bound phase's walk varies axis ``path`` fastest: a per-point axis or a
+    numeric one (``AxisClass.NUMERIC``: a layout axis that changes only the numbers of a
+    program in the sweeps measured), so that the variants of a structure meet in one unit
+    of work, which builds the structure once."""
+    return axis_class(path) in (PER_POINT, NUMERIC)
+
+
+class PointFields(NamedTuple):
+    """A point's values of the per-point axes, as :meth:`Planner.plan` writes them into
+    its layout's plan."""
+
+    resharding: str
+    dp_overlap: bool
+    dp_bucket_params: int
+    fabric: str
+    oversubscription: float
+    nics: tuple[str, ...]  # of each pool that has nodes, in pool order ("": the default)
+
+
+#: Layouts kept at most (a sweep's fastest axes revisit a few hundred at a time).
+MAX_CACHED_LAYOUTS = 4096
+
+
+class Planner:
+    """Turns points of one sweep's grid into plans; pure, and cheap after the first
+    points: each layout (the plan without its per-point fields) is built once, and a
+    point copies it and sets its NICs, resharding scheme, fabric and gradient buckets."""
+
+    def __init__(self, sweep: Sweep, catalog: Catalog):
+        self.sweep = sweep
+        self.catalog = catalog
+        self._gpus = [catalog.gpu(pool.gpu) for pool in sweep.cluster.pools]
+        self._layouts: dict[tuple, _Template | Infeasible] = {}
+        # the axes' paths only: expanding the ranges here would cost as much as they hold
+        self._layout_axes = tuple(path for path, kind in sweep.axis_classes().items()
+                                  if kind is not PER_POINT)
+        self._limits = active_limits()
+
+    def cost_model(self, point: Point) -> CostModel:
+        c = self.sweep.cost
+        return CostModel(pricing=point["cost.pricing"], amortization_years=c.amortization_years,
+                         electricity_usd_per_kwh=c.electricity_usd_per_kwh, pue=c.pue)
+
+    def plan(self, point: Point, name: str) -> Built | Infeasible:
+        """The plan of ``point`` (named ``name``), or why there is none."""
+        key, layout = self._layout_of(point)
+        if isinstance(layout, Infeasible):
+            return layout
+        plan = pb.DeploymentPlan()
+        plan.CopyFrom(layout.plan)
+        plan.name = name
+        fields = self._point_fields(point, layout)
+        t = plan.training
+        t.resharding = RESHARDING.value(fields.resharding)
+        t.dp_overlap = fields.dp_overlap
+        t.dp_bucket_params = fields.dp_bucket_params
+        plan.cluster.fabric.kind = FABRIC.value(fields.fabric)
+        plan.cluster.fabric.oversubscription = fields.oversubscription
+        nic_of = dict(zip(sorted(set(layout.node_pool)), fields.nics, strict=True))
+        for node, pool in zip(plan.cluster.nodes, layout.node_pool, strict=True):
+            node.nic = nic_of[pool]
+        # per point: the resharding scheme and the DP overlap change the program's size
+        size = estimate_program_size(plan)
+        reason = over_limit(size, self._limits, "program_size",
+                            f"the plan's program ({size:,} tasks and flows of one iteration, "
+                            "estimated)")
+        if reason:
+            return Infeasible(reason, layout.memory_per_gpu_gib)
+        return Built(plan, self.cost_model(point), layout.memory_per_gpu_gib, key)
+
+    def variant(self, point: Point) -> tuple | None:
+        """What ``point``'s plan is made of, but its name and cost: points with equal
+        variants have equal plans (NICs of pools without nodes, say, make no difference).
+        None where the point has no layout (a plan over the program-size limit, which
+        only its per-point fields decide, has a variant but no plan either)."""
+        key, layout = self._layout_of(point)
+        if isinstance(layout, Infeasible):
+            return None
+        return key, self._point_fields(point, layout)
+
+    def _layout_of(self, point: Point) -> tuple[tuple, _Template | Infeasible]:
+        key = tuple(point[path] for path in self._layout_axes)
+        layout = self._layouts.get(key)
+        if layout is None:
+            if len(self._layouts) >= MAX_CACHED_LAYOUTS:
+                self._layouts.clear()
+            layout = self._layouts[key] = self._layout(point)
+        return key, layout
+
+    @staticmethod
+    def _point_fields(point: Point, layout: _Template) -> PointFields:
+        """The per-point fields that :meth:`plan` writes into the layout's plan."""
+        return PointFields(point["training.resharding"], point["training.dp_overlap"],
+                           point["training.dp_bucket_params"], point["cluster.fabric"],
+                           point["cluster.oversubscription"],
+                           tuple(point.get(f"cluster.pools[{pool}].nic", "")
+                                 for pool in sorted(set(layout.node_pool))))
+
+    def _layout(self, point: Point) -> _Template | Infeasible:
+        model = self.catalog.model(point["model"])
+        pools = self._pools(point)
+        b, batch = point["parallelism.micro_batch_size"], point["training.global_batch_size"]
+        p, mix = point["parallelism.pp"], point["parallelism.pipeline_mix"]
+        stack = layout_stack(point)
+        v = stack.virtual_pipeline_stages
+        reason = _check(pools, model, p, b, batch) or _check_interleaving(
+            model, p, v, batch // b, point["training.schedule"])
+        if reason:
+            return Infeasible(reason)
+        # Arithmetic first: nothing per GPU, TP group or replica exists until the point is
+        # known to have a layout within the GPU limit.
+        replicas = _replica_count(pools, p, mix)
+        if isinstance(replicas, str):
+            return Infeasible(replicas)
+        micro_batches = batch // b
+        unit = p if v > 1 else 1  # interleaving: each replica's count a multiple of pp
+        if micro_batches // unit < replicas:
+            per = f" in multiples of the {p} stages" if unit > 1 else ""
+            return Infeasible(f"{micro_batches} micro-batches (global batch {batch} / "
+                              f"micro-batch {b}) cannot feed {replicas} replicas{per}")
+        gpus = sum(pool.nodes * pool.gpus_per_node for pool in pools)
+        reason = over_limit(gpus, self._limits, "gpus", f"the cluster's GPU count ({gpus:,})")
+        if reason:
+            return Infeasible(reason)
+        layout = _replicas_separate(pools, p) if mix == "separate" else _replicas_mixed(pools, p)
+        shapes = [self._split(model, pools, stages, b, stack,
+                              point["parallelism.layer_split"]) for stages in layout.kinds]
+        times = [max(self._stage_time_s(model, pools[s.pool], b, s, stack) for s in shape)
+                 for shape in shapes]
+        counts = [unit * c for c in
+                  apportion(micro_batches // unit, [1.0 / times[k] for k in layout.kind_of])]
+        if stack.zero_stage == 3:
+            reason = _check_fsdp(pools, shapes, layout.kind_of, counts)
+            if reason:
+                return Infeasible(reason)
+        memory_gib, worst = self._memory(model, pools, shapes, layout.kind_of, counts, b, point,
+                                         stack)
+        if worst:
+            return Infeasible(worst, memory_gib)
+        groups, most = sum(pool.tp_groups for pool in pools), max(counts)
+        reason = (over_limit(groups, self._limits, "device_groups",
+                             f"the number of device groups ({groups:,} TP groups)")
+                  or over_limit(most, self._limits, "micro_batches",
+                                f"the micro-batches of one replica ({most:,})"))
+        if reason:
+            return Infeasible(reason, memory_gib)
+        return _Template(_build(point, pools, shapes, layout, counts, b, self.sweep),
+                         tuple(p.index for p in pools for _ in range(p.nodes)), memory_gib)
+
+    def _pools(self, point: Point) -> list[_Pool]:
+        active = []
+        for i, (pool, gpu) in enumerate(zip(self.sweep.cluster.pools, self._gpus, strict=True)):
+            nodes = point[f"cluster.pools[{i}].nodes"]
+            if nodes:
+                active.append(_Pool(gpu, pool.gpu, i, nodes,
+                                    point[f"cluster.pools[{i}].gpus_per_node"],
+                                    point[f"parallelism.tp.{pool.gpu}"]))
+        return active
+
+    def _split(self, model: ModelSpec, pools: list[_Pool], stage_pools: tuple[int, ...], b: int,
+               stack: Stack, how: str) -> tuple[_Stage, ...]:
+        """Layers of each stage of one kind of replica, in multiples of the virtual stages."""
+        if how == "proportional":
+            weights = [1.0 / _layer_time_s(model, pools[k].gpu, pools[k].tp, b, stack)
+                       for k in stage_pools]
+        else:
+            weights = [1.0] * len(stage_pools)
+        v = stack.virtual_pipeline_stages
+        stages, first = [], 1
+        for k, n in zip(stage_pools, apportion(model.num_layers // v, weights), strict=True):
+            stages.append(_Stage(k, first, first + v * n - 1))
+            first += v * n
+        return tuple(stages)
+
+    @staticmethod
+    def _stage_time_s(model: ModelSpec, pool: _Pool, b: int, stage: _Stage,
+                      stack: Stack) -> float:
+        return _stage_time_s(model, pool.gpu, pool.tp, b, stage.first_layer, stage.last_layer,
+                             stack)
+
+    @staticmethod
+    def _memory(model, pools, shapes, kind_of, counts, b, point,
+                stack: Stack) -> tuple[float, str]:
+        """Largest per-GPU memory (GiB) over the groups, and a reason if some group does
+        not fit."""
+        schedule = point["training.schedule"]
+        replicas = len(kind_of)
+        largest, worst = 0.0, ""
+        for kind, shape in enumerate(shapes):
+            for m in sorted({c for k, c in zip(kind_of, counts, strict=True) if k == kind}):
+                for index, stage in enumerate(shape):
+                    pool = pools[stage.pool]
+                    total, fit = _memory_gib(model, pool.gpu, pool.tp, b, stage.first_layer,
+                                             stage.last_layer, index, len(shape), schedule, m,
+                                             stack, replicas)
+                    if not fit and not worst:
+                        worst = (f"does not fit in GPU memory: {total:.1f} GiB per GPU on "
+                                 f"{pool.gpu.name} ({pool.gpu.hbm_gib:g} GiB) at stage {index}, "
+                                 f"TP {pool.tp}, layers {stage.first_layer}-{stage.last_layer}, "
+                                 f"{m} micro-batches")
+                    largest = max(largest, total)
+        return largest, worst
+
+
+def layout_stack(point: Point) -> Stack:
+    """The point's training-stack options that shape its stages' speed and memory (the
+    gradient-bucket options, per point, are left at their defaults)."""
+    return Stack(sequence_parallel=point["training.sequence_parallel"],
+                 flash_attention=point["training.flash_attention"],
+                 recompute=point["training.recompute"],
+                 zero_stage=point["training.zero_stage"],
+                 virtual_pipeline_stages=point["training.virtual_pipeline_stages"])
+
+
+def _check(pools: list[_Pool], model: ModelSpec, p: int, b: int, batch: int) -> str:
+    """Why no layout exists, before choosing one ("" if none of these rules fails)."""
+    if not pools:
+        return "empty cluster: every pool has 0 nodes"
+    for pool in pools:
+        if pool.tp > pool.gpus_per_node:
+            return f"TP {pool.tp} exceeds the {pool.gpus_per_node} GPUs of a {pool.name} node"
+        if pool.gpus_per_node % pool.tp:
+            return f"TP {pool.tp} does not divide the {pool.gpus_per_node} GPUs of a {pool.name} node"
+        if pool.tp > model.num_attention_heads:
+            return f"TP {pool.tp} exceeds the model's {model.num_attention_heads} attention heads"
+    if p > model.num_layers:
+        return f"{p} pipeline stages but the model has {model.num_layers} layers"
+    if batch % b:
+        return f"global batch {batch} is not a multiple of micro-batch size {b}"
+    return ""
+
+
+def _check_interleaving(model: ModelSpec, p: int, v: int, micro_batches: int,
+                        schedule: str) -> str:
+    """Why ``v`` virtual stages per pipeline stage cannot run ("" if they can)."""
+    if v == 1:
+        return ""
+    where = f"interleaving ({v} virtual stages)"
+    if schedule != "1f1b":
+        return f"{where} needs the 1f1b schedule, not {schedule}"
+    if p < 2:
+        return f"{where} needs at least two pipeline stages, not {p}"
+    if model.num_layers % v:
+        return f"{where}: the model's {model.num_layers} layers are no multiple of {v}"
+    if p * v > model.num_layers:
+        return (f"{where}: {p} stages of {v} virtual stages need {p * v} layers, "
+                f"the model has {model.num_layers}")
+    if micro_batches % p:
+        return f"{where}: {micro_batches} micro-batches are no multiple of the {p} stages"
+    return ""
+
+
+def _check_fsdp(pools: list[_Pool], shapes: list[tuple[_Stage, ...]], kind_of: tuple[int, ...],
+                counts: list[int]) -> str:
+    """Why the replicas cannot run FSDP together ("" if they all run replica 0's stages
+    with its micro-batch count)."""
+    def layers(kind: int) -> str:
+        return ", ".join(f"{s.first_layer}-{s.last_layer}" for s in shapes[kind])
+
+    for r, (kind, count) in enumerate(zip(kind_of, counts, strict=True)):
+        where = f"FSDP (zero_stage 3) needs replicas of one shape: replica {r}"
+        if shapes[kind] != shapes[kind_of[0]]:
+            gpu = pools[shapes[kind][0].pool].name
+            return (f"{where} ({gpu}) runs layers {layers(kind)}, replica 0 "
+                    f"{layers(kind_of[0])}")
+        if count != counts[0]:
+            return f"{where} gets {count} micro-batches, replica 0 {counts[0]}"
+    return ""
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Replicas by kind: ``kinds[k]`` lists the pool of each stage of a kind-k replica;
+    ``kind_of[r]`` is replica r's kind; ``slots[i]`` maps pool i's TP groups, in rank
+    order, to (replica, stage)."""
+
+    kinds: tuple[tuple[int, ...], ...]
+    kind_of: tuple[int, ...]
+    slots: tuple[tuple[tuple[int, int], ...], ...]
+
+
+def _replica_count(pools: list[_Pool], p: int, mix: str) -> int | str:
+    """The number of replicas of ``p`` stages the pools' TP groups form (``separate``
+    or ``mixed``), or why they form none; arithmetic, whatever the pools' sizes."""
+    if mix == "separate":
+        replicas = 0
+        for pool in pools:
+            groups = pool.tp_groups
+            where = f"(TP {pool.tp} on {pool.nodes} x {pool.gpus_per_node} GPUs)"
+            if groups < p:
+                return f"pool {pool.name} has {groups} TP groups {where}, fewer than pp {p}"
+            if groups % p:
+                return f"pp {p} does not divide the {groups} TP groups of pool {pool.name} {where}"
+            replicas += groups // p
+        return replicas
+    total = sum(pool.tp_groups for pool in pools)
+    if total % p:
+        return f"mixed pipelines: {total} TP groups do not form pipelines of {p} stages"
+    replicas = total // p
+    for pool in pools:
+        if pool.tp_groups % replicas:
+            return (f"mixed pipelines: the {pool.tp_groups} TP groups of pool {pool.name} "
+                    f"do not spread evenly over {replicas} pipelines")
+    return replicas
+
+
+def _replicas_separate(pools: list[_Pool], p: int) -> _Layout:
+    """Each pool's own replicas (``p`` divides its TP groups: :func:`_replica_count`)."""
+    kinds, kind_of, slots = [], [], []
+    for i, pool in enumerate(pools):
+        groups = pool.tp_groups
+        replicas = groups // p
+        base = len(kind_of)
+        kinds.append((i,) * p)
+        kind_of += [i] * replicas
+        slots.append(tuple((base + g % replicas, g // replicas) for g in range(groups)))
+    return _Layout(tuple(kinds), tuple(kind_of), tuple(slots))
+
+
+def _replicas_mixed(pools: list[_Pool], p: int) -> _Layout:
+    """Pipelines that take stages from every pool (the groups spread evenly:
+    :func:`_replica_count`)."""
+    replicas = sum(pool.tp_groups for pool in pools) // p
+    stages, slots, offset = [], [], 0
+    for i, pool in enumerate(pools):
+        per_pipeline = pool.tp_groups // replicas
+        stages += [i] * per_pipeline
+        slots.append(tuple((g % replicas, offset + g // replicas) for g in range(pool.tp_groups)))
+        offset += per_pipeline
+    return _Layout((tuple(stages),), (0,) * replicas, tuple(slots))
+
+
+def _build(point: Point, pools: list[_Pool], shapes: list[tuple[_Stage, ...]], layout: _Layout,
+           counts: list[int], b: int, sweep: Sweep) -> pb.DeploymentPlan:
+    plan = pb.DeploymentPlan()
+    plan.model.preset = point["model"]
+    t = plan.training
+    t.global_batch_size = point["training.global_batch_size"]
+    t.schedule = SCHEDULE.value(point["training.schedule"])
+    stack = layout_stack(point)
+    t.recompute = RECOMPUTE.value(stack.recompute)
+    t.sequence_parallel, t.flash_attention = stack.sequence_parallel, stack.flash_attention
+    t.zero_stage, t.virtual_pipeline_stages = stack.zero_stage, stack.virtual_pipeline_stages
+    t.total_tokens = sweep.training.total_tokens or 0.0
+    plan.cluster.fabric.nodes_per_rack = sweep.cluster.nodes_per_rack
+    groups = []
+    rank = 0
+    for pool, slots in zip(pools, layout.slots, strict=True):
+        for _ in range(pool.nodes):
+            plan.cluster.nodes.add(gpu=pool.name, num_gpus=pool.gpus_per_node)
+        for replica, stage in slots:
+            groups.append((replica, stage, range(rank, rank + pool.tp)))
+            rank += pool.tp
+    groups.sort(key=lambda g: (g[0], g[1]))
+    for gid, (replica, stage, ranks) in enumerate(groups):
+        s = shapes[layout.kind_of[replica]][stage]
+        plan.device_groups.add(id=gid, ranks=ranks, pp_stage=stage, dp_replica=replica,
+                               first_layer=s.first_layer, last_layer=s.last_layer,
+                               micro_batch_size=b, num_micro_batches=counts[replica])
+    return plan
+
+
+@functools.lru_cache(maxsize=65536)
+def _stage_time_s(model: ModelSpec, gpu: GpuSpec, tp: int, b: int, first: int, last: int,
+                  stack: Stack) -> float:
+    """Forward plus backward time of one micro-batch on a stage."""
+    c = stage_cost(model, gpu, tp, b, first, last, stack=stack)
+    return c.forward_time_s + c.backward_time_s
+
+
+def _layer_time_s(model: ModelSpec, gpu: GpuSpec, tp: int, b: int, stack: Stack) -> float:
+    """Forward plus backward time of one transformer block (a middle layer: no embedding
+    or head) for one micro-batch."""
+    layer = min(2, model.num_layers)
+    return _stage_time_s(model, gpu, tp, b, layer, layer, stack)
+
+
+@functools.lru_cache(maxsize=65536)
+def _memory_gib(model: ModelSpec, gpu: GpuSpec, tp: int, b: int, first: int, last: int,
+                stage_index: int, num_stages: int, schedule: str, num_micro_batches: int,
+                stack: Stack, dp: int) -> tuple[float, bool]:
+    """A group's memory per GPU (GiB) and whether it fits.
+
+    Every layer is held by one group of each replica, so the sweep-line DP group over
+    any of a group's layers spans every replica: ZeRO shards over the replica count.
+    """
+    breakdown = memory_per_gpu(model, gpu, tp, b, first, last, stage_index=stage_index,
+                               num_stages=num_stages, schedule=schedule,
+                               num_micro_batches=num_micro_batches, stack=stack, dp=dp)
+    return breakdown.total_gib, fits(breakdown, gpu)

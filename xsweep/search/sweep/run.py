@@ -1,0 +1,292 @@
+"""``run_sweep``: a sweep file to a published dataset, through the exact funnel.
+
+1. Plan and bound every point, chunk by chunk (independent units, resumable).
+2. Evaluate exactly, in rounds, the bounded points the funnel cannot prune
+   (:mod:`xsweep.search.funnel`); each round's batches are units too.
+3. Publish the dataset, the Pareto table, plot and summary, and the plans of the
+   front and top points (:mod:`xsweep.search.sweep.store`).
+
+The units this process runs it evaluates in the run's session
+(:class:`~xsweep.search.evaluation.Session`), the caller's or one made for the run; units
+run elsewhere, in the session of the process that runs them
+(:mod:`xsweep.search.sweep.processes`, :mod:`xsweep.search.sweep.distributed`).
+
+A rerun with the same inputs reuses every finished chunk and batch: the funnel's rounds
+are a pure function of the bounds and exact results, so it replays to the same point.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+import xsweep
+from xsweep.errors import InputError
+from xsweep.metrics import jsonable
+from xsweep.runtime import accelerator_possible, usable_cores
+from xsweep.search import report
+from xsweep.search.evaluation import Job, Session, exact_feasible, plan_key
+from xsweep.search.folders import results_folder
+from xsweep.search.funnel import Funnel
+from xsweep.search.pareto import objective_matrix
+from xsweep.search.progress import Progress, eta
+from xsweep.search.space.grid import Grid, check_grid
+from xsweep.search.space.planner import Built, Infeasible, Planner, plan_name
+from xsweep.search.sweep.distributed import DaskExecutor, LocalExecutor
+from xsweep.search.sweep.plot import pareto_png
+from xsweep.search.sweep.processes import ProcessExecutor
+from xsweep.search.sweep.results import answer, to_dataset
+from xsweep.search.sweep.store import SweepFolder
+from xsweep.search.sweep.summary import summary_of
+from xsweep.search.sweep.units import bound_chunk, bound_walk, exact_batch
+from xsweep.search.table import Table, concat, update
+from xsweep.spec import load_catalog, load_sweep, plan_to_text
+from xsweep.spec.catalog import Catalog
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to run a sweep (none of these change its answer)."""
+
+    out_dir: Path | None = None  # default: results/<sweep name>
+    catalog_files: tuple[str, ...] = ()
+    overwrite: bool = False
+    scheduler: str | None = None  # a Dask scheduler address
+    chunk_size: int | None = None  # points planned and bounded per unit (default below)
+    max_round: int = 256  # points evaluated exactly per funnel round at most
+    exact_batch: int = 64  # points per exact unit
+    exhaustive: bool = False  # evaluate every bounded point exactly (no pruning)
+    dtype: str = "float32"
+    processes: int | None = None  # worker processes of the bound phase (default: per core)
+    platform: str | None = None  # "cpu" or "gpu" (an accelerator): default, the devices'
+
+
+#: Points planned and bounded per unit by default: on a CPU host a unit is a worker
+#: process's work; on an accelerator host units are planned here and their plans
+#: prepared by worker processes for the device, whose kernel calls want thousands of
+#: variants each (a unit's buildable points are a small share of its points).
+CHUNK_SIZE = {"cpu": 1024, "gpu": 16384}
+
+
+@dataclass
+class Outcome:
+    """A finished sweep: where it went, its summary and its front as text."""
+
+    folder: Path
+    summary: dict
+    front_text: str
+    resumed: bool
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def plan_of(path: str | Path, index: int, catalog_files=()) -> Built | Infeasible:
+    """The plan of point ``index`` of the sweep at ``path`` (or why it has none)."""
+    catalog = load_catalog(catalog_files)
+    sweep = load_sweep(path, catalog)
+    check_grid(sweep, str(path))
+    grid = Grid(sweep)
+    if not 0 <= index < grid.size:
+        raise InputError(str(path), "point", index, f"the grid has points 0..{grid.size - 1}")
+    return Planner(sweep, catalog).plan(grid.point(index), plan_name(sweep, index))
+
+
+def _host(options: Options, session: Session | None) -> tuple[str, Session, bool]:
+    """The platform this process evaluates on, ``"cpu"`` or ``"gpu"``, the session it
+    evaluates in, and whether the session's evaluator was made for this run (which closes
+    it when it ends).
+
+    A session given is used as it is: its evaluator's platform is the run's. Otherwise a
+    CPU host where no accelerator can be (:func:`xsweep.runtime.accelerator_possible`)
+    is known without starting JAX, which a sweep of infeasible points never needs; else
+    the process's default evaluator finds the platform (made here, before any JAX
+    computation, so a CPU host is split into its CPU devices). On an accelerator host
+    this process is the device's one owner: units are planned here, their plans prepared
+    by the evaluator's worker processes (on the CPU only, ``options.processes`` of them
+    when given, in an evaluator of the run's own) and run on the device in large calls.
+    ``options.platform`` gives an accelerator host's code path on a CPU (tests)."""
+    if session is not None:
+        platform = session.evaluator.platform
+        if options.platform not in (None, platform):
+            raise ValueError(f"the session evaluates on {platform!r}, the options ask for "
+                             f"{options.platform!r}")
+        return platform, session, False
+    if options.platform is None and not accelerator_possible():
+        return "cpu", Session(), False
+    session = Session()
+    platform = options.platform or session.evaluator.platform
+    if session.evaluator.platform == platform and (platform == "cpu" or not options.processes):
+        return platform, session, False
+    from xsweep.evaluator import Evaluator
+
+    return platform, Session(Evaluator(platform=platform, processes=options.processes)), True
+
+
+def run_sweep(path: str | Path, options: Options = Options(),
+              progress: Progress | None = None, timings: dict | None = None,
+              session: Session | None = None) -> Outcome:
+    """Run (or resume) the sweep at ``path``; see the module docstring.
+
+    Args:
+      timings: filled as the work goes (so it is meaningful after an interruption too):
+        seconds spent in ``planning_s``, ``bound_s``, ``exact_s``, ``writing_s``, and the
+        ``points_bounded`` and ``points_exact`` computed by this run.
+      session: what this process evaluates the units it runs in, and keeps results and
+        compiled kernels in for the caller's later runs; by default one made for this
+        run (see :func:`_host`). Not used with ``options.scheduler``: the cluster's
+        workers evaluate every unit.
+    """
+    began = time.perf_counter()
+    show = progress.update if progress is not None else (lambda text, final=False: None)
+    catalog = load_catalog(options.catalog_files)
+    text = Path(path).read_text(encoding="utf-8")
+    sweep = load_sweep(path, catalog)
+    check_grid(sweep, str(path))
+    grid = Grid(sweep)
+    folder = SweepFolder(options.out_dir or results_folder(sweep.name, str(path)))
+    platform, session, made = _host(options, session) if not options.scheduler else (
+        "cpu", None, False)
+    try:
+        options = replace(options, platform=platform,
+                          chunk_size=options.chunk_size or CHUNK_SIZE[platform])
+        job = Job(sweep, catalog, options.dtype)
+        manifest = {
+            "format": 2, "sweep_sha256": hashlib.sha256(text.encode()).hexdigest(),
+            "catalog_version": job.catalog_version, "xsweep_version": xsweep.__version__,
+            "chunk_size": options.chunk_size, "max_round": options.max_round,
+            "exact_batch": options.exact_batch, "exhaustive": options.exhaustive,
+            "dtype": options.dtype,
+        }
+        resumed = folder.claim(manifest, options.overwrite)
+        timings = timings if timings is not None else {}
+        for key in ("planning_s", "bound_s", "exact_s", "writing_s", "points_bounded",
+                    "points_exact"):
+            timings.setdefault(key, 0)
+        executor = (DaskExecutor(options.scheduler) if options.scheduler
+                    else LocalExecutor(session))
+        try:
+            table = _bound_phase(grid, folder, job, executor, options, timings, show)
+            funnel = _exact_phase(table, sweep, folder, job, executor, options, timings, show)
+        finally:
+            executor.close()
+    finally:
+        if made:  # what the run made it closes: its worker processes end with it
+            session.evaluator.close()
+    finishing = time.perf_counter()
+    summary, lines = _publish(table, funnel, sweep, catalog, grid, folder, {
+        "sweep_name": sweep.name, "sweep_file": str(path), "sweep_yaml": text,
+        "catalog_version": manifest["catalog_version"], "xsweep_version": xsweep.__version__,
+        "objectives": list(sweep.objectives), "top": sweep.validation.top,
+        "dtype": options.dtype})
+    timings["writing_s"] += time.perf_counter() - finishing
+    timings["total_s"] = time.perf_counter() - began
+    summary["timings"] = {k: round(v, 3) for k, v in timings.items()}
+    show(f"done: {grid.size:,} points, {summary['evaluated_exactly']:,} evaluated exactly "
+         f"({summary['exact_share_of_bounded']:.1%} of the bounded), "
+         f"{int(funnel.pruned.sum()):,} pruned, in {timings['total_s']:.1f} s; "
+         f"results in {folder.root}", final=True)
+    return Outcome(folder.root, summary, report.format_table(lines), resumed, timings)
+
+
+def _publish(table: Table, funnel: Funnel, sweep, catalog: Catalog, grid: Grid,
+             folder: SweepFolder, attrs: dict) -> tuple[dict, list[list[str]]]:
+    """Mark the pruned points, find the answer and write every output; return the summary
+    and the front table's cells."""
+    table["status"][funnel.pruned] = "pruned"
+    found = answer(table, sweep.objectives, sweep.validation.top)
+    summary = {"sweep": sweep.name, **summary_of(table, grid, sweep.objectives, found),
+               "rounds": funnel.rounds,
+               "outputs": {name: str(folder.path(name)) for name in
+                           ("sweep.zarr", "pareto.png", "pareto.csv", "summary.json", "plans")}}
+    planner = Planner(sweep, catalog)
+    shown = sorted({int(i) for i in (*found.front, *(j for t in found.top.values() for j in t))})
+    built = {i: planner.plan(grid.point(i), plan_name(sweep, i)).plan for i in shown}
+    lines = report.front_table(summary["front"], grid.dims, [p.gpu for p in sweep.cluster.pools],
+                               {i: plan_key(plan) for i, plan in built.items()})
+    png = pareto_png(table, sweep.objectives, found, f"{sweep.name}: {len(found.front)} on the front")
+    attrs = attrs | {"evaluated_exactly": summary["evaluated_exactly"]}
+    folder.publish(to_dataset(grid, table, attrs),
+                   {"pareto.csv": report.csv_text(lines, summary["front"]).encode(),
+                    "pareto.png": png,
+                    "summary.json": (json.dumps(jsonable(summary), indent=2, allow_nan=False)
+                                     + "\n").encode()},
+                   {f"point-{i}.pbtxt": plan_to_text(plan) for i, plan in built.items()})
+    return summary, lines
+
+
+def _add(timings: dict, more: dict) -> None:
+    for key, value in more.items():
+        timings[key] = timings.get(key, 0) + value
+
+
+def _bound_phase(grid: Grid, folder: SweepFolder, job: Job, executor, options: Options,
+                 timings: dict, show: Callable) -> Table:
+    walk = bound_walk(job.sweep)
+    chunks = walk.chunks(options.chunk_size)
+    found = {c: folder.load_bound(*c, walk.points(*c)) for c in chunks}
+    todo = [(c, c) for c in chunks if found[c] is None]
+    reused = len(chunks) - len(todo)
+    if reused:
+        show(f"resuming: {reused} of {len(chunks)} chunks already planned and bounded", final=True)
+    started, done_points = time.perf_counter(), 0
+    left = sum(stop - start for (start, stop), _ in todo)
+    buildable = sum(int(np.sum(t["level"] != "none")) for t in found.values() if t is not None)
+    units = executor
+    processes = min(len(todo), options.processes or usable_cores())
+    if isinstance(executor, LocalExecutor) and processes > 1 and options.platform == "cpu":
+        # whole chunks on a worker process per core: planning runs in parallel too, and
+        # no chunk waits for another's slowest share
+        units = ProcessExecutor(processes)
+    try:
+        for (start, stop), (table, spent) in units.run(bound_chunk, job, todo):
+            saving = time.perf_counter()
+            folder.save_bound(start, stop, table)
+            found[(start, stop)] = table
+            _add(timings, spent | {"writing_s": time.perf_counter() - saving,
+                                   "points_bounded": stop - start})
+            done_points += stop - start
+            elapsed = time.perf_counter() - started
+            buildable += int(np.sum(table["level"] != "none"))
+            show(f"planned and bounded {grid.size - left + done_points:,}/{grid.size:,} "
+                 f"points ({buildable:,} buildable), {done_points / elapsed:,.0f} points/s, "
+                 f"ETA {eta(done_points, left, elapsed)}", final=done_points == left)
+    finally:
+        if units is not executor:
+            units.close()
+    table = concat([found[c] for c in chunks])  # in the walk's order: back to the grid's
+    return {name: values[np.argsort(table["point"])] for name, values in table.items()}
+
+
+def _exact_phase(table: Table, sweep, folder: SweepFolder, job: Job, executor,
+                 options: Options, timings: dict, show: Callable) -> Funnel:
+    candidates = (table["level"] == "bound") & (table["status"] == "ok")
+    funnel = Funnel(objective_matrix(table, sweep.objectives), candidates,
+                    sweep.validation.top, options.max_round, options.exhaustive)
+    while len(picks := funnel.next_round()):
+        batches = [picks[i: i + options.exact_batch]
+                   for i in range(0, len(picks), options.exact_batch)]
+        found = {b: folder.load_exact(funnel.rounds, b, points)
+                   for b, points in enumerate(batches)}
+        todo = [(b, (batches[b],)) for b, got in found.items() if got is None]
+        for b, (rows, spent) in executor.run(exact_batch, job, todo):
+            saving = time.perf_counter()
+            folder.save_exact(funnel.rounds, b, rows)
+            found[b] = rows
+            _add(timings, spent | {"writing_s": time.perf_counter() - saving,
+                                   "points_exact": len(rows["point"])})
+        for b in range(len(batches)):
+            rows = found[b]
+            update(table, rows)
+            funnel.record(rows["point"], objective_matrix(rows, sweep.objectives),
+                          exact_feasible(rows))
+        funnel.prune()
+        show(f"exact round {funnel.rounds}: {len(picks):,} points "
+             f"({len(todo)} of {len(batches)} batches computed); "
+             f"{int(funnel.evaluated.sum()):,} exact, {int(funnel.pruned.sum()):,} pruned, "
+             f"{int(funnel.remaining.sum()):,} left", final=True)
+    return funnel

@@ -1,0 +1,177 @@
+"""A sweep's output folder: resume state while it runs, the published results when done.
+
+Layout of ``results/<name>/`` (or the folder given with ``-o``)::
+
+    work/manifest.json          what was run (hashes of the sweep file and catalog, settings)
+    work/bound/<start>-<stop>.npz     one finished chunk of planned and bounded points
+                                      (positions in the bound walk, ``units.bound_walk``)
+    work/exact/r<round>-b<batch>.npz  one finished batch of exactly evaluated points
+    sweep.zarr   pareto.csv   pareto.png   summary.json   plans/
+
+Every file is written under a temporary name and renamed, so a file that exists is
+whole: a killed run leaves finished chunks and batches, never half of one, and the
+published outputs appear only once the whole sweep is done (the dataset last). A
+rerun into a folder whose manifest differs is refused unless ``overwrite``.
+
+Nothing is written outside the folder (:mod:`xsweep.search.folders`): every file inside
+has a name made here (``point-<index>.pbtxt``, ...), checked to be a plain file name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from xsweep.errors import InputError
+from xsweep.search import table as tables
+from xsweep.search.folders import checked_folder, plain_file_name
+from xsweep.search.table import Table
+
+OUTPUTS = ("sweep.zarr", "pareto.csv", "pareto.png", "summary.json", "plans")
+_PARTIAL = ".partial"
+#: Manifest entries and how a refusal names them.
+_DESCRIBED = {"sweep_sha256": "sweep file", "catalog_version": "catalog",
+              "xsweep_version": "xsweep version"}
+
+
+class SweepFolder:
+    """The output folder of one sweep."""
+
+    def __init__(self, root: Path):
+        self.root = checked_folder(root)
+        self.work = self.root / "work"
+
+    def path(self, output: str) -> Path:
+        return self.root / output
+
+    def claim(self, manifest: dict, overwrite: bool) -> bool:
+        """Make the folder this run's; True when it resumes a run of the same manifest.
+
+        Raises:
+          InputError: the folder holds another run's results and not ``overwrite``.
+        """
+        found = self._manifest()
+        ours = any(self.path(name).exists() for name in OUTPUTS) or self.work.exists()
+        if found == manifest and not overwrite:
+            self._sweep_partials()
+            return True
+        if ours and not overwrite:
+            raise InputError(str(self.root), None, None, _refusal(found, manifest))
+        # what ``xsweep validate`` wrote validated the results being replaced: it goes too
+        for name in (*OUTPUTS, "work", "validate"):
+            _remove(self.path(name))
+        (self.work / "bound").mkdir(parents=True, exist_ok=True)
+        (self.work / "exact").mkdir(parents=True, exist_ok=True)
+        _write_text(self.work / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True))
+        return False
+
+    def _manifest(self) -> dict | None:
+        try:
+            return json.loads((self.work / "manifest.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+
+    def _sweep_partials(self) -> None:
+        """Remove what a killed run was writing when it died."""
+        for folder in (self.root, self.work / "bound", self.work / "exact"):
+            for leftover in folder.glob(f"*{_PARTIAL}*"):
+                _remove(leftover)
+
+    def _bound_file(self, start: int, stop: int) -> Path:
+        return self.work / "bound" / f"{start:012d}-{stop:012d}.npz"
+
+    def _exact_file(self, round_: int, batch: int) -> Path:
+        return self.work / "exact" / f"r{round_:05d}-b{batch:05d}.npz"
+
+    def load_bound(self, start: int, stop: int, points: np.ndarray | None = None) -> Table | None:
+        """The finished chunk ``start .. stop-1`` if it holds ``points`` (by default the
+        points ``start .. stop-1``), or None."""
+        return _load(self._bound_file(start, stop),
+                     np.arange(start, stop) if points is None else points)
+
+    def save_bound(self, start: int, stop: int, table: Table) -> None:
+        tables.save(table, self._bound_file(start, stop))
+
+    def load_exact(self, round_: int, batch: int, points: np.ndarray) -> Table | None:
+        """The finished batch ``batch`` of round ``round_`` if it holds ``points``, or None."""
+        return _load(self._exact_file(round_, batch), points)
+
+    def save_exact(self, round_: int, batch: int, table: Table) -> None:
+        tables.save(table, self._exact_file(round_, batch))
+
+    def publish(self, dataset, files: dict[str, bytes], plans: dict[str, str]) -> None:
+        """Write the results: ``files`` (name -> content) and ``plans`` (file name -> text)
+        first, the dataset last, each complete before it takes its final name."""
+        for name in (*files, *plans):  # all before anything is written
+            plain_file_name(name)
+        for name, content in files.items():
+            _write_bytes(self.path(name), content)
+        folder = self.path("plans")
+        staging = _staging(folder)
+        staging.mkdir()
+        for name, text in plans.items():
+            (staging / name).write_text(text, encoding="utf-8")
+        _swap(staging, folder)
+        staging = _staging(self.path("sweep.zarr"))
+        with warnings.catch_warnings():  # zarr notes that v3 has no consolidated metadata spec yet
+            warnings.simplefilter("ignore", UserWarning)
+            dataset.to_zarr(staging, mode="w", consolidated=True)
+        _swap(staging, self.path("sweep.zarr"))
+
+
+def _load(path: Path, points: np.ndarray) -> Table | None:
+    if not path.exists():
+        return None
+    try:
+        found = tables.load(path)
+    except (OSError, ValueError, KeyError):  # unreadable: compute it again
+        return None
+    return found if np.array_equal(found.get("point"), points) else None
+
+
+def _refusal(found: dict | None, wanted: dict) -> str:
+    if found is None:
+        return ("holds results this run did not write (or from a killed run that never "
+                "started); rerun with --overwrite to replace them")
+    changed = [_DESCRIBED.get(k, k.replace("_", " ")) for k in sorted(set(found) | set(wanted))
+               if found.get(k) != wanted.get(k)]
+    return (f"holds results of another sweep run ({', '.join(changed)} changed); "
+            "rerun with --overwrite to replace them, or choose another folder with -o")
+
+
+def _staging(path: Path) -> Path:
+    return path.with_name(f"{path.name}{_PARTIAL}-{os.getpid()}")
+
+
+def _swap(staging: Path, final: Path) -> None:
+    """Put the finished ``staging`` at ``final``, replacing what was there."""
+    old = final.with_name(f"{final.name}{_PARTIAL}-old-{os.getpid()}")
+    if final.exists():
+        final.rename(old)
+    staging.rename(final)
+    _remove(old)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def _write_bytes(path: Path, content: bytes) -> None:
+    staging = _staging(path)
+    with open(staging, "wb") as file:
+        file.write(content)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(staging, path)
+
+
+def _write_text(path: Path, text: str) -> None:
+    _write_bytes(path, text.encode("utf-8"))

@@ -1,0 +1,45 @@
+"""The units of a sweep's work, runnable in any process: plan and bound a range of points,
+or plan and evaluate a set of points exactly.
+
+Each is called ``unit(session, job, *args)`` by an executor, which passes the session
+of the process it runs in (:class:`~xsweep.search.evaluation.Session`), and returns a
+:data:`~xsweep.search.table.Table` (one row per point) and the seconds it spent planning
+and evaluating.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from xsweep.search.evaluation import Job, Session, evaluate_points
+from xsweep.search.space.grid import Grid, Walk
+from xsweep.search.space.planner import plan_name, varies_fast
+from xsweep.search.table import Table
+from xsweep.spec.sweep import Sweep
+
+
+def bound_walk(sweep: Sweep) -> Walk:
+    """The order the bound phase visits a sweep's points in: points that differ only in
+    per-point fields (NICs, pricing, ...) or in numbers of the stack (recompute, ...) side by
+    side, so that the numeric variants of one program structure share a chunk, and so a
+    process that builds the structure once."""
+    return Grid(sweep).walk(varies_fast)
+
+
+def bound_chunk(session: Session, job: Job, start: int,
+                stop: int) -> tuple[Table, dict[str, float]]:
+    """Plan the points at positions ``start .. stop-1`` of :func:`bound_walk` and evaluate
+    the buildable ones at the bound level (rows in that order)."""
+    return _evaluate(session, job, bound_walk(job.sweep).points(start, stop), "bound")
+
+
+def exact_batch(session: Session, job: Job,
+                indices: np.ndarray) -> tuple[Table, dict[str, float]]:
+    """Plan ``indices`` again and evaluate them at the exact level."""
+    return _evaluate(session, job, np.asarray(indices), "exact")
+
+
+def _evaluate(session: Session, job: Job, indices: np.ndarray,
+              level: str) -> tuple[Table, dict[str, float]]:
+    names = [plan_name(job.sweep, index) for index in indices.tolist()]
+    return evaluate_points(session, job, indices, Grid(job.sweep).points(indices), names, level)

@@ -1,0 +1,107 @@
+"""A finished sweep's folder as validation input: its dataset, the sweep it ran (from the
+dataset's attributes) and the winners to re-run, each planned again by the sweep's planner.
+
+The planner is deterministic, so the plan of a point is the one the sweep evaluated as
+long as the catalog is the same: a folder written with another catalog is refused.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from xsweep.errors import InputError
+from xsweep.search.evaluation import catalog_version, exact_feasible
+from xsweep.search.pareto import objective_matrix
+from xsweep.search.space.grid import Grid
+from xsweep.search.space.planner import Built, Planner, plan_name
+from xsweep.search.validate.compare import BOUND, COMPARED, EXACT
+from xsweep.search.validate.winners import Candidate, pick
+from xsweep.spec.catalog import Catalog
+from xsweep.spec.sweep import Sweep, Validation, sweep_from_text
+
+DATASET = "sweep.zarr"
+#: Dataset attributes the sweep writes and validation needs.
+_ATTRS = ("sweep_yaml", "catalog_version")
+_COLUMNS = ("point", "level", "status", "feasible")
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """A sweep folder opened for validation."""
+
+    folder: Path
+    sweep: Sweep
+    catalog: Catalog
+    table: dict[str, np.ndarray]  # flat columns, row i = point i
+
+    @property
+    def validation(self) -> Validation:
+        return self.sweep.validation
+
+    @property
+    def objectives(self) -> list[str]:
+        return list(self.sweep.objectives)
+
+    def candidates(self, top: int) -> list[Candidate]:
+        """The winners to re-run (:mod:`xsweep.search.validate.winners`), exact ones first."""
+        table, objectives = self.table, self.objectives
+        values = objective_matrix(table, objectives)
+        bounded = (table["level"] == BOUND) & table["feasible"]
+        planner, grid = Planner(self.sweep, self.catalog), Grid(self.sweep)
+        out = []
+        for level, eligible in ((EXACT, exact_feasible(table)), (BOUND, bounded)):
+            for index, why in pick(values, objectives, eligible, top).items():
+                built = planner.plan(grid.point(index), plan_name(self.sweep, index))
+                if not isinstance(built, Built):
+                    raise InputError(str(self.folder / DATASET), f"point {index}", None,
+                                     f"is feasible there but the planner now says: "
+                                     f"{built.reason}")
+                out.append(Candidate(f"point-{index}", f"point {index}", level, tuple(why),
+                                     built.plan, built.cost,
+                                     {name: float(table[name][index]) for name in COMPARED}))
+        return out
+
+
+def is_sweep_folder(path: Path) -> bool:
+    return (path / DATASET).is_dir()
+
+
+def open_sweep_result(folder: Path, catalog: Catalog) -> SweepResult:
+    """Open the sweep in ``folder``, checking that it was run with ``catalog``.
+
+    Raises:
+      InputError: the dataset cannot be read or lacks what a sweep writes, or another
+        catalog made it.
+    """
+    import xarray as xr
+
+    store = folder / DATASET
+    try:
+        with warnings.catch_warnings():  # zarr's notes on (missing) consolidated metadata
+            warnings.simplefilter("ignore")
+            ds = xr.open_zarr(store)
+    except (OSError, ValueError, KeyError) as error:
+        raise InputError(str(store), None, None, f"cannot be read as a dataset: {error}") from None
+    missing = [name for name in _ATTRS if name not in ds.attrs]
+    missing += [name for name in (*_COLUMNS, *COMPARED) if name not in ds.data_vars]
+    if missing:
+        raise InputError(str(store), None, None, f"lacks {', '.join(missing)}: not the dataset "
+                         "of a sweep written by xsweep sweep")
+    version = catalog_version(catalog)
+    if ds.attrs["catalog_version"] != version:
+        raise InputError(str(store), "catalog_version", ds.attrs["catalog_version"],
+                         f"the sweep ran with another catalog than this one ({version}); "
+                         "pass the --catalog files it used, or run the sweep again")
+    sweep = sweep_from_text(ds.attrs["sweep_yaml"], f"{store} (attribute sweep_yaml)", catalog)
+    points = ds["point"].values.ravel()
+    order = np.argsort(points)
+    if not np.array_equal(points[order], np.arange(Grid(sweep).size)):
+        raise InputError(str(store), "point", None, "does not cover the sweep's grid")
+    table = {name: ds[name].values.ravel()[order] for name in
+             dict.fromkeys((*_COLUMNS, *COMPARED, *sweep.objectives))}
+    table["feasible"] = table["feasible"].astype(bool)
+    return SweepResult(folder, sweep, catalog, table)
