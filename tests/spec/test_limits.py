@@ -11,7 +11,7 @@ from xsweep.plan.builder import NodeReq, ReplicaReq, StageReq, build_plan, rando
 from xsweep.plan.lower import lower
 from xsweep.spec.limits import Limits, active_limits
 from xsweep.spec.plan_io import plan_from_text
-from xsweep.spec.program_size import estimate_program_size
+from xsweep.spec.program_size import estimate_program_size, program_cost
 from xsweep.spec.validate import typed_plan, validate_plan
 
 
@@ -75,12 +75,16 @@ def test_huge_programs_are_refused_before_anything_is_built(catalog, monkeypatch
     text = (PLAN.replace("num_micro_batches: 4", "num_micro_batches: 60000")
             .replace("global_batch_size: 8", "global_batch_size: 120000"))
     plan = plan_from_text(text)
-    assert estimate_program_size(plan) > Limits().program_size
+    size = estimate_program_size(plan)  # 2.6 million: within the default limit
+    validate_plan(plan, catalog, "p.pbtxt")
+    monkeypatch.setenv("XSWEEP_MAX_PROGRAM_SIZE", "1_000_000")
     with pytest.raises(InputError) as error:
         validate_plan(plan, catalog, "p.pbtxt")
-    assert error.value.field == "device_groups"
-    assert "exceeds the limit of 1,000,000 (set XSWEEP_MAX_PROGRAM_SIZE to raise it)" in str(
-        error.value)
+    assert error.value.field == "device_groups" and error.value.value == size
+    memory, seconds = program_cost(size)
+    assert (f"({size:,} tasks and flows of one iteration, estimated: about "
+            f"{memory / 1e9:.1f} GB and {seconds:,.0f} s to evaluate exactly) exceeds the "
+            "limit of 1,000,000 (set XSWEEP_MAX_PROGRAM_SIZE to raise it)") in str(error.value)
     monkeypatch.setenv("XSWEEP_MAX_PROGRAM_SIZE", str(estimate_program_size(plan)))
     validate_plan(plan, catalog, "p.pbtxt")  # raised to exactly its size: accepted
 

@@ -124,20 +124,36 @@ def _many_replicas(_size: int) -> bytes:
 
 
 def _lcm_resharding(_size: int) -> bytes:
-    """Stages of TP 63 and 64 (llama2-70b has 64 heads): 4,032 LCM chunks per transfer."""
+    """Stages of TP 63 and 64 (llama2-70b has 64 heads): 4,032 LCM chunks per transfer,
+    8,000 transfers: tens of millions of flows."""
     return ('name: "lcm"\nmodel { preset: "llama2-70b" }\n'
-            "training { global_batch_size: 400 resharding: LCM }\n"
+            "training { global_batch_size: 4000 resharding: LCM }\n"
             'cluster { nodes { gpu: "H100-SXM" num_gpus: 127 } }\n'
             f"device_groups {{ id: 0 ranks: [{', '.join(map(str, range(63)))}] pp_stage: 0 "
-            "first_layer: 1 last_layer: 40 micro_batch_size: 1 num_micro_batches: 400 }\n"
+            "first_layer: 1 last_layer: 40 micro_batch_size: 1 num_micro_batches: 4000 }\n"
             f"device_groups {{ id: 1 ranks: [{', '.join(map(str, range(63, 127)))}] pp_stage: 1 "
-            "first_layer: 41 last_layer: 80 micro_batch_size: 1 num_micro_batches: 400 }\n"
+            "first_layer: 41 last_layer: 80 micro_batch_size: 1 num_micro_batches: 4000 }\n"
             ).encode()
 
 
 def _micro_batches(count: int) -> str:
     return (PLAN.replace("num_micro_batches: 4", f"num_micro_batches: {count}")
             .replace("global_batch_size: 8", f"global_batch_size: {2 * count}"))
+
+
+def _huge_program(_size: int) -> bytes:
+    """Over the program-size limit (tens of millions of tasks and flows, about 8 GB to
+    evaluate) in a small file: 8 replicas of 4 TP-2 stages, 60,000 micro-batches each."""
+    replicas, stages, count = 8, 4, 60_000
+    nodes = '  nodes { gpu: "H100-SXM" num_gpus: 8 }\n' * (replicas * stages * 2 // 8)
+    groups = "".join(
+        f"device_groups {{ id: {r * stages + s} ranks: [{2 * (r * stages + s)}, "
+        f"{2 * (r * stages + s) + 1}] pp_stage: {s} dp_replica: {r} first_layer: {8 * s + 1} "
+        f"last_layer: {8 * s + 8} micro_batch_size: 1 num_micro_batches: {count} }}\n"
+        for r in range(replicas) for s in range(stages))
+    return (f'name: "huge-program"\nmodel {{ preset: "llama2-7b" seq_length: 1024 }}\n'
+            f"training {{ global_batch_size: {replicas * count} total_tokens: 1e9 }}\n"
+            f"cluster {{\n{nodes}}}\n{groups}").encode()
 
 
 def _many_stages(_size: int) -> bytes:
@@ -246,7 +262,7 @@ HOSTILE: tuple[Hostile, ...] = (
     Hostile("many device groups", ".pbtxt", _many_groups),
     Hostile("long ranks list", ".pbtxt", _long_ranks),
     Hostile("huge micro-batch count", ".pbtxt", _text(_micro_batches(INT32_MAX // 2))),
-    Hostile("program over the limit", ".pbtxt", _text(_micro_batches(60_000))),
+    Hostile("program over the limit", ".pbtxt", _huge_program),
     Hostile("many replicas", ".pbtxt", _many_replicas, valid=True),
     Hostile("lcm resharding blow-up", ".pbtxt", _lcm_resharding),
     Hostile("huge layer count", ".pbtxt",

@@ -34,9 +34,12 @@ class Limits:
     file_bytes: int = 4 * 1024 * 1024  # size of one input file
     yaml_nodes: int = 1_000_000  # YAML values after alias expansion (billion laughs)
     gpus: int = 65_536  # GPUs of one plan's cluster
-    device_groups: int = 4_096  # device groups of one plan
+    device_groups: int = 65_536  # device groups of one plan (one per GPU at most)
     micro_batches: int = 65_536  # micro-batches of one replica per iteration
-    program_size: int = 1_000_000  # tasks + flows of one plan's lowered program
+    # tasks + flows of one plan's lowered program: what a plan costs to evaluate grows
+    # with it (xsweep.spec.program_size.program_cost), about 8 GB and a minute and a half
+    # at this default, which every real configuration up to 65,536 GPUs stays below
+    program_size: int = 10_000_000
 
     @staticmethod
     def env_name(name: str) -> str:

@@ -25,6 +25,29 @@ from xsweep.spec.resolve import groups_bytes
 _SIZES: Memo = Memo(16384, 64 * 2**20, lambda key, value: len(key[0]))
 
 
+#: What evaluating a program exactly costs, per task or flow and at least, measured on
+#: Llama-3-405B plans of 2,048-65,536 H100s (1.2 million tasks and flows) on two cores:
+#: the batched exact level's peak memory (1.1 GB at 1.28 million, its kernel compiled)
+#: is the largest of the simulator's (0.47-0.65 GB) and the bound's (0.54-0.74 GB), and
+#: its time (9-12 s with the compilation) above the simulator's (6-8 s).
+COST_BYTES_BASE, COST_BYTES_PER_ELEMENT = 300e6, 700.0
+COST_SECONDS_PER_ELEMENT = 9e-6
+
+
+def program_cost(size: int) -> tuple[float, float]:
+    """About the peak memory (bytes) and the time (seconds, on one core) of evaluating a
+    program of ``size`` tasks and flows exactly: the limit on the program size is a limit
+    on these (``docs/formats.md``)."""
+    return COST_BYTES_BASE + COST_BYTES_PER_ELEMENT * size, COST_SECONDS_PER_ELEMENT * size
+
+
+def describe_program(size: int) -> str:
+    """``size`` with what it costs, for the message of a plan over the limit."""
+    memory, seconds = program_cost(size)
+    return (f"the plan's program ({size:,} tasks and flows of one iteration, estimated: "
+            f"about {memory / 1e9:.1f} GB and {seconds:,.0f} s to evaluate exactly)")
+
+
 def estimate_program_size(plan: xsweep_pb2.DeploymentPlan) -> int:
     """At least the tasks plus flows of the plan's lowered program.
 

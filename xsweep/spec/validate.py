@@ -29,7 +29,7 @@ from xsweep.spec import ranges, xsweep_pb2
 from xsweep.spec.catalog import Catalog, ModelSpec, check_model_dimensions
 from xsweep.spec.enums import FABRIC, MLP, RECOMPUTE, RESHARDING, SCHEDULE, enum_name
 from xsweep.spec.limits import Limits, active_limits, check_limit
-from xsweep.spec.program_size import estimate_program_size
+from xsweep.spec.program_size import describe_program, estimate_program_size
 from xsweep.spec.resolve import (
     cluster_entries,
     groups_bytes,
@@ -198,9 +198,7 @@ def _check_structure(plan: xsweep_pb2.DeploymentPlan, groups: bytes, model: Mode
     _check_virtual_stages(plan, file)
     _check_fsdp(plan, file)
     size = estimate_program_size(plan)
-    check_limit(size, limits, "program_size",
-                "the plan's program (tasks and flows of one iteration, estimated)", file,
-                "device_groups")
+    check_limit(size, limits, "program_size", describe_program(size), file, "device_groups")
     return _GROUP_LISTS.get(groups, lambda: resolve_groups(plan)), size
 
 

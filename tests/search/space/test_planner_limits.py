@@ -12,7 +12,7 @@ from tests.support.documents import changed
 from xsweep.search.space.grid import Grid
 from xsweep.search.space.planner import Built, Infeasible, Planner
 from xsweep.spec import validate_plan
-from xsweep.spec.program_size import estimate_program_size
+from xsweep.spec.program_size import describe_program, estimate_program_size
 from xsweep.spec.sweep import Sweep
 
 BASE = {
@@ -95,7 +95,9 @@ def test_a_point_over_the_gpu_limit_is_infeasible_before_it_is_built(catalog):
                           "(set XSWEEP_MAX_GPUS to raise it)")
 
 
-def test_a_point_over_the_device_group_limit_is_infeasible_before_it_is_built(catalog):
+def test_a_point_over_the_device_group_limit_is_infeasible_before_it_is_built(
+        catalog, monkeypatch):
+    monkeypatch.setenv("XSWEEP_MAX_DEVICE_GROUPS", "4096")  # the default is the GPU limit
     sweep = sweep_with(cluster__pools=[{"gpu": "H100-SXM", "nodes": 8192}],
                        parallelism__tp={"H100-SXM": 8}, parallelism__pp=1,
                        training__global_batch_size=8192)
@@ -134,8 +136,8 @@ def test_the_program_size_limit_is_held_per_point(catalog, monkeypatch):
     plain, overlapped = plan_all(sweep, catalog)
     assert isinstance(plain, Built)
     assert overlapped.reason == (
-        f"the plan's program ({sizes[1]:,} tasks and flows of one iteration, estimated) exceeds "
-        f"the limit of {sizes[0]:,} (set XSWEEP_MAX_PROGRAM_SIZE to raise it)")
+        f"{describe_program(sizes[1])} exceeds the limit of {sizes[0]:,} (set "
+        "XSWEEP_MAX_PROGRAM_SIZE to raise it)")
     assert overlapped.memory_per_gpu_gib == plain.memory_per_gpu_gib
 
 

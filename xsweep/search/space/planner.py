@@ -56,7 +56,7 @@ from xsweep.spec import xsweep_pb2 as pb
 from xsweep.spec.catalog import Catalog, GpuSpec, ModelSpec
 from xsweep.spec.enums import FABRIC, RECOMPUTE, RESHARDING, SCHEDULE
 from xsweep.spec.limits import active_limits, over_limit
-from xsweep.spec.program_size import estimate_program_size
+from xsweep.spec.program_size import describe_program, estimate_program_size
 from xsweep.spec.sweep import NUMERIC, PER_POINT, Sweep, axis_class
 
 
@@ -185,9 +185,7 @@ class Planner:
             node.nic = nic_of[pool]
         # per point: the resharding scheme and the DP overlap change the program's size
         size = estimate_program_size(plan)
-        reason = over_limit(size, self._limits, "program_size",
-                            f"the plan's program ({size:,} tasks and flows of one iteration, "
-                            "estimated)")
+        reason = over_limit(size, self._limits, "program_size", describe_program(size))
         if reason:
             return Infeasible(reason, layout.memory_per_gpu_gib)
         return Built(plan, self.cost_model(point), layout.memory_per_gpu_gib, key)
