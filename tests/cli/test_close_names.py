@@ -85,12 +85,13 @@ def test_a_sweep_minimises_the_cost_per_million_tokens(run_xsweep, tmp_path):
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["objectives"] == ["iteration_time_s", "cost_per_million_tokens_usd"]
-    assert summary["front"] and all(row["cost_per_million_tokens_usd"] > 0
-                                    for row in summary["front"])
+    (group,) = summary["groups"]
+    assert group["front"] and all(row["cost_per_million_tokens_usd"] > 0
+                                  for row in group["front"])
     ds = xr.open_zarr(summary["outputs"]["sweep.zarr"])
     expected = ds["cost_rate_usd_per_hour"] / (ds["tokens_per_s"] * 3600) * 1e6
     np.testing.assert_allclose(ds["cost_per_million_tokens_usd"].values, expected.values,
                                rtol=1e-5)
-    best = summary["top"]["cost_per_million_tokens_usd"][0]
+    best = group["top"]["cost_per_million_tokens_usd"][0]
     assert best["cost_per_million_tokens_usd"] == pytest.approx(
         float(ds["cost_per_million_tokens_usd"].min()), rel=1e-6)

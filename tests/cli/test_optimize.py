@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -24,6 +25,7 @@ from xsweep.spec import load_catalog, plan_from_text, sweep_from_dict
 from xsweep.spec.reader import parse_yaml
 
 # Llama-2-70B fits on no layout of one A100-40GB node: every trial fails with its reason.
+# No plan of this space fits (exit 1: a check failed), so no kernel runs: fast.
 NO_FIT = """\
 name: a100-cannot-hold-70b
 model: llama2-70b
@@ -132,10 +134,10 @@ def test_a_deadline_is_each_trials_constraint_and_bounds_the_answer(run_xsweep, 
 
 def test_a_rerun_continues_the_study(run_xsweep, tmp_path):
     first = optimize(run_xsweep, tmp_path, NO_FIT, "--trials", "20", "--batch", "8")
-    assert first.returncode == 0, first.stderr
+    assert first.returncode == 1, first.stderr
     before = load(tmp_path, "a100-cannot-hold-70b").get_trials()
     again = optimize(run_xsweep, tmp_path, NO_FIT, "--trials", "40", "--batch", "8")
-    assert again.returncode == 0, again.stderr
+    assert again.returncode == 1, again.stderr
     assert "continuing study 'a100-cannot-hold-70b': 20 trials so far" in again.stderr
     assert json.loads(again.stdout)["trials_this_run"] == 20
     after = load(tmp_path, "a100-cannot-hold-70b").get_trials()
@@ -147,9 +149,14 @@ def test_a_rerun_continues_the_study(run_xsweep, tmp_path):
 
 def test_infeasible_trials_fail_with_their_reason(run_xsweep, tmp_path):
     result = optimize(run_xsweep, tmp_path, NO_FIT, "--trials", "6", "--batch", "3")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr  # no feasible plan: a check failed
     summary = json.loads(result.stdout)
     assert summary["trials"]["state"] == {"FAIL": 6} and summary["best"] == []
+    kinds = summary["infeasible"]["kinds"]
+    assert summary["infeasible"]["trials"] == 6 == sum(k["trials"] for k in kinds)
+    assert {k["kind"] for k in kinds} <= {"memory", "pipeline"}
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("no feasible plan among 6 trials: ") and "GPU memory" in line
     for t in load(tmp_path, "a100-cannot-hold-70b").get_trials():
         reason = t.user_attrs["reason"]
         assert t.state == optuna.trial.TrialState.FAIL and t.values is None
@@ -161,7 +168,7 @@ def files_under(folder) -> dict[str, bytes]:
 
 
 def test_a_study_of_another_space_is_refused_and_left_alone(run_xsweep, tmp_path):
-    assert optimize(run_xsweep, tmp_path, NO_FIT, "--trials", "2", "--study", "s").returncode == 0
+    assert optimize(run_xsweep, tmp_path, NO_FIT, "--trials", "2", "--study", "s").returncode == 1
     before = files_under(tmp_path)
     result = optimize(run_xsweep, tmp_path, NO_FIT.replace("16", "32"), "--study", "s")
     assert result.returncode == 2 and result.stdout == ""
@@ -231,3 +238,58 @@ def load_or_none(tmp_path) -> optuna.Study | None:
         return load(tmp_path, "a100-cannot-hold-70b")
     except Exception:  # noqa: BLE001 - not created yet, or its tables not yet made
         return None
+
+
+def running_trials(tmp_path) -> int:
+    try:
+        with sqlite3.connect(f"file:{tmp_path / 'out' / 'study.db'}?mode=ro", uri=True,
+                             timeout=1) as db:
+            return db.execute("select count(*) from trials where state = 'RUNNING'").fetchone()[0]
+    except sqlite3.Error:  # not made yet, or being written
+        return 0
+
+
+def test_trials_a_ctrl_c_left_unfinished_do_not_count(run_xsweep, tmp_path):
+    """Ctrl-C during a batch fails its unfinished trials, which a rerun replaces: the
+    study ends with ``--trials`` trials that have a result."""
+    space = tmp_path / "space.yaml"
+    space.write_text(NO_FIT)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "xsweep.cli.main", "optimize", str(space), "-o",
+         str(tmp_path / "out"), "--trials", "60", "--batch", "60"],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while running_trials(tmp_path) < 5:  # in the middle of the batch's asking
+        assert time.monotonic() < deadline and process.poll() is None
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    states = optuna.trial.TrialState
+    before = load(tmp_path, "a100-cannot-hold-70b").get_trials()
+    cut = [t.number for t in before if t.user_attrs.get("unfinished")]
+    assert cut and all(t.state == states.FAIL for t in before)
+    assert {t.user_attrs["reason"] for t in before if t.number in cut} == {
+        "interrupted before its result was told"}
+    told = len(before) - len(cut)
+    again = optimize(run_xsweep, tmp_path, NO_FIT, "--trials", "60", "--batch", "60")
+    assert again.returncode == 1, again.stderr
+    assert (f"continuing study 'a100-cannot-hold-70b': {len(before)} trials so far "
+            f"({len(cut)} unfinished, not counted toward 60)") in again.stderr
+    summary = json.loads(again.stdout)
+    assert summary["trials_this_run"] == 60 - told
+    assert summary["trials"]["counted"] == 60 and summary["trials"]["unfinished"] == len(cut)
+    after = load(tmp_path, "a100-cannot-hold-70b").get_trials()
+    assert len(after) == 60 + len(cut)
+    assert sum(1 for t in after if t.user_attrs.get("reason") and
+               not t.user_attrs.get("unfinished")) == 60  # each told why it has no values
+
+
+def test_a_batch_shows_its_progress_before_it_ends(run_xsweep, tmp_path):
+    result = optimize(run_xsweep, tmp_path, NO_FIT, "--trials", "30", "--batch", "30")
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.splitlines()
+    end = lines.index(next(line for line in lines if line.startswith("30/30 trials, ")))
+    within = lines[:end]
+    assert within and all(line.startswith("0/30 trials; batch of 30: ") for line in within)
+    assert within[0] == "0/30 trials; batch of 30: asked 1/30"

@@ -73,3 +73,63 @@ def test_exhaustive_evaluates_every_candidate_in_rounds():
         funnel.record(picks, bounds[picks], np.ones(len(picks), bool))
     assert rounds == [[0, 2], [4, 6], [8]]
     assert not funnel.pruned.any()
+
+
+def plan_answer(values, plans, groups, top):
+    """Per group: the plans on the front and the top plans of each objective, each plan
+    standing as its first point (as a sweep's answer lists them)."""
+    out = {}
+    for group in np.unique(groups):
+        mine = np.where((groups == group)[:, None], values, np.nan)
+        rows = np.flatnonzero(~np.isnan(mine).any(axis=1))
+        _, first = np.unique(plans[rows], return_index=True)
+        standing = np.full(mine.shape, np.nan)
+        standing[rows[first]] = mine[rows[first]]
+        front, tops = answer(standing, top)
+        out[int(group)] = ({int(plans[i]) for i in front},
+                           [[int(plans[i]) for i in t] for t in tops])
+    return out
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 300), st.integers(1, 3), st.integers(1, 4), st.integers(0, 4),
+       st.integers(1, 64), st.integers(0, 2**31 - 1))
+def test_each_group_gets_the_answer_of_all_exact_with_each_plan_once(n, d, g, top, max_round,
+                                                                      seed):
+    rng = np.random.default_rng(seed)
+    plans = rng.integers(0, max(1, n // 3), size=n)  # points of one plan: equal results
+    distinct = plans.max() + 1
+    exact = rng.integers(1, 30, size=(distinct, d)).astype(float)[plans]
+    bounds = exact * rng.choice([1.0, 0.9, 0.6, 0.3], size=(distinct, d))[plans]
+    groups = rng.integers(0, g, size=distinct)[plans]  # a plan does one work
+    feasible = (rng.random(distinct) > 0.1)[plans]
+    candidates = rng.random(n) > 0.2
+    funnel = Funnel(bounds, candidates, top, max_round, groups=groups, plans=plans)
+    while len(picks := funnel.next_round()):
+        funnel.record(picks, exact[picks], feasible[picks])
+    assert (funnel.evaluated | funnel.pruned)[candidates].all()
+    reference = np.where((candidates & feasible)[:, None], exact, np.nan)
+    found = np.where((funnel.evaluated & feasible)[:, None], exact, np.nan)
+    assert plan_answer(found, plans, groups, top) == plan_answer(reference, plans, groups, top)
+
+
+def test_a_group_is_never_pruned_by_another_groups_results():
+    # group 1's points are far worse than group 0's: one funnel over both would prune them
+    bounds = np.array([[1.0, 1.0], [2.0, 2.0], [50.0, 50.0], [60.0, 60.0]])
+    groups = np.array([0, 0, 1, 1])
+    funnel = Funnel(bounds, np.ones(4, bool), 1, 1, groups=groups)
+    while len(picks := funnel.next_round()):
+        funnel.record(picks, bounds[picks], np.ones(len(picks), bool))
+    assert funnel.evaluated.tolist() == [True, False, True, False]
+    assert funnel.pruned.tolist() == [False, True, False, True]
+
+
+def test_the_top_counts_each_plan_once():
+    # points 0-2 build one plan: the best two plans are it and point 3's, not points 0 and 1
+    bounds = np.array([[1.0], [1.0], [1.0], [2.0], [3.0]])
+    plans = np.array([7, 7, 7, 8, 9])
+    funnel = Funnel(bounds, np.ones(5, bool), 2, 64, plans=plans)
+    first = funnel.next_round()
+    assert first.tolist() == [0, 1, 2, 3]  # the plan's points together, and the next plan
+    funnel.record(first, bounds[first], np.ones(4, bool))
+    assert not len(funnel.next_round()) and funnel.pruned.tolist() == [False] * 4 + [True]

@@ -51,3 +51,11 @@ def test_top_points_break_ties_by_index():
     assert top_points(values, 3).tolist() == [1, 3, 4]
     assert kth_best(values, 2) == 1.0 and kth_best(values, 4) == 3.0
     assert kth_best(values, 5) == np.inf and kth_best(values, 0) == -np.inf
+
+
+def test_top_points_of_distinct_plans_take_each_plans_first_point():
+    values = np.array([1.0, 1.0, 2.0, 0.5, 3.0])
+    plans = np.array([4, 4, 5, 6, 5])  # point 3 is plan 6's; points 0 and 1 plan 4's
+    assert top_points(values, 3, plans).tolist() == [3, 0, 2]
+    assert kth_best(values, 2, plans) == 1.0 and kth_best(values, 3, plans) == 2.0
+    assert kth_best(values, 4, plans) == np.inf

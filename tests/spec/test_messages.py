@@ -37,7 +37,7 @@ def test_a_byte_order_mark_in_a_yaml_key_is_shown_escaped(tmp_path):
     assert info.value.field == "model\ufeff"
     assert str(info.value) == (f"{path}: model\\ufeff: unknown key; did you mean 'model'? "
                                "(known: name, model, training, cluster, parallelism, cost, "
-                               "objectives, constraints, search, validate)")
+                               "objectives, fronts, constraints, search, validate)")
 
 
 def test_a_title_in_any_script_draws_without_warnings():
@@ -45,11 +45,13 @@ def test_a_title_in_any_script_draws_without_warnings():
     and a ``$`` in it must not be read as mathtext."""
     table = {"iteration_time_s": np.array([1.0, 2.0, 3.0]),
              "cost_per_run_usd": np.array([3.0, 2.0, 1.0]),
+             "cost_per_million_tokens_usd": np.array([3.0, 2.0, 1.0]),
              "level": np.array(["exact"] * 3), "feasible": np.array([True] * 3),
              "status": np.array(["ok", "ok", "pruned"])}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        png = pareto_png(table, ["iteration_time_s"], Answer(front=np.array([0, 1]), top={}),
+        png = pareto_png(table, None, ["iteration_time_s"],
+                         [Answer(group=0, work={}, front=np.array([0, 1]), top={}, same={})],
                          "训练 🚀 $\\notasymbol$: 2 on the front")
     assert png.startswith(b"\x89PNG")
     assert [str(w.message) for w in caught] == []

@@ -247,3 +247,19 @@ def test_pools_spelled_by_a_user_catalogs_alias_are_refused_where_the_sweep_meet
         check_sweep_names(sweep, load_catalog([extra]), "s.yaml")
     assert info.value.field == "cluster.pools[1].gpu"
     assert "'H100-SXM'" in info.value.reason
+
+
+def test_the_work_axes_get_a_front_each_unless_the_sweep_says_across():
+    sweep = sweep_from_dict(MINIMAL)
+    assert sweep.fronts == "per_work" and sweep.work_axes() == ()  # nothing swept changes work
+    two = with_change("model", ["llama2-7b", "llama2-13b"])
+    two["training"]["global_batch_size"] = {"low": 32, "high": 64, "step": 32}
+    assert sweep_from_dict(two).work_axes() == ("model", "training.global_batch_size")
+    assert sweep_from_dict(two | {"fronts": "Across"}).work_axes() == ()
+    with pytest.raises(InputError, match="fronts: Input should be 'per_work' or 'across'"):
+        sweep_from_dict(two | {"fronts": "per_model"})
+    # what changes the work: the model and the tokens per iteration, nothing else
+    from xsweep.spec.sweep import changes_work
+
+    axes = sweep_from_dict(two).domains()
+    assert [path for path in axes if changes_work(path)] == ["model", "training.global_batch_size"]

@@ -5,9 +5,11 @@ evaluated in batches, the best plans (or the Pareto front) printed and written a
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from xsweep.cli.common import (
+    EXIT_CHECK_FAILED,
     EXIT_OK,
     check_output_folder,
     emit,
@@ -30,7 +32,9 @@ def register(subparsers) -> None:
         "database.")
     p.add_argument("space", metavar="SPACE.yaml", help="sweep definition")
     p.add_argument("--trials", type=positive_int, metavar="N",
-                   help="trials the study should hold in all (default: the sweep's search.trials)")
+                   help="trials with a result the study should hold in all, earlier runs' "
+                   "included; unfinished ones (interrupted, killed) do not count (default: "
+                   "the sweep's search.trials)")
     p.add_argument("--batch", type=positive_int, metavar="B",
                    help="trials asked and evaluated together (default: search.batch)")
     p.add_argument("--storage", metavar="URL",
@@ -42,7 +46,9 @@ def register(subparsers) -> None:
     p.add_argument("--sampler", choices=("nsga2", "tpe", "random"),
                    help="default: nsga2 for several objectives, tpe for one")
     p.add_argument("--seed", type=_natural, metavar="S", help="sampler seed (default: search.seed)")
-    p.add_argument("-o", "--output", metavar="DIR", help="output folder (default: results/<name>)")
+    p.add_argument("-o", "--output", metavar="DIR",
+                   help="output folder, of this study alone (default: results/<name>/study, "
+                   "or results/<name>/study-<study> for a --study of another name)")
     p.add_argument("--json", action="store_true", help="print one JSON summary on stdout")
     p.add_argument("--catalog", action="append", default=[], metavar="FILE",
                    help="YAML merged over the built-in GPU/NIC/model catalog (repeatable)")
@@ -73,17 +79,27 @@ def run(args) -> int:
     with sweep_file_errors(args.space):
         outcome = run_optimize(args.space, options, Progress())
     summary = outcome.summary
+    # no feasible trial: a check failed (exit 1), with why on stderr, as a sweep does
+    status = EXIT_OK if summary["best"] else EXIT_CHECK_FAILED
     if args.json:
         emit(json_text(summary))
-        return EXIT_OK
+        if status != EXIT_OK:
+            print(outcome.best.no_answer_line(), file=sys.stderr)
+        return status
     what = ("Pareto front" if summary["answer"] == "front"
             else f"best {len(summary['best'])} by {summary['objectives'][0]}")
     deadline = (f" within {summary['training_days_max']:g} days"
                 if summary["training_days_max"] else "")
-    counts = ", ".join(f"{n:,} {state.lower()}" for state, n in summary["trials"]["state"].items())
+    trials = summary["trials"]
+    counts = ", ".join(f"{n:,} {state.lower()}" for state, n in trials["state"].items())
+    if trials["unfinished"]:
+        counts += f"; {trials['unfinished']:,} unfinished, not counted"
     lines = [f"{what} of study {summary['study']!r}{deadline} "
-             f"({summary['trials']['total']:,} trials: {counts})",
+             f"({trials['total']:,} trials: {counts})",
              outcome.best.table_text(),
-             f"plans: {outcome.folder / 'plans'}", f"study: {summary['storage']}"]
+             f"plans: {outcome.folder / 'plans'}", f"summary: {outcome.folder / 'study.json'}",
+             f"study: {summary['storage']}"]
     emit("\n".join(lines))
-    return EXIT_OK
+    if status != EXIT_OK:
+        print(outcome.best.no_answer_line(), file=sys.stderr)
+    return status

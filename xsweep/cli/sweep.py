@@ -50,7 +50,6 @@ def run(args) -> int:
     refuse_other_kind(args.space, "a sweep file", "sweep", read=False)
     from xsweep.search.progress import Progress
     from xsweep.search.sweep.run import Options, plan_of, run_sweep
-    from xsweep.search.sweep.summary import best_lines
     from xsweep.spec import plan_to_text
 
     if args.emit_plan is not None:
@@ -74,14 +73,8 @@ def run(args) -> int:
         print("\ninterrupted: finished chunks are kept; rerun the same command to resume",
               file=sys.stderr)
         return EXIT_INTERRUPTED
-    summary = outcome.summary
-    if args.json:
-        emit(json_text(summary))
-        return EXIT_OK
-    objectives = ", ".join(summary["objectives"])
-    lines = [f"Pareto front of {summary['sweep']} ({objectives}): {len(summary['front'])} "
-             f"points; {summary['evaluated_exactly']:,} of {summary['points']:,} points "
-             "evaluated exactly", outcome.front_text, *best_lines(summary),
-             *(f"{name:>12}: {path}" for name, path in summary["outputs"].items())]
-    emit("\n".join(lines))
+    emit(json_text(outcome.summary) if args.json else outcome.text)
+    if outcome.problem:  # a work group without a feasible point: its outputs are written
+        print(outcome.problem, file=sys.stderr)
+        return EXIT_CHECK_FAILED
     return EXIT_OK

@@ -4,7 +4,8 @@ evaluates the buildable ones.
 
 :func:`evaluate_points` returns a :data:`~xsweep.search.table.Table` (one row per point)
 and the seconds it spent planning and evaluating. Infeasible points get their reason and
-``level = "none"``.
+``level = "none"``; a point with a plan gets its :func:`plan_digest` (column
+``plan_digest``), equal for points that build the same plan under the same pricing.
 
 What a process evaluates it keeps from call to call in a :class:`Session`, an object its
 owner makes and passes to every call: its :class:`~xsweep.evaluator.Evaluator` (program
@@ -46,6 +47,8 @@ BATCH_DIAGNOSTICS = ("padding_overhead",)
 METRICS = metrics.plan_names()
 #: The memory metric, which the planner knows before any evaluation.
 MEMORY_METRIC = "memory_per_gpu_gib"
+#: The column of each point's :func:`plan_digest` ("" where the point has no plan).
+PLAN_DIGEST = "plan_digest"
 
 
 #: Plan results a session keeps at most (a few kilobytes each: about 100 MB in all).
@@ -103,20 +106,23 @@ class Session:
             return self._evaluator
 
     def results(self, job: Job, plans: dict[bytes, object], cost, level: str,
-                timings: dict[str, float]) -> list[dict[str, object]]:
+                timings: dict[str, float], progress=None) -> list[dict[str, object]]:
         """Each plan's per-variant results (``plans``: plan key -> plan), evaluating only
-        those this session has not; adds where the time went to ``timings``."""
+        those this session has not; adds where the time went to ``timings``; ``progress``
+        is the evaluator's (``progress(done, total)`` over the plans evaluated)."""
         keys = {key: (hashlib.blake2b(key, digest_size=16).digest(), cost, level, job.dtype,
                       job.catalog_version) for key in plans}
         with self._lock:
-            return self._results_of(job, plans, keys, cost, level, timings)
+            return self._results_of(job, plans, keys, cost, level, timings, progress)
 
     def _results_of(self, job: Job, plans: dict[bytes, object], keys: dict[bytes, tuple], cost,
-                    level: str, timings: dict[str, float]) -> list[dict[str, object]]:
+                    level: str, timings: dict[str, float],
+                    progress=None) -> list[dict[str, object]]:
         todo = [key for key in plans if keys[key] not in self._results]
         if todo:
             ds = self.evaluator.evaluate([plans[key] for key in todo], level,
-                                         catalog=job.catalog, cost=cost, dtype=job.dtype)
+                                         catalog=job.catalog, cost=cost, dtype=job.dtype,
+                                         progress=progress)
             for stage in ("prepare_s", "kernels_s", "results_s", "compile_s"):
                 name = f"{level}_{stage}"
                 timings[name] = timings.get(name, 0.0) + ds.attrs[stage]
@@ -135,17 +141,20 @@ def _blank_metrics(n: int) -> dict[str, np.ndarray]:
 
 
 def evaluate_points(session: Session, job: Job, numbers: np.ndarray, points: Iterable[Point],
-                    names: Sequence[str], level: str,
-                    planner: Planner | None = None) -> tuple[Table, dict[str, float]]:
+                    names: Sequence[str], level: str, planner: Planner | None = None,
+                    progress=None) -> tuple[Table, dict[str, float]]:
     """Plan ``points`` (one row each, column ``point`` = ``numbers``, plans named ``names``)
     and evaluate the buildable ones at ``level`` in ``session``, each distinct plan once;
-    ``planner`` (one of ``job``'s sweep) keeps its layouts between calls."""
+    ``planner`` (one of ``job``'s sweep) keeps its layouts between calls; ``progress`` is
+    called as the evaluator's is, ``progress(done, total)``, per pricing of the points."""
     began = time.perf_counter()
     planner = planner or Planner(job.sweep, job.catalog)
     n = len(numbers)
     rows = {"point": np.asarray(numbers), "level": np.full(n, "none", object),
             "status": np.full(n, "infeasible", object), "feasible": np.zeros(n, bool),
-            "reason": np.full(n, "", object), **_blank_metrics(n)}
+            "reason": np.full(n, "", object), PLAN_DIGEST: np.full(n, "", object),
+            **_blank_metrics(n)}
+    digests: dict[tuple, str] = {}
     groups: dict[object, dict[bytes, list[int]]] = {}  # cost model -> plan key -> rows
     plans: dict[bytes, object] = {}
     layouts: dict[tuple, int] = {}  # the rank of each layout's first point
@@ -155,7 +164,9 @@ def evaluate_points(session: Session, job: Job, numbers: np.ndarray, points: Ite
         variant = planner.variant(point)
         if variant in known:  # the same plan as an earlier point's: not built again
             key, rows[MEMORY_METRIC][row] = known[variant]
-            groups.setdefault(planner.cost_model(point), {}).setdefault(key, []).append(row)
+            cost = planner.cost_model(point)
+            groups.setdefault(cost, {}).setdefault(key, []).append(row)
+            rows[PLAN_DIGEST][row] = _digest(digests, key, cost)
             continue
         out = planner.plan(point, name)
         rows[MEMORY_METRIC][row] = out.memory_per_gpu_gib
@@ -167,6 +178,7 @@ def evaluate_points(session: Session, job: Job, numbers: np.ndarray, points: Ite
         plans.setdefault(key, out.plan)
         layout_of.setdefault(key, layouts.setdefault(out.layout, len(layouts)))
         groups.setdefault(out.cost, {}).setdefault(key, []).append(row)
+        rows[PLAN_DIGEST][row] = _digest(digests, key, out.cost)
     planned = time.perf_counter()
     timings = {"planning_s": planned - began, f"{level}_s": 0.0}
     columns: dict[str, np.ndarray] = {}
@@ -176,7 +188,7 @@ def evaluate_points(session: Session, job: Job, numbers: np.ndarray, points: Ite
         ordered = sorted(by_plan, key=layout_of.__getitem__)
         members = [by_plan[key] for key in ordered]
         found = session.results(job, {key: plans[key] for key in ordered}, cost, level,
-                                 timings)
+                                 timings, progress)
         take = np.concatenate([np.full(len(m), i) for i, m in enumerate(members)])
         where = np.concatenate([np.asarray(m) for m in members])
         for name in found[0]:  # per-stream detail stays with single-plan evaluation
@@ -195,12 +207,36 @@ def evaluate_points(session: Session, job: Job, numbers: np.ndarray, points: Ite
     return from_rows(rows), timings
 
 
+def plan_digest(key: bytes, cost) -> str:
+    """The digest of a plan (its :func:`plan_key`) and its pricing (a ``CostModel``), in hex:
+    points with equal digests build the same plan and have the same results."""
+    return hashlib.blake2b(key + repr(cost).encode(), digest_size=12).hexdigest()
+
+
+def _digest(memo: dict[tuple, str], key: bytes, cost) -> str:
+    found = memo.get((key, cost))
+    if found is None:
+        found = memo[(key, cost)] = plan_digest(key, cost)
+    return found
+
+
 def plan_key(plan) -> bytes:
     """The plan's bytes without its name: equal keys, equal results."""
     name, plan.name = plan.name, ""
     key = plan.SerializeToString(deterministic=True)
     plan.name = name
     return key
+
+
+def plan_ids(table: Table) -> np.ndarray:
+    """int64[n]: an id per point, equal for points that build the same plan under the same
+    pricing (equal ``plan_digest``), -1 where a point has no plan."""
+    digests = table[PLAN_DIGEST]
+    ids = np.full(len(digests), -1, np.int64)
+    built = np.flatnonzero(digests != "")
+    if len(built):
+        ids[built] = np.unique(digests[built].astype(str), return_inverse=True)[1]
+    return ids
 
 
 def exact_feasible(table: Table) -> np.ndarray:

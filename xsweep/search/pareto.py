@@ -59,16 +59,25 @@ def non_dominated(values: np.ndarray) -> np.ndarray:
     return keep
 
 
-def top_points(values: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the ``k`` smallest non-NaN ``values``, ties broken by index."""
+def top_points(values: np.ndarray, k: int, plans: np.ndarray | None = None) -> np.ndarray:
+    """Indices of the ``k`` smallest non-NaN ``values``, ties broken by index; with
+    ``plans`` (an id per row, equal for rows of one plan) each plan counts once, as its
+    first (lowest-index) non-NaN row: the ``k`` best distinct plans."""
     valid = np.flatnonzero(~np.isnan(values))
+    if plans is not None:
+        _, first = np.unique(np.asarray(plans)[valid], return_index=True)
+        valid = valid[np.sort(first)]
     return valid[np.lexsort((valid, values[valid]))][:k]
 
 
-def kth_best(values: np.ndarray, k: int) -> float:
+def kth_best(values: np.ndarray, k: int, plans: np.ndarray | None = None) -> float:
     """The ``k``-th smallest non-NaN value (1-based): ``inf`` when there are fewer, and
-    ``-inf`` for ``k = 0`` (every value lies beyond the best none)."""
+    ``-inf`` for ``k = 0`` (every value lies beyond the best none); with ``plans`` (an id
+    per value), that of the ``k``-th best distinct plan (:func:`top_points`)."""
     if k == 0:
         return -np.inf
+    if plans is not None:
+        best = top_points(values, k, plans)
+        return float(values[best[-1]]) if len(best) == k else np.inf
     valid = np.sort(values[~np.isnan(values)])
     return float(valid[k - 1]) if k <= len(valid) else np.inf

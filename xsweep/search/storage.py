@@ -53,10 +53,20 @@ def hide_password(text: str, url: str) -> str:
     return text
 
 
-def default_url(folder: Path) -> str:
-    """The SQLite file ``study.db`` in ``folder`` (made if missing)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{folder / 'study.db'}"
+#: The file of a study's default storage, in the study's folder.
+STUDY_DB = "study.db"
+#: ``sqlite:///<path>``, with an optional driver (``sqlite+pysqlite``); the query after ``?``.
+_SQLITE = re.compile(r"^sqlite(\+[A-Za-z0-9_]+)?:///(?P<path>[^?]*)")
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of an SQLite storage URL, as SQLAlchemy reads it (percent-decoded, the
+    query cut off); None for another database or an in-memory one."""
+    found = _SQLITE.match(url)
+    if found is None:
+        return None
+    path = unquote(found.group("path"))
+    return None if not path or path == ":memory:" or "\0" in path else Path(path)
 
 
 @contextlib.contextmanager

@@ -72,6 +72,20 @@ class AxisClass(enum.Enum):
 LAYOUT, NUMERIC, PER_POINT = AxisClass.LAYOUT, AxisClass.NUMERIC, AxisClass.PER_POINT
 
 
+class _WorkMarker:
+    """Metadata tag: the annotated axis changes the work of one iteration (the model's
+    FLOPs and sequence length per token, the tokens per iteration), so the points of two
+    of its values answer two questions: a sweep compares plans within one value of its
+    work axes (:attr:`Sweep.fronts`)."""
+
+    def __repr__(self) -> str:
+        return "WORK"
+
+
+#: Tags the axes that change the work per iteration (:meth:`Sweep.work_axes`).
+WORK = _WorkMarker()
+
+
 def _as_list(value: object) -> object:
     return value if isinstance(value, list) else [value]
 
@@ -205,7 +219,7 @@ class _Strict(BaseModel):
 class Training(_Strict):
     """Training settings; the stack options default to Megatron-LM's common recipe."""
 
-    global_batch_size: Annotated[int_axis(GlobalBatch), LAYOUT]
+    global_batch_size: Annotated[int_axis(GlobalBatch), LAYOUT, WORK]
     schedule: Annotated[Axis[Choice(*SCHEDULE.known())], LAYOUT] = [SCHEDULE.default]
     resharding: Annotated[Axis[Choice(*RESHARDING.known())], PER_POINT] = [RESHARDING.default]
     recompute: Annotated[Axis[Choice(*RECOMPUTE.known())], NUMERIC] = [RECOMPUTE.default]
@@ -284,17 +298,24 @@ class Validation(_Strict):
     tolerance: Annotated[float, Field(gt=0, le=1e6)] = 0.05
 
 
+#: The values of a sweep's ``fronts``: a front per value of the work axes, or one front.
+FRONTS = ("per_work", "across")
+
+
 class Sweep(_Strict):
     """One design space: model, training, cluster pools, parallelism, cost, search."""
 
     # A folder name (results/<name>): see name_problem (defined below, hence the lambda).
     name: Annotated[str, AfterValidator(lambda name: _valid_name(name))]
-    model: Annotated[Axis[Annotated[str, Field(min_length=1)]], LAYOUT]
+    model: Annotated[Axis[Annotated[str, Field(min_length=1)]], LAYOUT, WORK]
     training: Training
     cluster: Cluster
     parallelism: Parallelism
     cost: Cost = Cost()
     objectives: Annotated[list[Objective], Field(min_length=1)] = ["iteration_time_s"]
+    # per_work: one Pareto front (and exact funnel, and top points) per value of the swept
+    # work axes; across: one front over every point, whatever work it does
+    fronts: Choice(*FRONTS) = "per_work"
     constraints: Constraints = Constraints()
     search: Search = Search()
     validation: Validation = Field(default=Validation(), alias="validate")
@@ -313,6 +334,16 @@ class Sweep(_Strict):
     def grid_size(self) -> int:
         """Number of points in the full grid over all axes."""
         return math.prod(len(domain) for domain in self.domains().values())
+
+    def work_axes(self) -> tuple[str, ...]:
+        """The swept axes (more than one value) that change the work of an iteration,
+        in schema order: those a front is drawn per value of (none when ``fronts`` is
+        ``across``). Which axes do is declared on their fields (:data:`WORK`): the model
+        and the global batch size (the sequence length is the model's)."""
+        if self.fronts == "across":
+            return ()
+        return tuple(path for path, domain in self.domains().items()
+                     if len(domain) > 1 and changes_work(path))
 
     def axis_classes(self) -> dict[str, AxisClass]:
         """Every axis by dotted path, in schema order, with its declared class."""
@@ -373,6 +404,24 @@ def axis_class(path: str) -> AxisClass:
             break
         model, rest = inner, rest[1:]
     raise ValueError(f"{path!r} names no axis of the sweep schema")
+
+
+@functools.lru_cache(maxsize=4096)
+def changes_work(path: str) -> bool:
+    """Whether the axis at ``path`` is tagged :data:`WORK` on its schema field."""
+    model: type[BaseModel] = Sweep
+    for part in re.sub(r"\[\d+\]", "", path).split("."):
+        fields = {info.alias or name: info for name, info in model.model_fields.items()}
+        info = fields.get(part)
+        if info is None:
+            return False
+        if _AXIS in info.metadata or info.annotation is None:
+            return WORK in info.metadata
+        inner = _model_of(info.annotation)
+        if inner is None:
+            return WORK in info.metadata  # a mapping of axes (the TP degrees)
+        model = inner
+    return False
 
 
 def _model_of(annotation: Any) -> type[BaseModel] | None:

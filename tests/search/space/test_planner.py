@@ -18,7 +18,16 @@ from xsweep.plan.analysis import analyze
 from xsweep.plan.workload import stage_cost
 from xsweep.search.evaluation import plan_key
 from xsweep.search.space.grid import Grid
-from xsweep.search.space.planner import Built, Infeasible, Planner, per_point, varies_fast
+from xsweep.search.space.planner import (
+    REASON_KINDS,
+    Built,
+    Infeasible,
+    Planner,
+    per_point,
+    reason_kind,
+    unused_axes,
+    varies_fast,
+)
 from xsweep.search.sweep.units import bound_walk
 from xsweep.spec import load_sweep, sweep_from_dict, validate_plan
 from xsweep.spec.sweep import _AXIS, AxisClass, Sweep, axis_class
@@ -327,3 +336,62 @@ def test_the_declared_classes_are_those_the_paths_gave():
     assert sweep.axis_classes() == {path: axis_class(path) for path in paths}
     with pytest.raises(ValueError, match="names no axis"):
         axis_class("training.total_tokens")
+
+
+@pytest.mark.parametrize(("changes", "kind"), [
+    ({"parallelism__tp": {"H100-SXM": 3, "A100-40GB": 4}}, "tp_node"),
+    ({"parallelism__tp": {"H100-SXM": 16, "A100-40GB": 4}}, "tp_node"),
+    ({"parallelism__tp": {"H100-SXM": 64, "A100-40GB": 4},
+      "cluster__pools": [{"gpu": "H100-SXM", "nodes": 1, "gpus_per_node": 64},
+                         {"gpu": "A100-40GB", "nodes": 1}]}, "tp_heads"),
+    ({"parallelism__tp": {"H100-SXM": 8, "A100-40GB": 4}}, "pipeline"),
+    ({"parallelism__pp": 33}, "pipeline"),
+    ({"parallelism__pp": 3, "parallelism__tp": {"H100-SXM": 2, "A100-40GB": 2}}, "pipeline"),
+    ({"parallelism__pipeline_mix": "mixed", "parallelism__tp": {"H100-SXM": 2, "A100-40GB": 4}},
+     "pipeline"),
+    ({"parallelism__micro_batch_size": 3}, "batch"),
+    ({"training__global_batch_size": 1}, "batch"),
+    ({"parallelism__pp": 1, "training__virtual_pipeline_stages": 2}, "interleaving"),
+    ({"training__zero_stage": 3}, "fsdp"),
+    ({"cluster__pools": [{"gpu": "A100-40GB", "nodes": 1}], "parallelism__tp": {"A100-40GB": 2},
+      "parallelism__pp": 1, "training__recompute": "none"}, "memory"),
+    ({"cluster__pools": [{"gpu": "H100-SXM", "nodes": [0, 1]}, {"gpu": "A100-40GB", "nodes": 0}],
+      "parallelism__tp": {"H100-SXM": 4, "A100-40GB": 4}}, "empty"),
+])
+def test_every_reason_has_its_kind(catalog, changes, kind):
+    out = plan_one(catalog, **changes)
+    assert isinstance(out, Infeasible)
+    assert reason_kind(out.reason).name == kind, out.reason
+
+
+def test_a_size_limit_and_the_evaluators_words_have_their_kinds(catalog, monkeypatch):
+    monkeypatch.setenv("XSWEEP_MAX_DEVICE_GROUPS", "2")  # the point has 4 TP groups
+    out = plan_one(catalog)
+    assert isinstance(out, Infeasible) and reason_kind(out.reason).name == "size_limit"
+    assert reason_kind("does not fit in GPU memory").name == "memory"  # the evaluator's
+    assert reason_kind("not_converged").name == "not_converged"
+    assert reason_kind("overflow").name == "overflow"
+    assert reason_kind("something new").name == "other"
+    assert {k.name for k in REASON_KINDS} >= {"memory", "tp_node", "pipeline", "batch"}
+    assert REASON_KINDS[0].count(1) == "1 does not fit in GPU memory"
+    assert REASON_KINDS[0].count(3) == "3 do not fit in GPU memory"
+
+
+def test_a_memory_reason_names_the_group_farthest_over(spaces_dir, catalog):
+    # quickstart point 26: two stages of A100-40GB, the second needing more than the first
+    sweep = load_sweep(spaces_dir / "quickstart.yaml", catalog)
+    out = Planner(sweep, catalog).plan(Grid(sweep).point(26), "p")
+    assert isinstance(out, Infeasible)
+    assert f"{out.memory_per_gpu_gib:.1f} GiB per GPU on A100-40GB (40 GiB) at stage 1" \
+        in out.reason
+
+
+def test_the_axes_a_plan_does_not_use(spaces_dir, catalog):
+    sweep = load_sweep(spaces_dir / "quickstart.yaml", catalog)
+    grid = Grid(sweep)
+    assert unused_axes(sweep, grid.point(240)) == {
+        "cluster.pools[1].gpus_per_node", "parallelism.tp.A100-40GB", "parallelism.pipeline_mix"}
+    assert unused_axes(sweep, grid.point(267)) == set()  # both pools have a node
+    planner = Planner(sweep, catalog)
+    keys = {plan_key(planner.plan(grid.point(i), "p").plan) for i in (240, 241, 246, 247)}
+    assert len(keys) == 1  # they differ only in axes the plan does not use

@@ -73,6 +73,18 @@ def test_claim_resumes_the_same_run_and_refuses_another(tmp_path):
     assert not (folder.root / "validate").exists()  # its validation went with it
 
 
+def test_a_study_folder_is_refused_even_with_overwrite(tmp_path):
+    """``--overwrite`` removes what a sweep owns; a folder that holds a study is not one."""
+    (tmp_path / "plans").mkdir()
+    (tmp_path / "plans" / "trial-3.pbtxt").write_text("name: 'x'")
+    (tmp_path / "study.db").write_bytes(b"sqlite")
+    for overwrite in (False, True):
+        with pytest.raises(InputError, match=r"holds an Optuna study \(study.db, written by "
+                           r"xsweep optimize\); a sweep needs a folder of its own"):
+            SweepFolder(tmp_path).claim(MANIFEST, overwrite=overwrite)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["plans", "study.db", "trial-3.pbtxt"]
+
+
 def test_a_chunk_file_of_other_points_is_not_reused(tmp_path):
     folder = SweepFolder(tmp_path)
     folder.claim(MANIFEST, overwrite=False)

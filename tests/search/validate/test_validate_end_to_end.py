@@ -70,8 +70,9 @@ def test_the_quickstart_top_5_passes_with_the_default_tolerance(env, swept):
     names = [p["name"] for p in doc["points"]]
     assert len(names) == len(set(names)) == doc["validated"]
     exact = {p["name"] for p in doc["points"] if p["level"] == "exact"}
-    assert {f"point-{row['point']}" for row in summary["front"]} <= exact
-    for rows in summary["top"].values():
+    (group,) = summary["groups"]
+    assert {f"point-{row['point']}" for row in group["front"]} <= exact
+    for rows in group["top"].values():
         assert {f"point-{row['point']}" for row in rows} <= exact
     assert any(p["level"] == "bound" for p in doc["points"])  # pruned points are checked too
     out = folder / "validate"
@@ -110,7 +111,7 @@ def test_a_corrupted_stored_metric_is_caught(env, swept, tmp_path):
     folder, summary = swept
     copy = tmp_path / "sweep"
     shutil.copytree(folder, copy, ignore=shutil.ignore_patterns("validate"))
-    victim = summary["top"]["cost_per_run_usd"][0]["point"]  # stays the cheapest, on the front
+    victim = summary["groups"][0]["top"]["cost_per_run_usd"][0]["point"]  # stays the cheapest
     store = copy / "sweep.zarr"
     ds = xr.open_zarr(store).load()
     at = {dim: int(i) for dim, i in
@@ -120,7 +121,7 @@ def test_a_corrupted_stored_metric_is_caught(env, swept, tmp_path):
     for variable in ds.variables.values():
         variable.encoding = {}
     shutil.rmtree(store)
-    ds.to_zarr(store, consolidated=True)
+    ds.to_zarr(store, consolidated=True, zarr_format=2)  # as the sweep writes it
     result = xsweep_cli(env, "validate", copy, "--json")
     assert result.returncode == 1, result.stderr
     doc = json.loads(result.stdout)
@@ -190,7 +191,7 @@ def test_a_study_validates_its_trials(env, swept, tmp_path):
     assert by_level["exact"] <= {f"trial-{n}" for n in roles["exact"]}
     assert by_level["bound"] <= {f"trial-{n}" for n in roles["bound"]}
     assert f"trial-{roles['failed']}" not in by_level["exact"] | by_level["bound"]
-    out = tmp_path / "results" / "qs" / "validate"  # the default for a study
+    out = tmp_path / "validate"  # the default for a study in an SQLite file: beside it
     assert (out / "validate.json").is_file()
     assert all((out / f"{p['name']}.trace.json").is_file() for p in doc["points"])
 

@@ -9,19 +9,31 @@ rounds that prune as exact results arrive, and told ``level = "exact"``. A point
 cannot be built or does not fit is told FAIL with its reason, never a number.
 
 The study lives in any Optuna storage, so several processes (on several machines)
-can run on one study; each asks until the study holds ``trials`` trials. A rerun
-continues the study. With ``constraints.training_days_max`` the samplers get the
-deadline as a constraint and only plans that meet it make the answer.
+can run on one study; each asks until the study holds ``trials`` trials that count
+(:func:`xsweep.search.optimize.trials.counts`: trials with a result, and those being
+evaluated; not the unfinished ones an interrupted or killed run left, which a rerun
+replaces). A rerun continues the study. With ``constraints.training_days_max`` the
+samplers get the deadline as a constraint and only plans that meet it make the answer.
+Within a batch, progress lines say how far asking, evaluating and telling have come.
 
 Everything a run writes goes into its output folder (``-o``, else ``results/<sweep
-name>``): the default study database ``study.db``, whose URL is percent-encoded so that
-no character of the folder's path can move it, and the plans. A study name follows the
-sweep's name rule (:func:`xsweep.spec.sweep.check_name`), and both are checked, with the
-sweep's size limits, before anything is written.
+name>/study``, or ``study-<name>`` for a study of another name than the sweep's): the
+default study database ``study.db``, whose URL is percent-encoded so that no character
+of the folder's path can move it, the answer's plans (``plans/``, replaced whole) and
+the summary ``study.json``. A folder holds one study, never a sweep's results. A study
+in an SQLite file has one writer: the run holds the lock of the file's folder
+(:mod:`xsweep.search.locks`) from start to end, and a second run is refused; with that
+lock held, a trial still RUNNING was left by a killed run, and is failed as unfinished.
+Workers on a database server share their study, and hold their output folder only while
+they write it. A study name follows the sweep's name rule
+(:func:`xsweep.spec.sweep.check_name`), and both are checked, with the sweep's size
+limits, before anything is written.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import time
 import urllib.parse
@@ -30,22 +42,36 @@ from pathlib import Path
 
 import numpy as np
 
+from xsweep.errors import InputError
+from xsweep.metrics import jsonable
 from xsweep.search.evaluation import Job, Session, evaluate_points, exact_feasible
-from xsweep.search.folders import checked_folder, results_folder
+from xsweep.search.folders import checked_folder, refuse_foreign, study_folder, write_file
 from xsweep.search.funnel import Funnel
+from xsweep.search.locks import FolderLock, command_line
 from xsweep.search.optimize import trials as trial_io
 from xsweep.search.optimize.best import Best, best_of_study, exact_trials
 from xsweep.search.optimize.study import default_sampler, make_sampler, open_study, space_attrs
 from xsweep.search.pareto import non_dominated, objective_matrix
 from xsweep.search.progress import Progress
+from xsweep.search.space.grid import work_values
 from xsweep.search.space.planner import Built, Planner
-from xsweep.search.storage import interrupts_deferred, masked, open_storage
+from xsweep.search.storage import (
+    STUDY_DB,
+    interrupts_deferred,
+    masked,
+    open_storage,
+    sqlite_file,
+)
 from xsweep.search.table import update
 from xsweep.spec import load_catalog, load_sweep, plan_to_text
 from xsweep.spec.reader import read_text_file
 from xsweep.spec.sweep import check_name
 
 SECONDS_PER_DAY = 86_400.0
+#: The summary a run writes into its folder (what ``--json`` prints).
+STUDY_SUMMARY = "study.json"
+#: Seconds a worker on a database server waits for another's writing of the same folder.
+PUBLISH_WAIT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -58,7 +84,7 @@ class Options:
     study: str | None = None  # default: the sweep's name
     sampler: str | None = None
     seed: int | None = None
-    out_dir: Path | None = None  # default: results/<sweep name>
+    out_dir: Path | None = None  # default: results/<sweep name>/study (see study_folder)
     catalog_files: tuple[str, ...] = ()
     dtype: str = "float32"
 
@@ -101,9 +127,11 @@ def run_optimize(path: str | Path, options: Options = Options(),
       session: what this process evaluates trials in, and keeps results and compiled
         kernels in for the caller's later runs; by default one made for this run, over
         the process's default evaluator.
-    """
-    import optuna
 
+    Raises:
+      InputError: besides bad input, the output folder holds a sweep's results or another
+        study's, or another process holds it or the folder of the study's SQLite file.
+    """
     show = progress.update if progress is not None else (lambda text, final=False: None)
     if options.study is not None:
         check_name(options.study, "--study")
@@ -118,12 +146,39 @@ def run_optimize(path: str | Path, options: Options = Options(),
     seed = options.seed if options.seed is not None else search.seed
     sampler_name = options.sampler or default_sampler(sweep)
     study_name = options.study or sweep.name
-    folder = out_dir or results_folder(sweep.name, str(path))
+    folder = out_dir or study_folder(sweep.name, study_name, str(path))
     url = options.storage
-    if url is None:
-        folder.mkdir(parents=True, exist_ok=True)
-    storage = open_storage(url if url is not None else sqlite_url(folder / "study.db"))
-    shown_url = masked(url) if url is not None else str(folder / "study.db")
+    database = folder / STUDY_DB if url is None else sqlite_file(url)
+    refuse_foreign(folder, "study")
+    _refuse_another_study(folder, study_name)
+    command = command_line("optimize", path)
+    with contextlib.ExitStack() as held:
+        locked = None
+        if database is not None and (url is None or database.parent.is_dir()):
+            # A study in a file has one writer: this run, which holds the file's folder
+            # for its whole length. Workers on a database server share their study; each
+            # holds its output folder only to write its outputs.
+            locked = held.enter_context(FolderLock(database.parent, command))
+        storage = open_storage(url if url is not None else sqlite_url(database))
+        shown_url = masked(url) if url is not None else str(database)
+        found = _search(storage, shown_url, locked is not None, sweep, text, job, study_name,
+                        target, batch, seed, sampler_name, session, show)
+        if locked is None or os.path.abspath(locked.folder) != os.path.abspath(folder):
+            held.enter_context(FolderLock(folder, command, wait_s=PUBLISH_WAIT_S))
+        return _publish(found, folder)
+
+
+def _search(storage, shown_url: str, locked: bool, sweep, text: str, job: Job,
+            study_name: str, target: int, batch: int, seed: int, sampler_name: str,
+            session: Session | None, show) -> Outcome:
+    """Ask, evaluate and tell batches until the study holds ``target`` trials that count
+    (:func:`xsweep.search.optimize.trials.counts`); the study's answer.
+
+    ``locked``: this run is the one writer of the storage (an SQLite file whose folder it
+    holds), so a trial RUNNING now was left by a run that was killed: it is failed as
+    unfinished first."""
+    import optuna
+
     deadline = Deadline(sweep.constraints.training_days_max)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     attrs = space_attrs(sweep, text, job.catalog_version)
@@ -131,42 +186,61 @@ def run_optimize(path: str | Path, options: Options = Options(),
     # suggestions the study already holds.
     probe = open_study(storage, study_name, attrs, None, shown_url)
     start = len(probe.get_trials(deepcopy=False))
+    if locked:
+        _fail_abandoned(probe)
     sampler = make_sampler(sampler_name, seed + start, batch)
     study = open_study(storage, study_name, attrs, sampler, shown_url)
-    folder.mkdir(parents=True, exist_ok=True)
     if start:
-        show(f"continuing study {study_name!r}: {start} trials so far", final=True)
+        found = study.get_trials(deepcopy=False)
+        unfinished = sum(map(trial_io.unfinished, found))
+        show(f"continuing study {study_name!r}: {start} trials so far"
+             + (f" ({unfinished} unfinished, not counted toward {target:,})"
+                if unfinished else ""), final=True)
     began, told = time.perf_counter(), 0
-    planner = Planner(sweep, catalog)
+    planner = Planner(sweep, job.catalog)
     session = session if session is not None else Session()
-    while (count := min(batch, target - len(study.get_trials(deepcopy=False)))) > 0:
+    while (count := min(batch, target - (held := _counted(study)))) > 0:
         asked: list = []
+
+        def note(stage: str, done: int, total: int, held=held, count=count) -> None:
+            show(f"{held:,}/{target:,} trials; batch of {count:,}: {stage} {done:,}/{total:,}")
+
         try:
             for _ in range(count):
                 with interrupts_deferred():  # a trial asked is a trial this run will tell
                     asked.append(study.ask())
-            _run_batch(study, asked, session, job, planner, deadline)
+                note("asked", len(asked), count)
+            _run_batch(study, asked, session, job, planner, deadline, note)
         except BaseException:
-            _fail_unfinished(study, asked, "interrupted before its result was told")
+            _fail_unfinished(study, asked, trial_io.INTERRUPTED)
             raise
         told += count
         rate = told / (time.perf_counter() - began)
-        held = len(study.get_trials(deepcopy=False))
+        held = _counted(study)
         # The last batch's line always shows, however soon after the one before it.
         show(f"{held:,}/{target:,} trials, {rate:,.1f} trials/s, "
              f"{_best_text(study, sweep.objectives)}", final=held >= target)
     best = best_of_study(study, sweep, deadline.met)
     spent = time.perf_counter() - began
     show(f"done: {told:,} trials in {spent:.1f} s ({told / spent if spent else 0:,.1f} trials/s); "
-         f"study {study_name!r} holds {best.counts['total']:,} trials", final=True)
-    written = best.write_plans(folder / "plans")
+         f"study {study_name!r} holds {best.counts['total']:,} trials, "
+         f"{best.counts['counted']:,} with a result", final=True)
     summary = {"sweep": sweep.name, "study": study_name, "storage": shown_url,
-               "sampler": sampler_name, "batch": batch, "trials_this_run": told,
-               "trials_per_s": told / spent if spent else None,
+               "sampler": sampler_name, "batch": batch, "trials_target": target,
+               "trials_this_run": told, "trials_per_s": told / spent if spent else None,
                "objectives": list(sweep.objectives),
-               "training_days_max": sweep.constraints.training_days_max,
-               **best.summary(), "plans": [str(p) for p in written]}
-    return Outcome(summary, best, folder)
+               "training_days_max": sweep.constraints.training_days_max, **best.summary()}
+    return Outcome(summary, best, Path())
+
+
+def _publish(found: Outcome, folder: Path) -> Outcome:
+    """Write the answer's plans (``plans/``, replaced whole) and the summary
+    (``study.json``) into ``folder``, whose lock the caller holds."""
+    written = found.best.write_plans(folder / "plans")
+    summary = {**found.summary, "folder": str(folder), "plans": [str(p) for p in written]}
+    write_file(folder / STUDY_SUMMARY, (json.dumps(jsonable(summary), indent=2, allow_nan=False)
+                                        + "\n").encode())
+    return Outcome(summary, found.best, folder)
 
 
 def sqlite_url(path: Path) -> str:
@@ -178,24 +252,35 @@ def sqlite_url(path: Path) -> str:
 
 
 def _run_batch(study, asked: list, session: Session, job: Job, planner: Planner,
-               deadline: Deadline) -> None:
+               deadline: Deadline, note=lambda stage, done, total: None) -> None:
+    """Evaluate and tell the trials ``asked``; ``note(stage, done, total)`` is called as
+    each stage goes (suggested, bound, exact, told), for progress lines."""
     sweep = job.sweep
     domains = sweep.domains()
-    points = [trial_io.suggest_point(trial, domains) for trial in asked]
-    names = [f"{sweep.name}-t{trial.number}" for trial in asked]
     n = len(asked)
-    table, _ = evaluate_points(session, job, np.arange(n), points, names, "bound", planner)
-    front = _exact_front(study, sweep.objectives, deadline)
+    points = []
+    for trial in asked:
+        points.append(trial_io.suggest_point(trial, domains))
+        note("suggested", len(points), n)
+    names = [f"{sweep.name}-t{trial.number}" for trial in asked]
+    table, _ = evaluate_points(session, job, np.arange(n), points, names, "bound", planner,
+                               lambda done, total: note("bound evaluation", done, total))
+    front, work = _exact_front(study, sweep, deadline)
     candidates = ((table["level"] == "bound") & (table["status"] == "ok")
                   & deadline.met(table["training_time_s"]))
+    work += [work_values(sweep, point) for point in points]  # a funnel per work group
+    groups = {w: g for g, w in enumerate(dict.fromkeys(work))}
     funnel = Funnel(np.concatenate([front, objective_matrix(table, sweep.objectives)]),
                     np.concatenate([np.zeros(len(front), bool), candidates]), top=0,
-                    max_round=n)
+                    max_round=n, groups=np.array([groups[w] for w in work], np.int64))
     funnel.record(np.arange(len(front)), front, np.ones(len(front), bool))
+    rounds = 0
     while len(picks := funnel.next_round()):
         rows = picks - len(front)
-        exact, _ = evaluate_points(session, job, rows, [points[i] for i in rows],
-                                   [names[i] for i in rows], "exact", planner)
+        rounds += 1
+        exact, _ = evaluate_points(
+            session, job, rows, [points[i] for i in rows], [names[i] for i in rows], "exact",
+            planner, lambda done, total, r=rounds: note(f"exact round {r}", done, total))
         update(table, exact)
         feasible = exact_feasible(exact) & deadline.met(exact["training_time_s"])
         funnel.record(picks, objective_matrix(exact, sweep.objectives), feasible)
@@ -204,11 +289,12 @@ def _run_batch(study, asked: list, session: Session, job: Job, planner: Planner,
         reason = _failure(row, sweep.objectives)
         if reason:
             trial_io.fail(study, trial, reason, points[i])
-            continue
-        built = planner.plan(points[i], names[i])
-        assert isinstance(built, Built)  # it was built for its evaluation
-        trial_io.complete(study, trial, sweep, row, points[i], plan_to_text(built.plan),
-                          deadline.days_past(row["training_time_s"]))
+        else:
+            built = planner.plan(points[i], names[i])
+            assert isinstance(built, Built)  # it was built for its evaluation
+            trial_io.complete(study, trial, sweep, row, points[i], plan_to_text(built.plan),
+                              deadline.days_past(row["training_time_s"]))
+        note("told", i + 1, n)
 
 
 def _failure(row: dict, objectives: list[str]) -> str:
@@ -226,23 +312,62 @@ def _failure(row: dict, objectives: list[str]) -> str:
     return ""
 
 
-def _exact_front(study, objectives: list[str], deadline: Deadline) -> np.ndarray:
-    """Objective values (minimisation form) of the front of the study's exact trials that
-    meet the deadline: the funnel's evaluated rows."""
+def _exact_front(study, sweep, deadline: Deadline) -> tuple[np.ndarray, list[tuple]]:
+    """Objective values (minimisation form) of the fronts of the study's exact trials that
+    meet the deadline, one front per work group, and each row's work values: the funnel's
+    evaluated rows."""
     done = exact_trials(study, deadline.met)
     values = objective_matrix({name: np.array([t.values[j] for t in done], float)
-                               for j, name in enumerate(objectives)}, objectives)
-    return values[non_dominated(values)]
+                               for j, name in enumerate(sweep.objectives)}, sweep.objectives)
+    work = [work_values(sweep, t.user_attrs[trial_io.POINT]) for t in done]
+    keep = np.zeros(len(done), bool)
+    for w in set(work):
+        mine = np.array([v == w for v in work])
+        keep[mine] = non_dominated(values[mine])
+    return values[keep], [w for w, k in zip(work, keep, strict=True) if k]
 
 
 def _fail_unfinished(study, asked: list, reason: str) -> None:
+    """Fail the trials of ``asked`` not yet told, as unfinished: they do not count."""
     import optuna
 
     running = {t.number for t in study.get_trials(deepcopy=False,
                                                   states=(optuna.trial.TrialState.RUNNING,))}
     for trial in asked:
         if trial.number in running:
-            trial_io.fail(study, trial, reason, None)
+            with interrupts_deferred():  # a second Ctrl-C does not leave one half told
+                trial_io.fail_unfinished(study, trial, reason)
+
+
+def _fail_abandoned(study) -> None:
+    """Fail, as unfinished, the trials RUNNING in a study this run is the one writer of:
+    a run that was killed asked them and never told them."""
+    import optuna
+
+    for frozen in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        trial_io.fail_unfinished(study, optuna.trial.Trial(study, frozen._trial_id),
+                                 trial_io.ABANDONED)
+
+
+def _counted(study) -> int:
+    """The study's trials that count toward ``--trials``."""
+    return sum(map(trial_io.counts, study.get_trials(deepcopy=False)))
+
+
+def _refuse_another_study(folder: Path, study_name: str) -> None:
+    """Refuse a folder whose summary names another study: one study per folder.
+
+    Raises:
+      InputError: naming the folder and the study it holds.
+    """
+    try:
+        found = json.loads((folder / STUDY_SUMMARY).read_text(encoding="utf-8")).get("study")
+    except (OSError, ValueError, AttributeError):
+        return
+    if found is not None and found != study_name:
+        raise InputError(str(folder), None, None, f"holds study {found!r} ({STUDY_SUMMARY}); "
+                         f"study {study_name!r} needs a folder of its own: choose another "
+                         "with -o")
 
 
 def _best_text(study, objectives: list[str]) -> str:

@@ -8,7 +8,15 @@ not parameters. A finished trial carries (the contract other commands read):
 - COMPLETE: values = the objectives in order; user attributes ``level`` (``exact`` or
   ``bound``), ``metrics`` (every plan metric, ``None`` where not a number), ``point``
   (axis path -> value) and ``plan_pbtxt`` (the plan in protobuf text);
-- FAIL: user attributes ``reason`` (one line) and ``point``.
+- FAIL: user attributes ``reason`` (one line) and ``point``;
+- FAIL with ``unfinished: true``: a trial asked but never told a result, because its run
+  was interrupted (Ctrl-C) or killed; ``reason`` says which.
+
+Which trials count toward a study's ``--trials`` (:func:`counts`): those with a result,
+COMPLETE ones (exact or bound values) and FAIL or PRUNED ones told why they have none
+(a plan that cannot be built, does not fit, did not converge), and the RUNNING ones,
+being evaluated by some worker. Unfinished trials do not count: a rerun asks new
+trials in their place. So do FAIL trials without a reason, which xsweep never tells.
 """
 
 from __future__ import annotations
@@ -20,6 +28,10 @@ from xsweep.search.space.grid import Point
 from xsweep.spec.sweep import IntRange, Sweep
 
 LEVEL, METRICS_ATTR, POINT, PLAN, REASON = "level", "metrics", "point", "plan_pbtxt", "reason"
+UNFINISHED = "unfinished"
+#: The reason of a trial interrupted by Ctrl-C, and of one whose run was killed.
+INTERRUPTED = "interrupted before its result was told"
+ABANDONED = "its run ended before its result was told (killed)"
 
 
 def suggest_point(trial, domains: dict[str, list | IntRange]) -> Point:
@@ -70,3 +82,36 @@ def fail(study, trial, reason: str, point: Point | None) -> None:
     if point is not None:
         trial.set_user_attr(POINT, point)
     study.tell(trial, state=optuna.trial.TrialState.FAIL)
+
+
+def fail_unfinished(study, trial, reason: str) -> None:
+    """Tell ``trial`` it failed without a result (:data:`INTERRUPTED`, :data:`ABANDONED`):
+    it does not count toward the study's trials."""
+    import optuna
+
+    trial.set_user_attr(REASON, reason)
+    trial.set_user_attr(UNFINISHED, True)
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+
+
+def unfinished(trial) -> bool:
+    """Whether a (frozen) trial failed without a result: marked :data:`UNFINISHED`, or
+    told FAIL without a reason (as no xsweep run tells a trial), or interrupted by an
+    earlier version of xsweep (which gave only the reason)."""
+    import optuna
+
+    if trial.state != optuna.trial.TrialState.FAIL:
+        return False
+    attrs = trial.user_attrs
+    return bool(attrs.get(UNFINISHED)) or not attrs.get(REASON) or attrs[REASON] == INTERRUPTED
+
+
+def counts(trial) -> bool:
+    """Whether a (frozen) trial counts toward the study's ``--trials`` (see the module
+    docstring): COMPLETE, PRUNED, RUNNING, and FAIL with a result's reason."""
+    import optuna
+
+    states = optuna.trial.TrialState
+    if trial.state in (states.COMPLETE, states.PRUNED, states.RUNNING):
+        return True
+    return trial.state == states.FAIL and not unfinished(trial)

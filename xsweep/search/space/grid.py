@@ -10,13 +10,16 @@ dimensions of the dataset.
 
 from __future__ import annotations
 
+import keyword
 import math
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from xsweep.errors import InputError
+from xsweep.metrics import plan_names
 from xsweep.spec.sweep import Sweep, check_sweep_limits
 
 Point = dict[str, object]  # axis path -> value
@@ -43,14 +46,85 @@ def check_grid_size(sweep: Sweep, file: str) -> None:
                          "or search it with `xsweep optimize`")
 
 
+#: Names of a sweep's results that an axis's name must not take (the dataset's variables
+#: that are no metric, and the name of a point's work group).
+RESERVED_NAMES = frozenset({"point", "feasible", "status", "level", "reason", "plan_digest",
+                            "same_plan", "front"})
+
+
+def axis_names(sweep: Sweep) -> dict[str, str]:
+    """Every axis's dotted path -> a name a person can type, a Python identifier: the path's
+    last part (``training.schedule`` -> ``schedule``, ``parallelism.pp`` -> ``pp``), with a
+    pool's axes named after its GPU (``cluster.pools[0].nodes`` -> ``h100_sxm_nodes``,
+    ``parallelism.tp.H100-SXM`` -> ``h100_sxm_tp``). Where two names would be one (or one
+    would be a result's name), both spell their whole path (``cluster_pools_0_nodes``)."""
+    gpus = [_identifier(pool.gpu) for pool in sweep.cluster.pools]
+    names = {}
+    for path in sweep.domains():
+        pool = re.fullmatch(r"cluster\.pools\[(\d+)\]\.(\w+)", path)
+        if pool:
+            names[path] = f"{gpus[int(pool.group(1))]}_{pool.group(2)}"
+        elif path.startswith("parallelism.tp."):
+            index = [p.gpu for p in sweep.cluster.pools].index(path[len("parallelism.tp."):])
+            names[path] = f"{gpus[index]}_tp"
+        else:
+            names[path] = _identifier(path.rsplit(".", 1)[-1])
+    taken = list(names.values())
+    for path, name in names.items():
+        if (taken.count(name) > 1 or name in RESERVED_NAMES or name in plan_names()
+                or keyword.iskeyword(name)):
+            names[path] = _identifier(path)
+    return names
+
+
+def _identifier(text: str) -> str:
+    """``text`` in lower case with every run of other characters than letters and digits
+    one ``_``, starting with a letter (``A100-40GB`` -> ``a100_40gb``)."""
+    name = re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
+    return name if name[:1].isalpha() else f"gpu_{name}" if name else "axis"
+
+
+def work_values(sweep: Sweep, point: Point) -> tuple:
+    """The values of ``point``'s swept work axes (:meth:`Sweep.work_axes`), in order: the
+    work group it belongs to, wherever it came from (a grid point, a study's trial)."""
+    return tuple(point[path] for path in sweep.work_axes())
+
+
 class Grid:
-    """The points of one sweep: ``point(i)`` for ``0 <= i < size``."""
+    """The points of one sweep: ``point(i)`` for ``0 <= i < size``.
+
+    Its points fall into *work groups*, one per combination of the values of the sweep's
+    swept work axes (:meth:`~xsweep.spec.sweep.Sweep.work_axes`: the model, the global
+    batch, unless the sweep's ``fronts`` is ``across``), numbered in row-major order of
+    those axes; without a swept work axis every point is in group 0. A sweep's answer is
+    one Pareto front per group.
+    """
 
     def __init__(self, sweep: Sweep):
         self.axes: dict[str, list] = sweep.axes()
         self.paths: tuple[str, ...] = tuple(self.axes)
         self.shape: tuple[int, ...] = tuple(len(v) for v in self.axes.values())
         self.size: int = math.prod(self.shape)
+        self.names: dict[str, str] = axis_names(sweep)  # path -> the dataset's name
+        self.work: tuple[str, ...] = sweep.work_axes()  # the swept work axes, in order
+        self.groups: int = math.prod(len(self.axes[path]) for path in self.work)
+
+    def group_of(self, indices: np.ndarray) -> np.ndarray:
+        """int64[n]: the work group of each point of ``indices``."""
+        group = np.zeros(len(indices), np.int64)
+        strides = {p: math.prod(self.shape[k + 1:]) for k, p in enumerate(self.paths)}
+        for path in self.work:
+            n = len(self.axes[path])
+            group = group * n + (np.asarray(indices, np.int64) // strides[path]) % n
+        return group
+
+    def group_values(self, group: int) -> dict[str, object]:
+        """The values of the work axes in work group ``group``, by path."""
+        out: dict[str, object] = {}
+        for path in reversed(self.work):
+            group, k = divmod(group, len(self.axes[path]))
+            out[path] = self.axes[path][k]
+        return dict(reversed(out.items()))
 
     @property
     def dims(self) -> tuple[str, ...]:

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -304,10 +305,12 @@ class Planner:
     def _memory(model, pools, shapes, kind_of, counts, b, point,
                 stack: Stack) -> tuple[float, str]:
         """Largest per-GPU memory (GiB) over the groups, and a reason if some group does
-        not fit."""
+        not fit: it names the group farthest over its GPU's memory (by the share of it
+        the group needs; the first such group on a tie), so that the reason says how far
+        the point is from fitting."""
         schedule = point["training.schedule"]
         replicas = len(kind_of)
-        largest, worst = 0.0, ""
+        largest, worst, over = 0.0, "", 1.0
         for kind, shape in enumerate(shapes):
             for m in sorted({c for k, c in zip(kind_of, counts, strict=True) if k == kind}):
                 for index, stage in enumerate(shape):
@@ -315,7 +318,8 @@ class Planner:
                     total, fit = _memory_gib(model, pool.gpu, pool.tp, b, stage.first_layer,
                                              stage.last_layer, index, len(shape), schedule, m,
                                              stack, replicas)
-                    if not fit and not worst:
+                    if not fit and (not worst or total / pool.gpu.hbm_gib > over):
+                        over = total / pool.gpu.hbm_gib
                         worst = (f"does not fit in GPU memory: {total:.1f} GiB per GPU on "
                                  f"{pool.gpu.name} ({pool.gpu.hbm_gib:g} GiB) at stage {index}, "
                                  f"TP {pool.tp}, layers {stage.first_layer}-{stage.last_layer}, "
@@ -332,6 +336,85 @@ def layout_stack(point: Point) -> Stack:
                  recompute=point["training.recompute"],
                  zero_stage=point["training.zero_stage"],
                  virtual_pipeline_stages=point["training.virtual_pipeline_stages"])
+
+
+def unused_axes(sweep: Sweep, point: Point) -> frozenset[str]:
+    """The axes (dotted paths) whose value makes no difference to ``point``'s plan: every
+    axis of a pool without nodes (its GPUs per node, NIC and TP degree) and, with fewer
+    than two pools with nodes, the pipeline mix. Points that differ only in these build
+    the same plan; a table shows them as ``-``."""
+    unused = []
+    for i, pool in enumerate(sweep.cluster.pools):
+        if point[f"cluster.pools[{i}].nodes"] == 0:
+            unused += [f"cluster.pools[{i}].gpus_per_node", f"cluster.pools[{i}].nic",
+                       f"parallelism.tp.{pool.gpu}"]
+    active = sum(point[f"cluster.pools[{i}].nodes"] > 0 for i in range(len(sweep.cluster.pools)))
+    if active < 2:
+        unused.append("parallelism.pipeline_mix")
+    return frozenset(path for path in unused if path in point)  # a pool's NIC may be no axis
+
+
+@dataclass(frozen=True)
+class ReasonKind:
+    """A kind of reason why a point has no feasible plan: its name, what the points of the
+    kind do, as a count's verb phrase, plural and singular ("3 do not fit in GPU memory",
+    "1 does not fit in GPU memory"), and the pattern its reasons match (the planner's
+    and the evaluator's wording)."""
+
+    name: str
+    text: str
+    one: str
+    pattern: str
+
+    def count(self, n: int) -> str:
+        """``n`` points and what they do: ``3 do not fit in GPU memory``."""
+        return f"{n:,} {self.one if n == 1 else self.text}"
+
+
+#: The kinds of the reasons this module (and the evaluator) give, in the order a summary
+#: lists them; a reason none matches is of kind ``other``.
+REASON_KINDS = (
+    ReasonKind("memory", "do not fit in GPU memory", "does not fit in GPU memory",
+               r"^does not fit in GPU memory"),
+    ReasonKind("tp_node", "have a TP degree that does not fit a node",
+               "has a TP degree that does not fit a node",
+               r"^TP \d+ (exceeds|does not divide) the \d+ GPUs of a"),
+    ReasonKind("tp_heads", "have a TP degree above the model's attention heads",
+               "has a TP degree above the model's attention heads",
+               r"^TP \d+ exceeds the model's"),
+    ReasonKind("pipeline", "have a pipeline depth their TP groups or layers cannot form",
+               "has a pipeline depth its TP groups or layers cannot form",
+               r"^(\d+ pipeline stages but|pool .* fewer than pp|pp \d+ does not divide|"
+               r"mixed pipelines:)"),
+    ReasonKind("batch", "have a global batch that does not split into their replicas' "
+               "micro-batches", "has a global batch that does not split into its replicas' "
+               "micro-batches", r"^(global batch \d+ is not a multiple|\d+ micro-batches \()"),
+    ReasonKind("interleaving", "break a rule of interleaving (virtual pipeline stages)",
+               "breaks a rule of interleaving (virtual pipeline stages)", r"^interleaving \("),
+    ReasonKind("fsdp", "break a rule of FSDP (replicas of one shape)",
+               "breaks a rule of FSDP (replicas of one shape)", r"^FSDP \(zero_stage 3\)"),
+    ReasonKind("size_limit", "exceed a size limit (XSWEEP_MAX_*)",
+               "exceeds a size limit (XSWEEP_MAX_*)",
+               r"exceeds the limit of [\d,]+ \(set XSWEEP_MAX_"),
+    ReasonKind("empty", "have no nodes at all", "has no nodes at all", r"^empty cluster"),
+    ReasonKind("not_converged", "did not converge in the evaluator",
+               "did not converge in the evaluator", r"^not_converged$"),
+    ReasonKind("overflow", "overflowed the evaluator's arrays",
+               "overflowed the evaluator's arrays", r"^overflow$"),
+)
+#: A reason of no known kind.
+OTHER_KIND = ReasonKind("other", "are infeasible for another reason",
+                        "is infeasible for another reason", "")
+_KIND_PATTERNS = tuple((kind, re.compile(kind.pattern)) for kind in REASON_KINDS)
+#: The numbers of a memory reason: GiB needed per GPU, the GPU, its memory.
+MEMORY_NUMBERS = re.compile(r"([\d.]+) GiB per GPU on (.+?) \(([\d.]+) GiB\)")
+
+
+def reason_kind(reason: str) -> ReasonKind:
+    """The kind of an infeasible point's ``reason`` (the evaluator's status name for a
+    point that did not converge or overflowed)."""
+    return next((kind for kind, pattern in _KIND_PATTERNS if pattern.search(reason)),
+                OTHER_KIND)
 
 
 def _check(pools: list[_Pool], model: ModelSpec, p: int, b: int, batch: int) -> str:

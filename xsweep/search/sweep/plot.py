@@ -1,4 +1,5 @@
-"""The Pareto plot of a sweep: every feasible point in grey, the front highlighted."""
+"""The Pareto plot of a sweep: every feasible point in grey, each work group's front
+highlighted and labelled."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 
 from xsweep.metrics import metric_of
 from xsweep.search.evaluation import exact_feasible
+from xsweep.search.space.grid import Grid
 from xsweep.search.sweep.results import Answer
 from xsweep.search.table import Table
 
@@ -20,19 +22,35 @@ def label(name: str) -> str:
     return name if unit == "1" else f"{name} ({unit})"
 
 
-def pareto_png(table: Table, objectives: list[str], found: Answer, title: str) -> bytes:
-    """A PNG of the first two objectives (with one objective: it against cost per run,
-    else iteration time); pruned points are drawn at their bounds."""
+#: Colours of the work groups' fronts, in order (then again).
+FRONT_COLOURS = ("#d1495b", "#00798c", "#edae49", "#66a182", "#2e4057", "#8d96a3")
+#: A positive axis whose values span at least a decade (this ratio) is drawn on a log scale.
+LOG_SPAN = 10.0
+#: Fronts of more plans than this have only their ends and every few points labelled.
+MOST_LABELS = 12
+
+
+def axes_of(objectives: list[str]) -> tuple[str, str]:
+    """The metrics drawn: the first two objectives; with one objective, it against cost per
+    million tokens (always known), or iteration time when that is the objective."""
+    if len(objectives) > 1:
+        return objectives[0], objectives[1]
+    other = ("cost_per_million_tokens_usd" if objectives[0] != "cost_per_million_tokens_usd"
+             else "iteration_time_s")
+    return objectives[0], other
+
+
+def pareto_png(table: Table, grid: Grid, objectives: list[str], found: list[Answer],
+               title: str) -> bytes:
+    """A PNG of the first two objectives (:func:`axes_of`): feasible points in grey, pruned
+    points at their bounds, the front of each work group in a colour of its own with its
+    points labelled by their index; an axis whose values span decades is logarithmic."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
     from matplotlib import pyplot as plt
 
-    x_name = objectives[0]
-    if len(objectives) > 1:
-        y_name = objectives[1]
-    else:
-        y_name = "cost_per_run_usd" if x_name != "cost_per_run_usd" else "iteration_time_s"
+    x_name, y_name = axes_of(objectives)
     x, y = (np.asarray(table[name], float) for name in (x_name, y_name))
     exact = exact_feasible(table)
     pruned = table["status"] == "pruned"
@@ -44,9 +62,24 @@ def pareto_png(table: Table, objectives: list[str], found: Answer, title: str) -
               label=f"pruned, at its lower bound ({int(pruned.sum())})")
     axes.plot(x[exact], y[exact], linestyle="none", marker="o", markersize=3.7,
               color="#8c8c8c", label=f"feasible, exact ({int(exact.sum())})")
-    front = found.front[np.argsort(x[found.front], kind="stable")]
-    axes.plot(x[front], y[front], "-o", color="#d1495b", markersize=5, linewidth=1.2,
-              label=f"Pareto front ({len(front)})")
+    for k, answer in enumerate(found):
+        front = answer.front[np.argsort(x[answer.front], kind="stable")]
+        colour = FRONT_COLOURS[k % len(FRONT_COLOURS)]
+        work = ", ".join(f"{grid.names[p]} {v}" for p, v in answer.work.items())
+        name = f"Pareto front, {work}" if work else "Pareto front"
+        plans = "plan" if len(front) == 1 else "plans"
+        axes.plot(x[front], y[front], "-o", color=colour, markersize=5, linewidth=1.2,
+                  label=f"{name} ({len(front)} {plans})" if len(front) else f"{name}: none")
+        step = max(1, -(-len(front) // MOST_LABELS))
+        for rank, i in enumerate(front):
+            if rank % step == 0 or rank == len(front) - 1:
+                axes.annotate(str(i), (x[i], y[i]), textcoords="offset points", xytext=(4, 4),
+                              fontsize=7, color=colour)
+    shown = exact | pruned
+    for values, scale in ((x[shown], axes.set_xscale), (y[shown], axes.set_yscale)):
+        finite = values[np.isfinite(values)]
+        if len(finite) and finite.min() > 0 and finite.max() / finite.min() >= LOG_SPAN:
+            scale("log")
     axes.set_xlabel(label(x_name))
     axes.set_ylabel(label(y_name))
     # The title holds the sweep's name, as written: no mathtext ($...$), and characters

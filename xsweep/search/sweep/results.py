@@ -1,5 +1,6 @@
 """A finished sweep's answer: the per-point table as an xarray Dataset over the swept axes,
-its Pareto front and the top points of each objective."""
+and, for each work group (one per value of the swept work axes: the model, say), its
+Pareto front and the top plans of each objective, each distinct plan once."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 import xarray as xr
 
-from xsweep.search.evaluation import METRICS, exact_feasible
+from xsweep import metrics
+from xsweep.search.evaluation import METRICS, PLAN_DIGEST, exact_feasible, plan_ids
 from xsweep.search.pareto import non_dominated, objective_matrix, top_points
 from xsweep.search.space.grid import Grid
 from xsweep.search.table import Table
@@ -16,39 +18,137 @@ from xsweep.search.table import Table
 
 @dataclass(frozen=True)
 class Answer:
-    """Points (grid indices) on the Pareto front, by the first objective, and the best
-    ``top`` points of each objective, best first."""
+    """One work group's answer. Each distinct plan stands as one point, the lowest-indexed
+    of its exactly evaluated feasible points: ``front`` holds the plans on the Pareto
+    front, by the first objective; ``top`` the best ``top`` plans of each objective, best
+    first; ``same`` maps each of these points to the other points of the group that build
+    the same plan (at whatever level they were evaluated)."""
 
+    group: int
+    work: dict[str, object]  # the work axes' values (path -> value); {} for one group
     front: np.ndarray
     top: dict[str, np.ndarray]
+    same: dict[int, list[int]]
 
 
-def answer(table: Table, objectives: list[str], top: int) -> Answer:
-    """The front and top points among the exactly evaluated feasible points."""
+def answers(table: Table, grid: Grid, objectives: list[str], top: int) -> list[Answer]:
+    """Each work group's answer among its exactly evaluated feasible points."""
     values = objective_matrix(table, objectives)
-    values[~exact_feasible(table)] = np.nan
-    front = np.flatnonzero(non_dominated(values))
-    front = front[np.lexsort((front, *values[front].T[::-1]))]
-    return Answer(front, {name: top_points(values[:, j], top)
-                          for j, name in enumerate(objectives)})
+    plans = plan_ids(table)
+    groups = grid.group_of(table["point"])
+    usable = exact_feasible(table)
+    # a plan's point: the first (lowest index) of its exact feasible points
+    where = np.flatnonzero(usable)
+    _, first = np.unique(plans[where], return_index=True)
+    standing = np.zeros(len(values), bool)
+    standing[where[first]] = True
+    out = []
+    for group in range(grid.groups):
+        mine = groups == group
+        found = np.where((standing & mine)[:, None], values, np.nan)
+        front = np.flatnonzero(non_dominated(found))
+        front = front[np.lexsort((front, *found[front].T[::-1]))]
+        best = {name: top_points(found[:, j], top) for j, name in enumerate(objectives)}
+        shown = {int(i) for i in (*front, *(i for b in best.values() for i in b))}
+        same = {i: [int(k) for k in np.flatnonzero(mine & (plans == plans[i])) if k != i]
+                for i in sorted(shown)}
+        out.append(Answer(group, grid.group_values(group), front, best, same))
+    return out
+
+
+#: Units and meaning of the dataset's variables that are not metrics (a metric's come from
+#: the metrics table, :mod:`xsweep.metrics`). Text has no unit (``""``).
+VARIABLES = {
+    "point": ("1", "index of the point in the sweep's grid (row-major over Sweep.axes()); "
+                   "`xsweep sweep SPACE.yaml --emit-plan INDEX` prints its plan"),
+    "feasible": ("bool", "the point has a plan that fits in GPU memory and its evaluation "
+                         "converged"),
+    "status": ("", "ok, pruned (bound-level values kept: lower bounds on times and costs), "
+                   "infeasible, not_converged or overflow"),
+    "level": ("", "the level of the point's values: exact, bound, or none (no plan)"),
+    "reason": ("", "why the point is infeasible, one line (empty when it is feasible)"),
+    PLAN_DIGEST: ("", "digest of the point's plan (its bytes without its name) and pricing: "
+                      "points with equal digests build the same plan and have the same "
+                      "results; empty where the point has no plan"),
+    "steps": ("1", "events the exact level stepped through (0 at the bound level)"),
+    "max_active_flows": ("1", "most flows transferring at once (exact level)"),
+    "waterfill_rounds": ("1", "most water-filling rounds one step needed (exact level)"),
+}
+
+#: Units and meaning of the axes, by the last part of their path (a pool's axes by theirs).
+AXES = {
+    "model": ("", "model preset of the catalog"),
+    "global_batch_size": ("sequences", "sequences per iteration"),
+    "schedule": ("", "pipeline schedule"),
+    "resharding": ("", "resharding scheme between stages of different TP degrees"),
+    "recompute": ("", "activation recomputation"),
+    "sequence_parallel": ("bool", "sequence parallelism"),
+    "flash_attention": ("bool", "flash attention"),
+    "virtual_pipeline_stages": ("1", "virtual stages per pipeline stage (interleaved 1F1B)"),
+    "dp_overlap": ("bool", "data-parallel communication overlapped with the backward pass"),
+    "dp_bucket_params": ("parameters", "parameters per gradient bucket (0: Megatron-LM's "
+                                       "default)"),
+    "zero_stage": ("1", "ZeRO stage (3: FSDP)"),
+    "fabric": ("", "scale-out network topology"),
+    "oversubscription": ("1", "oversubscription of the scale-out fabric"),
+    "nodes": ("nodes", "nodes of the pool (0 leaves it out)"),
+    "gpus_per_node": ("GPUs", "GPUs per node of the pool"),
+    "nic": ("", "NIC of the pool's nodes"),
+    "tp": ("1", "tensor-parallel degree of the pool"),
+    "pp": ("1", "pipeline stages"),
+    "micro_batch_size": ("sequences", "sequences per micro-batch"),
+    "pipeline_mix": ("", "separate: each replica in one pool; mixed: stages across pools"),
+    "layer_split": ("", "how layers are split over stages"),
+    "pricing": ("", "capex (amortised purchase and power) or cloud (on-demand price)"),
+}
+
+
+def variable_attrs(name: str) -> dict[str, str]:
+    """The ``units`` and ``description`` of a dataset variable that is not an axis."""
+    if name in VARIABLES:
+        units, description = VARIABLES[name]
+    else:
+        metric = metrics.metric_of(name)
+        units, description = metric.unit, metric.description
+    return {"units": units, "description": description}
+
+
+def axis_attrs(path: str) -> dict[str, str]:
+    """The ``units``, ``description`` and dotted ``path`` of an axis's coordinate."""
+    if path.startswith("parallelism.tp."):
+        part, pool = "tp", f" ({path[len('parallelism.tp.'):]})"
+    else:
+        part, pool = path.rsplit(".", 1)[-1], ""
+    units, description = AXES.get(part, ("", path))
+    return {"units": units, "description": description + pool, "path": path}
 
 
 def to_dataset(grid: Grid, table: Table, attrs: dict) -> xr.Dataset:
     """The table (rows = points 0..n-1 in order) as a Dataset whose dimensions are the
-    swept axes, with their values as coordinates; single-value axes are scalar
-    coordinates, and ``point`` gives each point's grid index."""
+    swept axes, named so that a person can type them (:attr:`Grid.names`: ``pp``,
+    ``h100_sxm_nodes``), with their values as coordinates; single-value axes are scalar
+    coordinates, and ``point`` gives each point's grid index. Every variable and
+    coordinate carries ``units`` and ``description`` attributes, a coordinate also its
+    axis's dotted ``path``; text is stored as fixed-width Unicode, which reads back as
+    numpy ``str`` (``<U``), so ``where``, ``astype(str)`` and ``to_dataframe`` work."""
     singletons = tuple(i for i, n in enumerate(grid.shape) if n == 1)
-    dims = grid.dims
+    names = grid.names
+    dims = tuple(names[path] for path in grid.dims)
     data = {}
     first = ("point", "feasible", "status", "level", "reason", *METRICS)
     for name in sorted(table, key=lambda n: (first.index(n) if n in first else len(first), n)):
-        data[name] = (dims, table[name].reshape(grid.shape).squeeze(axis=singletons))
-    coords = {path: _coord(grid.axes[path]) for path in dims}
-    coords |= {path: np.array(value, dtype=object) if isinstance(value, str) else value
+        values = table[name].reshape(grid.shape).squeeze(axis=singletons)
+        data[name] = (dims, _text(values), variable_attrs(name))
+    coords = {names[path]: (names[path], _text(np.array(grid.axes[path])), axis_attrs(path))
+              for path in grid.dims}
+    coords |= {names[path]: ((), _text(np.array(value)), axis_attrs(path))
                for path, value in grid.fixed.items()}
-    return xr.Dataset(data, coords=coords, attrs=attrs)
+    return xr.Dataset(data, coords=coords, attrs=attrs | {
+        "axis_paths": {names[path]: path for path in grid.paths}})
 
 
-def _coord(values: list) -> np.ndarray:
-    return np.array(values, dtype=object) if isinstance(values[0], str) else np.array(values)
-
+def _text(values: np.ndarray) -> np.ndarray:
+    """Text (object or any string dtype) as fixed-width Unicode; other values unchanged."""
+    if values.dtype == object or values.dtype.kind in "UT":
+        return values.astype(str)
+    return values

@@ -17,6 +17,7 @@ are a pure function of the bounds and exact results, so it replays to the same p
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
@@ -31,9 +32,10 @@ from xsweep.errors import InputError
 from xsweep.metrics import jsonable
 from xsweep.runtime import accelerator_possible, usable_cores
 from xsweep.search import report
-from xsweep.search.evaluation import Job, Session, exact_feasible, plan_key
-from xsweep.search.folders import results_folder
+from xsweep.search.evaluation import PLAN_DIGEST, Job, Session, exact_feasible
+from xsweep.search.folders import sweep_folder
 from xsweep.search.funnel import Funnel
+from xsweep.search.locks import FolderLock, command_line
 from xsweep.search.pareto import objective_matrix
 from xsweep.search.progress import Progress, eta
 from xsweep.search.space.grid import Grid, check_grid
@@ -41,9 +43,9 @@ from xsweep.search.space.planner import Built, Infeasible, Planner, plan_name
 from xsweep.search.sweep.distributed import DaskExecutor, LocalExecutor
 from xsweep.search.sweep.plot import pareto_png
 from xsweep.search.sweep.processes import ProcessExecutor
-from xsweep.search.sweep.results import answer, to_dataset
+from xsweep.search.sweep.results import answers, plan_ids, to_dataset
 from xsweep.search.sweep.store import SweepFolder
-from xsweep.search.sweep.summary import summary_of
+from xsweep.search.sweep.summary import infeasible_lines, report_text, summary_of, work_label
 from xsweep.search.sweep.units import bound_chunk, bound_walk, exact_batch
 from xsweep.search.table import Table, concat, update
 from xsweep.spec import load_catalog, load_sweep, plan_to_text
@@ -54,7 +56,7 @@ from xsweep.spec.catalog import Catalog
 class Options:
     """How to run a sweep (none of these change its answer)."""
 
-    out_dir: Path | None = None  # default: results/<sweep name>
+    out_dir: Path | None = None  # default: results/<sweep name>/sweep
     catalog_files: tuple[str, ...] = ()
     overwrite: bool = False
     scheduler: str | None = None  # a Dask scheduler address
@@ -67,6 +69,9 @@ class Options:
     platform: str | None = None  # "cpu" or "gpu" (an accelerator): default, the devices'
 
 
+#: The layout of a sweep folder's work files: a folder of another format is another
+#: run's (3: every table holds cost_per_million_tokens_usd), refused unless --overwrite.
+FOLDER_FORMAT = 3
 #: Points planned and bounded per unit by default: on a CPU host a unit is a worker
 #: process's work; on an accelerator host units are planned here and their plans
 #: prepared by worker processes for the device, whose kernel calls want thousands of
@@ -76,13 +81,18 @@ CHUNK_SIZE = {"cpu": 1024, "gpu": 16384}
 
 @dataclass
 class Outcome:
-    """A finished sweep: where it went, its summary and its front as text."""
+    """A finished sweep: where it went, its summary, its front tables as text (one per work
+    group, in order), what the command prints (``text``) and, where a work group has no
+    feasible point, the one line that says so (``problem``; "" when every front has a
+    plan): the command then exits 1, its outputs written."""
 
     folder: Path
     summary: dict
     front_text: str
     resumed: bool
     timings: dict[str, float] = field(default_factory=dict)
+    text: str = ""
+    problem: str = ""
 
 
 def plan_of(path: str | Path, index: int, catalog_files=()) -> Built | Infeasible:
@@ -140,7 +150,20 @@ def run_sweep(path: str | Path, options: Options = Options(),
         compiled kernels in for the caller's later runs; by default one made for this
         run (see :func:`_host`). Not used with ``options.scheduler``: the cluster's
         workers evaluate every unit.
+
+    Raises:
+      InputError: besides bad input, the output folder is another run's (refused unless
+        ``options.overwrite``), an Optuna study's, or in use by another process (its lock,
+        :mod:`xsweep.search.locks`, held for the whole run).
     """
+    with contextlib.ExitStack() as held:
+        return _run_sweep(path, options, progress, timings, session, held)
+
+
+def _run_sweep(path: str | Path, options: Options, progress: Progress | None,
+               timings: dict | None, session: Session | None,
+               held: contextlib.ExitStack) -> Outcome:
+    """:func:`run_sweep`, the output folder's lock entered on ``held``."""
     began = time.perf_counter()
     show = progress.update if progress is not None else (lambda text, final=False: None)
     catalog = load_catalog(options.catalog_files)
@@ -148,7 +171,9 @@ def run_sweep(path: str | Path, options: Options = Options(),
     sweep = load_sweep(path, catalog)
     check_grid(sweep, str(path))
     grid = Grid(sweep)
-    folder = SweepFolder(options.out_dir or results_folder(sweep.name, str(path)))
+    folder = SweepFolder(options.out_dir or sweep_folder(sweep.name, str(path)))
+    # one run per folder: another is refused while this one holds it
+    held.enter_context(FolderLock(folder.root, command_line("sweep", path)))
     platform, session, made = _host(options, session) if not options.scheduler else (
         "cpu", None, False)
     try:
@@ -156,7 +181,7 @@ def run_sweep(path: str | Path, options: Options = Options(),
                           chunk_size=options.chunk_size or CHUNK_SIZE[platform])
         job = Job(sweep, catalog, options.dtype)
         manifest = {
-            "format": 2, "sweep_sha256": hashlib.sha256(text.encode()).hexdigest(),
+            "format": FOLDER_FORMAT, "sweep_sha256": hashlib.sha256(text.encode()).hexdigest(),
             "catalog_version": job.catalog_version, "xsweep_version": xsweep.__version__,
             "chunk_size": options.chunk_size, "max_round": options.max_round,
             "exact_batch": options.exact_batch, "exhaustive": options.exhaustive,
@@ -171,14 +196,14 @@ def run_sweep(path: str | Path, options: Options = Options(),
                     else LocalExecutor(session))
         try:
             table = _bound_phase(grid, folder, job, executor, options, timings, show)
-            funnel = _exact_phase(table, sweep, folder, job, executor, options, timings, show)
+            funnel = _exact_phase(table, grid, folder, job, executor, options, timings, show)
         finally:
             executor.close()
     finally:
         if made:  # what the run made it closes: its worker processes end with it
             session.evaluator.close()
     finishing = time.perf_counter()
-    summary, lines = _publish(table, funnel, sweep, catalog, grid, folder, {
+    summary, tables = _publish(table, funnel, sweep, catalog, grid, folder, {
         "sweep_name": sweep.name, "sweep_file": str(path), "sweep_yaml": text,
         "catalog_version": manifest["catalog_version"], "xsweep_version": xsweep.__version__,
         "objectives": list(sweep.objectives), "top": sweep.validation.top,
@@ -190,33 +215,46 @@ def run_sweep(path: str | Path, options: Options = Options(),
          f"({summary['exact_share_of_bounded']:.1%} of the bounded), "
          f"{int(funnel.pruned.sum()):,} pruned, in {timings['total_s']:.1f} s; "
          f"results in {folder.root}", final=True)
-    return Outcome(folder.root, summary, report.format_table(lines), resumed, timings)
+    empty = [g for g in summary["groups"] if not g["front"]]
+    problem = "; ".join((f"{work_label(g['work'])}: " if g["work"] else "")
+                        + infeasible_lines(g)[0] for g in empty)
+    return Outcome(folder.root, summary, "\n\n".join(tables), resumed, timings,
+                   report_text(summary, tables), problem)
 
 
 def _publish(table: Table, funnel: Funnel, sweep, catalog: Catalog, grid: Grid,
-             folder: SweepFolder, attrs: dict) -> tuple[dict, list[list[str]]]:
-    """Mark the pruned points, find the answer and write every output; return the summary
-    and the front table's cells."""
+             folder: SweepFolder, attrs: dict) -> tuple[dict, list[str]]:
+    """Mark the pruned points, find the answer of each work group and write every output;
+    return the summary and each group's front table as text."""
     table["status"][funnel.pruned] = "pruned"
-    found = answer(table, sweep.objectives, sweep.validation.top)
-    summary = {"sweep": sweep.name, **summary_of(table, grid, sweep.objectives, found),
+    found = answers(table, grid, sweep.objectives, sweep.validation.top)
+    summary = {"sweep": sweep.name, **summary_of(table, grid, sweep, found),
                "rounds": funnel.rounds,
                "outputs": {name: str(folder.path(name)) for name in
                            ("sweep.zarr", "pareto.png", "pareto.csv", "summary.json", "plans")}}
     planner = Planner(sweep, catalog)
-    shown = sorted({int(i) for i in (*found.front, *(j for t in found.top.values() for j in t))})
+    shown = sorted({int(i) for a in found
+                    for i in (*a.front, *(j for t in a.top.values() for j in t))})
     built = {i: planner.plan(grid.point(i), plan_name(sweep, i)).plan for i in shown}
-    lines = report.front_table(summary["front"], grid.dims, [p.gpu for p in sweep.cluster.pools],
-                               {i: plan_key(plan) for i, plan in built.items()})
-    png = pareto_png(table, sweep.objectives, found, f"{sweep.name}: {len(found.front)} on the front")
-    attrs = attrs | {"evaluated_exactly": summary["evaluated_exactly"]}
+    pools = [p.gpu for p in sweep.cluster.pools]
+    axes = [(grid.names[path], report.axis_label(path, pools)) for path in grid.dims]
+    within = [axis for path, axis in zip(grid.dims, axes, strict=True) if path not in grid.work]
+    # a group's table leaves out its work axes, which its heading names
+    tables = [report.format_table(report.front_table(g["front"], within,
+                                                     objectives=sweep.objectives))
+              for g in summary["groups"]]
+    rows = [row for g in summary["groups"] for row in g["front"]]
+    png = pareto_png(table, grid, sweep.objectives, found, sweep.name)
+    attrs = attrs | {"evaluated_exactly": summary["evaluated_exactly"], "fronts": sweep.fronts,
+                     "work_axes": [grid.names[path] for path in grid.work]}
     folder.publish(to_dataset(grid, table, attrs),
-                   {"pareto.csv": report.csv_text(lines, summary["front"]).encode(),
+                   {"pareto.csv": report.csv_text(rows, [key for key, _ in axes],
+                                                  objectives=sweep.objectives).encode(),
                     "pareto.png": png,
                     "summary.json": (json.dumps(jsonable(summary), indent=2, allow_nan=False)
                                      + "\n").encode()},
                    {f"point-{i}.pbtxt": plan_to_text(plan) for i, plan in built.items()})
-    return summary, lines
+    return summary, tables
 
 
 def _add(timings: dict, more: dict) -> None:
@@ -228,7 +266,7 @@ def _bound_phase(grid: Grid, folder: SweepFolder, job: Job, executor, options: O
                  timings: dict, show: Callable) -> Table:
     walk = bound_walk(job.sweep)
     chunks = walk.chunks(options.chunk_size)
-    found = {c: folder.load_bound(*c, walk.points(*c)) for c in chunks}
+    found = {c: _current(folder.load_bound(*c, walk.points(*c))) for c in chunks}
     todo = [(c, c) for c in chunks if found[c] is None]
     reused = len(chunks) - len(todo)
     if reused:
@@ -262,16 +300,26 @@ def _bound_phase(grid: Grid, folder: SweepFolder, job: Job, executor, options: O
     return {name: values[np.argsort(table["point"])] for name, values in table.items()}
 
 
-def _exact_phase(table: Table, sweep, folder: SweepFolder, job: Job, executor,
+def _current(table: Table | None) -> Table | None:
+    """A table a run kept, if it holds every column this version writes (an older
+    version's tables, without the plans' digests, are computed again)."""
+    return table if table is not None and PLAN_DIGEST in table else None
+
+
+def _exact_phase(table: Table, grid: Grid, folder: SweepFolder, job: Job, executor,
                  options: Options, timings: dict, show: Callable) -> Funnel:
+    """The exact funnel, one per work group (:mod:`xsweep.search.funnel`), each plan once
+    among the top points."""
+    sweep = job.sweep
     candidates = (table["level"] == "bound") & (table["status"] == "ok")
     funnel = Funnel(objective_matrix(table, sweep.objectives), candidates,
-                    sweep.validation.top, options.max_round, options.exhaustive)
+                    sweep.validation.top, options.max_round, options.exhaustive,
+                    groups=grid.group_of(table["point"]), plans=plan_ids(table))
     while len(picks := funnel.next_round()):
         batches = [picks[i: i + options.exact_batch]
                    for i in range(0, len(picks), options.exact_batch)]
-        found = {b: folder.load_exact(funnel.rounds, b, points)
-                   for b, points in enumerate(batches)}
+        found = {b: _current(folder.load_exact(funnel.rounds, b, points))
+                 for b, points in enumerate(batches)}
         todo = [(b, (batches[b],)) for b, got in found.items() if got is None]
         for b, (rows, spent) in executor.run(exact_batch, job, todo):
             saving = time.perf_counter()

@@ -1,17 +1,21 @@
 """A sweep's output folder: resume state while it runs, the published results when done.
 
-Layout of ``results/<name>/`` (or the folder given with ``-o``)::
+Layout of ``results/<name>/sweep/`` (or the folder given with ``-o``)::
 
     work/manifest.json          what was run (hashes of the sweep file and catalog, settings)
     work/bound/<start>-<stop>.npz     one finished chunk of planned and bounded points
                                       (positions in the bound walk, ``units.bound_walk``)
     work/exact/r<round>-b<batch>.npz  one finished batch of exactly evaluated points
     sweep.zarr   pareto.csv   pareto.png   summary.json   plans/
+    validate/                   what ``xsweep validate`` of this folder wrote
+    .xsweep.lock                while a run holds the folder (:mod:`xsweep.search.locks`)
 
 Every file is written under a temporary name and renamed, so a file that exists is
 whole: a killed run leaves finished chunks and batches, never half of one, and the
 published outputs appear only once the whole sweep is done (the dataset last). A
-rerun into a folder whose manifest differs is refused unless ``overwrite``.
+rerun into a folder whose manifest differs is refused unless ``overwrite``, which
+removes what a sweep owns there (the list above) and nothing else; a folder that holds
+an Optuna study is refused even then (:func:`xsweep.search.folders.refuse_foreign`).
 
 Nothing is written outside the folder (:mod:`xsweep.search.folders`): every file inside
 has a name made here (``point-<index>.pbtxt``, ...), checked to be a plain file name.
@@ -29,13 +33,13 @@ import numpy as np
 
 from xsweep.errors import InputError
 from xsweep.search import table as tables
-from xsweep.search.folders import checked_folder, plain_file_name
+from xsweep.search.folders import VALIDATE, checked_folder, plain_file_name, refuse_foreign
 from xsweep.search.table import Table
 
 OUTPUTS = ("sweep.zarr", "pareto.csv", "pareto.png", "summary.json", "plans")
 _PARTIAL = ".partial"
 #: Manifest entries and how a refusal names them.
-_DESCRIBED = {"sweep_sha256": "sweep file", "catalog_version": "catalog",
+_DESCRIBED = {"format": "folder format", "sweep_sha256": "sweep file", "catalog_version": "catalog",
               "xsweep_version": "xsweep version"}
 
 
@@ -53,8 +57,10 @@ class SweepFolder:
         """Make the folder this run's; True when it resumes a run of the same manifest.
 
         Raises:
-          InputError: the folder holds another run's results and not ``overwrite``.
+          InputError: the folder holds another run's results and not ``overwrite``, or an
+            Optuna study's files (whatever ``overwrite`` says).
         """
+        refuse_foreign(self.root, "sweep")
         found = self._manifest()
         ours = any(self.path(name).exists() for name in OUTPUTS) or self.work.exists()
         if found == manifest and not overwrite:
@@ -63,7 +69,7 @@ class SweepFolder:
         if ours and not overwrite:
             raise InputError(str(self.root), None, None, _refusal(found, manifest))
         # what ``xsweep validate`` wrote validated the results being replaced: it goes too
-        for name in (*OUTPUTS, "work", "validate"):
+        for name in (*OUTPUTS, "work", VALIDATE):
             _remove(self.path(name))
         (self.work / "bound").mkdir(parents=True, exist_ok=True)
         (self.work / "exact").mkdir(parents=True, exist_ok=True)
@@ -120,7 +126,9 @@ class SweepFolder:
         staging = _staging(self.path("sweep.zarr"))
         with warnings.catch_warnings():  # zarr notes that v3 has no consolidated metadata spec yet
             warnings.simplefilter("ignore", UserWarning)
-            dataset.to_zarr(staging, mode="w", consolidated=True)
+            # Zarr format 2: its fixed-width text (numpy "<U") and consolidated metadata
+            # are in its specification, and xarray reads that text back as numpy str
+            dataset.to_zarr(staging, mode="w", consolidated=True, zarr_format=2)
         _swap(staging, self.path("sweep.zarr"))
 
 

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from xsweep import metrics
 
 #: The metrics compared, in report order: iteration time, the worst rank's pipeline
-#: bubble, straggler wait and exposed communication of each kind, and the run's cost.
+#: bubble, straggler wait and exposed communication of each kind, the run's cost and the
+#: cost of a million tokens (known without ``total_tokens``).
 COMPARED = ("iteration_time_s", "bubble_s_max", "straggler_wait_s_max", "exposed_tp_s_max",
             "exposed_pp_s_max", "exposed_reshard_s_max", "exposed_dp_s_max",
-            "cost_per_run_usd")
+            "cost_per_run_usd", "cost_per_million_tokens_usd")
 #: The metric a bound must not exceed.
 BOUNDED = "iteration_time_s"
 #: Parts of the iteration smaller than this share of it are compared to it instead.

@@ -52,10 +52,10 @@ def validate(candidates: list[Candidate], catalog: Catalog, tolerance: float, ou
         simulated: dict[tuple, tuple[str, dict]] = {}
         began = time.perf_counter()
         for done, c in enumerate(candidates):
-            show(f"simulating {c.label} ({c.level}; {done + 1} of {len(candidates)}) ...",
-                 final=True)
             key = (plan_key(c.plan), c.cost)
             if key not in simulated:  # points with the same plan share one simulation
+                show(f"simulating {c.label}{_also(c)} ({c.level}; {done + 1} of "
+                     f"{len(candidates)}) ...", final=True)
                 prepared = prepare(c.plan, catalog)
                 result, record = simulate_plan(prepared, c.cost)
                 simulated[key] = (c.name, record)
@@ -71,6 +71,7 @@ def validate(candidates: list[Candidate], catalog: Catalog, tolerance: float, ou
                 failures.append(failure_line(c.label, c.level, failed, tolerance))
             points.append({
                 "name": c.name, "level": c.level, "picked": list(c.picked),
+                "same_plan": list(c.same),
                 "passed": all(k.passed for k in checks),
                 "metrics": {k.metric: {"batched": k.batched, "simulated": k.simulated,
                                        "error": k.error, "passed": k.passed} for k in checks},
@@ -89,9 +90,10 @@ def validate(candidates: list[Candidate], catalog: Catalog, tolerance: float, ou
     return summary
 
 
-def check_output(out_dir: Path) -> None:
+def check_output(out_dir: Path, about: dict | None = None) -> None:
     """Refuse, before any work, an output folder that holds anything but an earlier
-    validation's outputs (which a new run replaces whole).
+    validation's outputs (which a new run replaces whole), or a validation of another
+    source than ``about``'s (another study or sweep): each source keeps its own.
 
     Raises:
       InputError: naming the folder.
@@ -100,6 +102,17 @@ def check_output(out_dir: Path) -> None:
     if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / SUMMARY).is_file():
         raise InputError(str(out_dir), None, None, f"holds files that are not a validation's "
                          f"(no {SUMMARY}); choose an empty or new folder with -o")
+    if about is None or not (out_dir / SUMMARY).is_file():
+        return
+    try:
+        found = json.loads((out_dir / SUMMARY).read_text(encoding="utf-8"))
+        theirs = (found.get("source"), found.get(found.get("source")))
+    except (OSError, ValueError, AttributeError, TypeError):
+        return  # unreadable: an earlier validation's, replaced
+    if theirs != (about["source"], about[about["source"]]):
+        raise InputError(str(out_dir), None, None, f"holds the validation of {theirs[0]} "
+                         f"{theirs[1]!r}, not of {about['source']} {about[about['source']]!r}; "
+                         "choose another folder with -o")
 
 
 def output_folder(out_dir: str | os.PathLike) -> Path:
@@ -125,7 +138,9 @@ def format_report(summary: dict) -> str:
     lines = []
     for p in summary["points"]:
         verdict = "ok" if p["passed"] else "FAILED"
-        lines.append(f"{p['name']} ({p['level']}; {', '.join(p['picked'])}): {verdict}")
+        same = (f"; same plan: {' '.join(map(str, p['same_plan']))}"
+                if p.get("same_plan") else "")
+        lines.append(f"{p['name']} ({p['level']}; {', '.join(p['picked'])}{same}): {verdict}")
         head = "bound" if p["level"] == "bound" else "batched"
         lines.append(f"  {'metric':<24}{head:>14}{'simulated':>14}{'rel. error':>12}")
         for name, m in p["metrics"].items():
@@ -133,7 +148,7 @@ def format_report(summary: dict) -> str:
             lines.append(f"  {name:<24}{_cell(m['batched']):>14}{_cell(m['simulated']):>14}"
                          f"{_cell(m['error'], '.2e'):>12}{mark}")
     exact = [p for p in summary["points"] if p["level"] == "exact"]
-    lines.append(f"{summary['validated']} points validated ({len(exact)} exact within tolerance "
+    lines.append(f"{summary['validated']} plans validated ({len(exact)} exact within tolerance "
                  f"{summary['tolerance']:g}, {summary['validated'] - len(exact)} bound-only "
                  f"at or below the simulator): "
                  + ("all passed" if summary["passed"] else f"{summary['failed']} FAILED"))
@@ -148,6 +163,11 @@ def _swap(staging: Path, out_dir: Path) -> None:
         out_dir.rename(old)
     staging.rename(out_dir)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def _also(c: Candidate) -> str:
+    """`` (also 241 246)``: the other points (or trials) of a candidate's plan."""
+    return f" (also {' '.join(map(str, c.same))})" if c.same else ""
 
 
 def _cell(value: float | None, fmt: str = ".6g") -> str:

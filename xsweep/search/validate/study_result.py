@@ -27,12 +27,13 @@ from urllib.parse import unquote
 import numpy as np
 
 from xsweep.errors import InputError
-from xsweep.search.evaluation import catalog_version
+from xsweep.search.evaluation import catalog_version, plan_key
 from xsweep.search.pareto import objective_matrix
+from xsweep.search.space.grid import work_values
 from xsweep.search.space.planner import Planner
 from xsweep.search.storage import storage_class
 from xsweep.search.validate.compare import BOUND, COMPARED, EXACT
-from xsweep.search.validate.winners import Candidate, pick
+from xsweep.search.validate.winners import Candidate, merged, pick
 from xsweep.spec.catalog import Catalog
 from xsweep.spec.plan_io import plan_from_text
 from xsweep.spec.sweep import OBJECTIVE_DIRECTIONS, Sweep, Validation, check_name, sweep_from_text
@@ -76,17 +77,31 @@ class StudyResult:
         planner = Planner(self.sweep, self.catalog)
         fixed = {path: values_[0] for path, values_ in self.sweep.axes().items()
                  if len(values_) == 1}
+        plans, costs, keys = [], [], []
+        for trial, a in zip(self.trials, attrs, strict=True):
+            label = f"trial {trial.number}"
+            plans.append(plan_from_text(a["plan_pbtxt"], f"{self.where}: {label}: plan_pbtxt"))
+            costs.append(planner.cost_model(fixed | dict(a["point"])))
+            keys.append((plan_key(plans[-1]), costs[-1]))
+        ids = {key: i for i, key in enumerate(dict.fromkeys(keys))}
+        plan_of = np.array([ids[key] for key in keys], np.int64)
+        work = [work_values(self.sweep, fixed | dict(a["point"])) for a in attrs]
+        groups = np.array([{w: i for i, w in enumerate(dict.fromkeys(work))}[w] for w in work],
+                          np.int64)
         out = []
         for level in (EXACT, BOUND):
-            for row, why in pick(values, self.objectives, levels == level, top).items():
+            eligible = levels == level
+            for row, why in pick(values, self.objectives, eligible, top, groups,
+                                 plan_of).items():
                 trial, a = self.trials[row], attrs[row]
-                label = f"trial {trial.number}"
-                plan = plan_from_text(a["plan_pbtxt"], f"{self.where}: {label}: plan_pbtxt")
-                cost = planner.cost_model(fixed | dict(a["point"]))
                 metrics = a["metrics"]
-                out.append(Candidate(f"trial-{trial.number}", label, level, tuple(why), plan,
-                                     cost, {name: _float(metrics.get(name)) for name in COMPARED}))
-        return out
+                same = tuple(sorted(self.trials[k].number
+                                    for k in np.flatnonzero(plan_of == plan_of[row]) if k != row))
+                out.append(Candidate(f"trial-{trial.number}", f"trial {trial.number}", level,
+                                     tuple(why), plans[row], costs[row],
+                                     {name: _float(metrics.get(name)) for name in COMPARED},
+                                     same))
+        return merged(out)
 
     def _trial_attrs(self, trial) -> dict:
         attrs = trial.user_attrs

@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 
 from xsweep.errors import InputError
-from xsweep.search.evaluation import catalog_version, exact_feasible
+from xsweep.search.evaluation import PLAN_DIGEST, catalog_version, exact_feasible, plan_ids
 from xsweep.search.pareto import objective_matrix
 from xsweep.search.space.grid import Grid
 from xsweep.search.space.planner import Built, Planner, plan_name
 from xsweep.search.validate.compare import BOUND, COMPARED, EXACT
-from xsweep.search.validate.winners import Candidate, pick
+from xsweep.search.validate.winners import Candidate, merged, pick
 from xsweep.spec.catalog import Catalog
 from xsweep.spec.sweep import Sweep, Validation, sweep_from_text
 
@@ -47,23 +47,31 @@ class SweepResult:
         return list(self.sweep.objectives)
 
     def candidates(self, top: int) -> list[Candidate]:
-        """The winners to re-run (:mod:`xsweep.search.validate.winners`), exact ones first."""
+        """The winners to re-run (:mod:`xsweep.search.validate.winners`), exact ones first:
+        per work group, each distinct plan once (by the dataset's ``plan_digest``; a
+        dataset without it by the plans built here), standing for the points of its plan."""
         table, objectives = self.table, self.objectives
         values = objective_matrix(table, objectives)
         bounded = (table["level"] == BOUND) & table["feasible"]
         planner, grid = Planner(self.sweep, self.catalog), Grid(self.sweep)
+        groups = grid.group_of(table["point"])
+        digests = table.get(PLAN_DIGEST)
+        plans = plan_ids(table) if digests is not None else None
         out = []
         for level, eligible in ((EXACT, exact_feasible(table)), (BOUND, bounded)):
-            for index, why in pick(values, objectives, eligible, top).items():
+            for index, why in pick(values, objectives, eligible, top, groups, plans).items():
                 built = planner.plan(grid.point(index), plan_name(self.sweep, index))
                 if not isinstance(built, Built):
                     raise InputError(str(self.folder / DATASET), f"point {index}", None,
                                      f"is feasible there but the planner now says: "
                                      f"{built.reason}")
+                same = () if plans is None else tuple(
+                    int(i) for i in np.flatnonzero(plans == plans[index]) if i != index)
                 out.append(Candidate(f"point-{index}", f"point {index}", level, tuple(why),
                                      built.plan, built.cost,
-                                     {name: float(table[name][index]) for name in COMPARED}))
-        return out
+                                     {name: float(table[name][index]) for name in COMPARED},
+                                     same))
+        return merged(out)
 
 
 def is_sweep_folder(path: Path) -> bool:
@@ -101,7 +109,8 @@ def open_sweep_result(folder: Path, catalog: Catalog) -> SweepResult:
     order = np.argsort(points)
     if not np.array_equal(points[order], np.arange(Grid(sweep).size)):
         raise InputError(str(store), "point", None, "does not cover the sweep's grid")
+    optional = (PLAN_DIGEST,) if PLAN_DIGEST in ds.data_vars else ()  # older datasets lack it
     table = {name: ds[name].values.ravel()[order] for name in
-             dict.fromkeys((*_COLUMNS, *COMPARED, *sweep.objectives))}
+             dict.fromkeys((*_COLUMNS, *COMPARED, *sweep.objectives, *optional))}
     table["feasible"] = table["feasible"].astype(bool)
     return SweepResult(folder, sweep, catalog, table)
