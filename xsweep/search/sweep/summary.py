@@ -106,35 +106,54 @@ def infeasible(table: Table, rows: np.ndarray) -> dict:
     failed = rows[~np.isin(status, _FEASIBLE) | ((level == "exact") & ~table["feasible"][rows])]
     reasons = [str(table["reason"][i]) or str(table["status"][i]) for i in failed]
     kinds = [reason_kind(r) for r in reasons]
-    misses = []  # (share of memory, point, need, gpu, capacity, reason)
-    for i, reason, kind in zip(failed.tolist(), reasons, kinds, strict=True):
-        if kind.name == "memory":
-            numbers = MEMORY_NUMBERS.search(reason)
-            need = float(numbers.group(1)) if numbers else float(table[MEMORY_METRIC][i])
-            capacity = float(numbers.group(3)) if numbers else math.nan
-            share = need / capacity if numbers else math.inf
-            misses.append((share, i, need, numbers.group(2) if numbers else None, capacity,
-                           reason))
-    misses.sort(key=lambda m: (m[0], m[1]))
+    memory = [(i, reason) for i, reason, kind in zip(failed.tolist(), reasons, kinds,
+                                                     strict=True) if kind.name == "memory"]
+    nearest = _nearest_misses(table, memory)
+    return {"points": len(failed), "kinds": _by_kind(kinds, nearest), "nearest_misses": nearest}
+
+
+def _memory_miss(table: Table, i: int, reason: str) -> tuple:
+    """A memory reason's figures: (share of the GPU's memory, point, GiB needed, GPU,
+    GiB it has, reason); the share is infinite where the reason names no figures."""
+    numbers = MEMORY_NUMBERS.search(reason)
+    if numbers is None:
+        return (math.inf, i, float(table[MEMORY_METRIC][i]), None, math.nan, reason)
+    need, capacity = float(numbers.group(1)), float(numbers.group(3))
+    return (need / capacity, i, need, numbers.group(2), capacity, reason)
+
+
+def _nearest_misses(table: Table, memory: list[tuple[int, str]]) -> list[dict]:
+    """The :data:`NEAREST_MISSES` memory misses nearest to fitting, nearest first, each
+    reason once (the other points of the same reason in ``same_reason``)."""
+    misses = sorted((_memory_miss(table, i, reason) for i, reason in memory),
+                    key=lambda m: (m[0], m[1]))
     nearest: list[dict] = []
+    by_reason: dict[str, dict] = {}
     for _share, i, need, gpu, capacity, reason in misses:
-        same = next((m for m in nearest if m["reason"] == reason), None)
-        if same is not None:
-            same["same_reason"].append(i)
+        if reason in by_reason:
+            by_reason[reason]["same_reason"].append(i)
         elif len(nearest) < NEAREST_MISSES:
-            nearest.append({"point": i, "same_reason": [], "memory_per_gpu_gib": need,
-                            "gpu": gpu, "gpu_memory_gib": capacity, "reason": reason})
+            by_reason[reason] = {"point": i, "same_reason": [], "memory_per_gpu_gib": need,
+                                 "gpu": gpu, "gpu_memory_gib": capacity, "reason": reason}
+            nearest.append(by_reason[reason])
+    return nearest
+
+
+def _by_kind(kinds: list, nearest: list[dict]) -> list[dict]:
+    """Counts of failed points by kind of reason, in the kinds' order; the memory kind
+    names its point closest to fitting."""
     counted = Counter(kind.name for kind in kinds)
     by_kind = []
     for kind in (*REASON_KINDS, *(k for k in set(kinds) if k not in REASON_KINDS)):
-        if counted.get(kind.name):
-            entry = {"kind": kind.name, "text": kind.count(counted[kind.name]),
-                     "points": counted[kind.name]}
-            if kind.name == "memory" and nearest:
-                entry["closest"] = {k: nearest[0][k] for k in
-                                    ("point", "memory_per_gpu_gib", "gpu", "gpu_memory_gib")}
-            by_kind.append(entry)
-    return {"points": len(failed), "kinds": by_kind, "nearest_misses": nearest}
+        if not counted.get(kind.name):
+            continue
+        entry = {"kind": kind.name, "text": kind.count(counted[kind.name]),
+                 "points": counted[kind.name]}
+        if kind.name == "memory" and nearest:
+            entry["closest"] = {k: nearest[0][k] for k in
+                                ("point", "memory_per_gpu_gib", "gpu", "gpu_memory_gib")}
+        by_kind.append(entry)
+    return by_kind
 
 
 def _metric(name: str, objectives: list[str]) -> dict:
