@@ -51,8 +51,11 @@ delayed-scaling recipe (E4M3 forward, E5M2 backward, one scale per tensor from t
 history):
 
 * The four GEMMs of a block (QKV, attention projection, the FFN's input and output
-  matrices) run at ``peak_fp8 x fp8_gemm_efficiency x w / max(w + 1/2, 1)``, the same
-  wave factor over the same tiles as in BF16; their FLOPs are unchanged. They read FP8
+  matrices) run at ``peak_fp8 x fp8_gemm_efficiency x w / max(w + 1/2, 1)``: their own
+  peak and sustained fraction (catalog ``peak_fp8_tflops``, ``fp8_gemm_efficiency``),
+  and by shape the wave factor over output tiles of the BF16 size (assumed: Hopper's
+  FP8 kernels take a deeper slice of ``k`` per step, not a larger output tile); their
+  FLOPs are unchanged. They read FP8
   weights and inputs (one byte an element) and write BF16 outputs. Forward, the
   gradient of the input (dgrad) and of the weight (wgrad) are all FP8 GEMMs, so the
   backward is still twice the forward.
