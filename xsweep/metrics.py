@@ -47,7 +47,7 @@ TABLE: tuple[Metric, ...] = (
            "global batch x sequence length / iteration time"),
     Metric("mfu", "1", PLAN, MAXIMIZE,
            "model FLOPs per iteration (no recompute) / (iteration time x peak FLOP/s of the "
-           "GPUs in use)"),
+           "GPUs in use, dense BF16 also for plans in FP8)"),
     Metric("busy_s", "s", STREAM, None, "compute: forward, backward and optimizer"),
     Metric("idle_s", "s", STREAM, MINIMIZE, "iteration time - busy_s - exposed_tp_s"),
     Metric("bubble_s", "s", STREAM, MINIMIZE,

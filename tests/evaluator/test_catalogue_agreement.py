@@ -3,7 +3,8 @@
 The catalogue is generated heterogeneous plans (``random_plan``: GPU mixes of
 A100/H100/H200/B200, NIC generations, TP/PP/DP mixes, GPipe, 1F1B and interleaved
 1F1B, all three resharding schemes, rail-optimized and oversubscribed fat-tree
-fabrics, ZeRO-1 with and without overlapped buckets, FSDP, 8 to 256 GPUs). A slice
+fabrics, ZeRO-1 with and without overlapped buckets, FSDP, FP8 where every GPU has it,
+8 to 256 GPUs). A slice
 runs by default, checked to hold every training-stack option; the full 200 plans are
 marked slow (CI runs them).
 
@@ -20,10 +21,12 @@ from xsweep.kernels import Status
 from xsweep import metrics, timeline
 from xsweep.evaluator import default_evaluator
 from xsweep.plan.analysis import analyze
-from xsweep.plan.builder import random_plan
+from xsweep.plan.builder import NodeReq, ReplicaReq, StageReq, build_plan, random_plan
 from xsweep.plan.lower import lower
+from xsweep.plan.stack import Stack
 from xsweep.sim import Observer, simulate
 from xsweep.spec import load_catalog
+from xsweep.spec import xsweep_pb2 as pb
 
 
 class _SharingObserver(Observer):
@@ -41,7 +44,8 @@ class _SharingObserver(Observer):
 
 
 #: Every training-stack option the lowering turns into tasks of their own.
-OPTIONS = {"interleaved", "buckets", "zero1", "zero1-overlap", "fsdp", "sequence-parallel"}
+OPTIONS = {"interleaved", "buckets", "zero1", "zero1-overlap", "fsdp", "sequence-parallel",
+           "fp8"}
 
 
 def options(a) -> set[str]:
@@ -49,18 +53,18 @@ def options(a) -> set[str]:
     s = a.stack
     out = {name for name, on in (
         ("interleaved", s.virtual_pipeline_stages > 1), ("fsdp", a.fsdp),
-        ("buckets", any(len(b) > 1 for b in a.dp_buckets)),
+        ("buckets", any(len(b) > 1 for b in a.dp_buckets)), ("fp8", s.precision == "fp8"),
         ("sequence-parallel", s.sequence_parallel and any(g.tp > 1 for g in a.groups))) if on}
     if s.zero_stage == 1 and a.dp_groups:
         out.add("zero1-overlap" if s.dp_overlap else "zero1")
     return out
 
 
-def _catalogue(seeds, max_gpus):
+def _catalogue(seeds, max_gpus, plans=(), options_needed=OPTIONS):
     catalog = load_catalog()
     programs, reference, covered = [], [], set()
-    for seed in seeds:
-        a = analyze(random_plan(seed, max_gpus=max_gpus), catalog)
+    for plan in [random_plan(seed, max_gpus=max_gpus) for seed in seeds] + list(plans):
+        a = analyze(plan, catalog)
         covered |= options(a)
         program = lower(a)
         observer = _SharingObserver(program)
@@ -69,7 +73,7 @@ def _catalogue(seeds, max_gpus):
                                             result.task_start_s, result.task_end_s)
         reference.append((result.iteration_time_s, per_stream, observer.shared))
         programs.append(program)
-    assert covered == OPTIONS, OPTIONS - covered
+    assert covered >= options_needed, options_needed - covered
     return programs, reference
 
 
@@ -107,6 +111,31 @@ def _check(programs, reference):
 
 def test_catalogue_slice_agrees_with_the_simulator():
     programs, reference = _catalogue(range(20), max_gpus=64)
+    _check(programs, reference)
+
+
+def fp8_plans() -> list:
+    """Plans in FP8: an H100 + B200 pipeline (B200 stages at TP 2 beside H100 stages at TP 4,
+    so resharding between them) of two replicas, interleaved, with ZeRO-1's overlapped
+    buckets; and a B200 pair of FSDP replicas over two H100 + B200 stages."""
+    nodes = [NodeReq("H100-SXM", 8, "cx7"), NodeReq("B200", 8, "cx8")]
+    mixed = [ReplicaReq((StageReq("H100-SXM", 4, 4), StageReq("B200", 2, 4)), 1, 4)] * 2
+    het = build_plan("fp8-h100-b200", "llama2-7b", nodes, mixed, seq_length=1024, num_layers=8,
+                     stack=Stack(precision="fp8", zero_stage=1, dp_overlap=True,
+                                 dp_bucket_params=30_000_000, virtual_pipeline_stages=2))
+    fsdp = build_plan("fp8-fsdp", "llama2-7b", nodes,
+                      [ReplicaReq((StageReq("H100-SXM", 2, 3), StageReq("B200", 2, 5)), 2, 3)] * 2,
+                      seq_length=1024, num_layers=8, fabric="fat_tree",
+                      stack=Stack(precision="fp8", zero_stage=3, recompute="selective"))
+    return [het, fsdp]
+
+
+def test_fp8_plans_agree_with_the_simulator():
+    # the FP8 plans of the catalogue's slice, and the hand-built heterogeneous ones
+    seeds = [seed for seed in range(40) if random_plan(seed).training.precision == pb.FP8][:4]
+    programs, reference = _catalogue(seeds, max_gpus=64, plans=fp8_plans(),
+                                     options_needed={"fp8", "interleaved", "fsdp", "buckets"})
+    assert len(programs) >= 5
     _check(programs, reference)
 
 

@@ -16,7 +16,7 @@ import pytest
 from tests.plan.reference_lowering import reference_lower
 from tests.support.lowering import assert_identical
 from xsweep.plan.analysis import analyze
-from xsweep.plan.builder import GPU_TYPES, NICS, random_plan
+from xsweep.plan.builder import FP8_GPU_TYPES, GPU_TYPES, NICS, random_plan
 from xsweep.plan.lower import TemplateCache, lower, structure_key
 from xsweep.spec import validate_plan
 from xsweep.spec import xsweep_pb2 as pb
@@ -24,8 +24,8 @@ from xsweep.spec import xsweep_pb2 as pb
 
 def numeric_variant(plan, rng: random.Random):
     """The same structure with other numbers: GPU and NIC models, micro-batch size, recompute,
-    sequence parallelism, flash attention, oversubscription (the ZeRO stage, interleaving
-    and gradient buckets change the structure)."""
+    sequence parallelism, flash attention, oversubscription, precision (FP8 where every GPU
+    has it; the ZeRO stage, interleaving and gradient buckets change the structure)."""
     out = type(plan)()
     out.CopyFrom(plan)
     for node in out.cluster.nodes:
@@ -40,6 +40,8 @@ def numeric_variant(plan, rng: random.Random):
     out.training.sequence_parallel = rng.random() < 0.5
     out.training.flash_attention = rng.random() < 0.5
     out.cluster.fabric.oversubscription = rng.choice((1.0, 2.0, 3.0))
+    fp8 = all(node.gpu in FP8_GPU_TYPES for node in out.cluster.nodes)
+    out.training.precision = pb.FP8 if fp8 and rng.random() < 0.5 else pb.BF16
     return out
 
 

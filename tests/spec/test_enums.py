@@ -6,8 +6,23 @@ import pytest
 
 from xsweep.errors import InputError
 from xsweep.spec import xsweep_pb2 as pb
-from xsweep.spec.enums import FABRIC, MLP, RECOMPUTE, RESHARDING, SCHEDULE, TABLES, enum_name
-from xsweep.spec.resolve import fabric_name, recompute_name, resharding_name, schedule_name
+from xsweep.spec.enums import (
+    FABRIC,
+    MLP,
+    PRECISION,
+    RECOMPUTE,
+    RESHARDING,
+    SCHEDULE,
+    TABLES,
+    enum_name,
+)
+from xsweep.spec.resolve import (
+    fabric_name,
+    precision_name,
+    recompute_name,
+    resharding_name,
+    schedule_name,
+)
 
 
 @pytest.mark.parametrize("table", TABLES, ids=[t.field for t in TABLES])
@@ -20,8 +35,9 @@ def test_each_table_names_every_declared_value(table):
 
 
 def test_unspecified_means_the_default():
-    # 1F1B and no recompute, as Megatron-LM's recipe; an unspecified MLP is the preset's
-    assert [enum_name(t, 0) for t in TABLES] == ["1f1b", "lcm", "rail_optimized", "", "none"]
+    # 1F1B, no recompute and BF16, as Megatron-LM's recipe; an unspecified MLP is the preset's
+    assert [enum_name(t, 0) for t in TABLES] == ["1f1b", "lcm", "rail_optimized", "", "none",
+                                                 "bf16"]
 
 
 @pytest.mark.parametrize(("getter", "table", "path"), [
@@ -29,6 +45,7 @@ def test_unspecified_means_the_default():
     (resharding_name, RESHARDING, ("training", "resharding")),
     (fabric_name, FABRIC, ("cluster", "fabric", "kind")),
     (recompute_name, RECOMPUTE, ("training", "recompute")),
+    (precision_name, PRECISION, ("training", "precision")),
 ])
 def test_an_unknown_value_is_never_read_as_the_default(getter, table, path):
     plan = pb.DeploymentPlan()

@@ -282,7 +282,8 @@ def _groups(layout: _Layout, cluster: ClusterHw, model: ModelSpec, stack: Stack,
             figures[key] = (
                 _stage_cost(model, gpu, tp, size, first, last, stack=stack, profile=profile),
                 mem, fits(mem, gpu),
-                _optimizer_time_s(model, gpu, tp, first, last, dp_size, stack.zero_stage))
+                _optimizer_time_s(model, gpu, tp, first, last, dp_size, stack.zero_stage,
+                                  stack.precision))
         cost, mem, fit, optimizer_s = figures[key]
         infos.append(GroupInfo(
             id=gid, ranks=ranks, stage=stage, replica=replica, first_layer=first,

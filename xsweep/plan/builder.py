@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from xsweep.plan.stack import DEFAULT_STACK, Stack
 from xsweep.spec import xsweep_pb2 as pb
-from xsweep.spec.enums import FABRIC, RECOMPUTE, RESHARDING, SCHEDULE
+from xsweep.spec.enums import FABRIC, PRECISION, RECOMPUTE, RESHARDING, SCHEDULE
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,7 @@ def build_plan(name: str, model: str, nodes, replicas, *, schedule="1f1b", resha
     t.sequence_parallel, t.flash_attention = stack.sequence_parallel, stack.flash_attention
     t.virtual_pipeline_stages, t.dp_overlap = stack.virtual_pipeline_stages, stack.dp_overlap
     t.dp_bucket_params = stack.dp_bucket_params
+    t.precision = PRECISION.value(stack.precision)
     t.global_batch_size = sum(r.micro_batch_size * r.num_micro_batches for r in replicas)
     plan.cluster.fabric.kind = FABRIC.value(fabric)
     plan.cluster.fabric.oversubscription = oversubscription
@@ -97,6 +98,8 @@ def split_layers(num_layers: int, weights) -> list[int]:
 
 
 GPU_TYPES = ("A100-40GB", "A100-80GB", "H100-SXM", "H200", "B200")
+#: The GPU types of the built-in catalog with FP8 tensor cores.
+FP8_GPU_TYPES = ("H100-SXM", "H200", "B200")
 NICS = ("cx5", "cx6", "cx7", "cx8")
 
 
@@ -172,11 +175,16 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
     if not replicas:  # no room for two interleaved stages: a plain pipeline instead
         v = 1
         replicas = draw_replicas(v)
+    # FP8 where every GPU kind has FP8 tensor cores, from a stream of its own (the other
+    # draws stay as they were)
+    fp8 = (all(k in FP8_GPU_TYPES for k in kinds)
+           and random.Random(f"precision-{seed}").random() < 0.5)
     stack = Stack(sequence_parallel=rng.random() < 0.7, flash_attention=rng.random() < 0.7,
                   recompute=rng.choice(("none", "none", "selective", "full")),
                   zero_stage=zero_stage, virtual_pipeline_stages=v,
                   dp_overlap=rng.random() < 0.5,
-                  dp_bucket_params=rng.choice((0, 30_000_000, 100_000_000, 10**12)))
+                  dp_bucket_params=rng.choice((0, 30_000_000, 100_000_000, 10**12)),
+                  precision="fp8" if fp8 else "bf16")
     schedule = "1f1b" if v > 1 else rng.choice(SCHEDULE.known())
     return build_plan(
         f"random-{seed}", model, nodes, replicas,

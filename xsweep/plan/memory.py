@@ -28,6 +28,19 @@ activations exist while it is being recomputed. The first stage also keeps the
 embedding's dropout mask (``s*b*h``, if the model has dropout), the last stage the fp32
 logits (``4*s*b*V/t``).
 
+In FP8 (``stack.precision == "fp8"``, as Transformer Engine runs it) a rank also keeps an
+FP8 copy of each GEMM weight it holds and its FP8 transpose (the layout the other GEMM
+of the pair needs on Hopper; assumed on Blackwell too): ``FP8_WEIGHT_BYTES`` = 2 bytes
+per GEMM parameter (every block parameter but the norm gains; the embedding and LM head
+stay BF16), counted with the weights; under FSDP, of the rank's shard and of the gathered
+blocks. The BF16 weights, the gradients and the FP32 optimizer states are unchanged.
+Activations: each FP8 GEMM keeps its input for the weight gradient as the FP8 copy the
+forward cast made (one byte an element, not two): the QKV and first FFN inputs of the
+unsplit ``10*s*b*h`` (the norm inputs stay BF16), the output-projection input (``2*s*b*q``
+of the attention's ``4*s*b*q``) and the FFN's output-matrix input (``s*b*f`` of it). Q, K
+and V (the attention core is BF16), the norm inputs, the FFN's input-matrix outputs, the
+masks and, under full recompute, the block inputs stay as in BF16.
+
 In-flight micro-batches come from the schedule (``xsweep.plan.schedule.in_flight``):
 GPipe keeps all ``m`` forward passes before the first backward; 1F1B keeps
 ``min(m, p - stage_index)`` with ``stage_index`` counted from 0; interleaved 1F1B with
@@ -45,9 +58,12 @@ from xsweep.plan.schedule import in_flight as schedule_in_flight
 from xsweep.plan.stack import DEFAULT_STACK, ZERO_STAGES, Stack
 from xsweep.plan.workload import (
     BF16_BYTES,
+    FP8_BYTES,
     MASK_BYTES,
+    block_gemm_params,
     block_params,
     mlp_matrices,
+    rank_gemm_params,
     rank_params,
     tp_shard,
 )
@@ -57,6 +73,7 @@ GRAD_BYTES_PER_PARAM = 2  # bf16
 ADAM_BYTES_PER_PARAM = 12  # fp32 master weight, m and v
 LSE_BYTES = 4  # fp32 log-sum-exp per query row and head under flash attention
 FSDP_GATHERED_BLOCKS = 2  # unsharded weights held: the block running and the one prefetched
+FP8_WEIGHT_BYTES = 2 * FP8_BYTES  # an FP8 copy of a GEMM weight and its FP8 transpose
 
 
 @dataclass(frozen=True)
@@ -81,17 +98,22 @@ def layer_activation_bytes(model: ModelSpec, tp: int, micro_batch_size: int,
     h, s, b = model.hidden_size, model.seq_length, micro_batch_size
     d = h // model.num_attention_heads
     masks = 2 * MASK_BYTES if model.dropout else 0
-    unsplit = (4 * BF16_BYTES + masks) * s * b * h  # norm and matrix inputs, dropout masks
+    # the saved inputs of the GEMMs: BF16, or the FP8 copies the forward casts made
+    saved = FP8_BYTES if stack.precision == "fp8" else BF16_BYTES
+    # two norm inputs, the QKV and first FFN inputs, dropout masks
+    unsplit = (2 * BF16_BYTES + 2 * saved + masks) * s * b * h
     if stack.sequence_parallel:
         unsplit /= tp
-    attention = s * b * (4 * d * shard.heads + 4 * d * shard.kv_heads)
+    # Q (and the output-projection input), K and V
+    attention = s * b * ((BF16_BYTES + saved) * d * shard.heads + 4 * d * shard.kv_heads)
     if stack.recompute != "selective":
         if stack.flash_attention:
             attention += LSE_BYTES * shard.heads * s * b
         else:  # softmax output, and with dropout its mask and the dropped-out copy
             kept = BF16_BYTES + (MASK_BYTES + BF16_BYTES if model.dropout else 0)
             attention += kept * shard.heads * s * s * b
-    ffn = mlp_matrices(model) * BF16_BYTES * s * b * shard.ffn
+    # the input matrices' outputs (BF16) and the output matrix's input
+    ffn = ((mlp_matrices(model) - 1) * BF16_BYTES + saved) * s * b * shard.ffn
     return float(unsplit + attention + ffn)
 
 
@@ -147,10 +169,17 @@ def memory_breakdown(model: ModelSpec, tp: int, micro_batch_size: int, first_lay
     weights = BF16_BYTES * params
     grads = GRAD_BYTES_PER_PARAM * params
     optimizer = ADAM_BYTES_PER_PARAM * params / (dp if stack.zero_stage else 1)
+    fp8_copies = 0.0
+    if stack.precision == "fp8":
+        fp8_copies = FP8_WEIGHT_BYTES * rank_gemm_params(model, tp, first_layer, last_layer)
     if stack.zero_stage == 3:
         block = block_params(model, tp)  # unsharded over DP, still split by TP
         weights = weights / dp + FSDP_GATHERED_BLOCKS * BF16_BYTES * block
         grads = grads / dp + GRAD_BYTES_PER_PARAM * block
+        if stack.precision == "fp8":
+            fp8_copies = (fp8_copies / dp
+                          + FSDP_GATHERED_BLOCKS * FP8_WEIGHT_BYTES * block_gemm_params(model, tp))
+    weights += fp8_copies
     activations = _held_activation_bytes(model, tp, micro_batch_size, first_layer,
                                          last_layer, in_flight, stack)
     parts = [x / GIB for x in (weights, grads, optimizer, activations)]

@@ -45,6 +45,34 @@ Backward time is twice the forward time of each kernel. Selective recompute adds
 forward of the attention core to the backward pass, full recompute the forward of the
 whole block. A measured :class:`~xsweep.spec.profile.Profile` replaces the estimate of
 the transformer blocks; embedding and head are always estimated.
+
+**FP8** (``stack.precision == "fp8"``), as Transformer Engine (TE) runs it with its
+delayed-scaling recipe (E4M3 forward, E5M2 backward, one scale per tensor from the amax
+history):
+
+* The four GEMMs of a block (QKV, attention projection, the FFN's input and output
+  matrices) run at ``peak_fp8 x fp8_gemm_efficiency x w / max(w + 1/2, 1)``: their own
+  peak and sustained fraction (catalog ``peak_fp8_tflops``, ``fp8_gemm_efficiency``),
+  and by shape the wave factor over output tiles of the BF16 size (assumed: Hopper's
+  FP8 kernels take a deeper slice of ``k`` per step, not a larger output tile); their
+  FLOPs are unchanged. They read FP8
+  weights and inputs (one byte an element) and write BF16 outputs. Forward, the
+  gradient of the input (dgrad) and of the weight (wgrad) are all FP8 GEMMs, so the
+  backward is still twice the forward.
+* Casts: before each FP8 GEMM of a micro-batch its BF16 input is cast to FP8 in the
+  forward pass, and the gradient of its output in the backward pass, each a memory-bound
+  pass that reads the BF16 tensor and writes its FP8 copy and the FP8 transpose the
+  other GEMM layout needs (TE's fused cast-transpose): ``FP8_CAST_BYTES`` = 4 bytes an
+  element. The amax of each tensor is taken in the same pass (no bytes of its own);
+  the cross-GPU reduction of the amaxes, a few kilobytes once per iteration, is left
+  out. Weights are cast once per iteration, not per micro-batch (TE keeps the FP8
+  weights of the first micro-batch): 4 bytes per GEMM parameter, added to the
+  optimizer step that produced the weights (:func:`optimizer_time_s`).
+* What stays BF16: the attention core (fused or not), norms, residuals, activations,
+  embedding and LM head (Megatron-LM's output layer is not a TE module), the gradients
+  and their reduction, the optimizer (FP32 master weights and states), the TP and
+  pipeline traffic, and the parameter all-gathers of ZeRO-1 and FSDP (FP8 parameter
+  all-gathers, Megatron-LM's ``--fp8-param-gather``, are not modelled).
 """
 
 from __future__ import annotations
@@ -57,6 +85,10 @@ from xsweep.spec.catalog import GpuSpec, ModelSpec
 from xsweep.spec.profile import Profile
 
 BF16_BYTES = 2
+FP8_BYTES = 1
+#: Bytes per element of a cast to FP8: read the BF16 tensor (2), write its FP8 copy (1) and
+#: the FP8 transpose (1), with its amax taken in the same pass.
+FP8_CAST_BYTES = 4
 #: Bytes one parameter's mixed-precision Adam step touches: it reads fp32 master weight,
 #: m and v (12) and the bf16 gradient (2), and writes master, m, v (12) and bf16 weight (2).
 ADAM_STEP_BYTES_PER_PARAM = 28
@@ -199,8 +231,13 @@ def gemm_efficiency(gpu: GpuSpec, m: float, n: float, batch: float = 1.0) -> flo
     return gpu.gemm_efficiency * wave_efficiency(gemm_tiles(m, n, batch), gpu.num_sms)
 
 
-def _gemm(tokens: float, k: int, n: int) -> _Op:
-    """``tokens x k`` activations times a ``k x n`` weight."""
+def _gemm(tokens: float, k: int, n: int, fp8: bool = False) -> _Op:
+    """``tokens x k`` activations times a ``k x n`` weight (in FP8: FP8 inputs and weight,
+    a BF16 output)."""
+    if fp8:
+        return _Op("gemm_fp8", 2.0 * tokens * k * n,
+                   FP8_BYTES * (k * n + tokens * k) + BF16_BYTES * tokens * n,
+                   tiles=gemm_tiles(tokens, n))
     return _Op("gemm", 2.0 * tokens * k * n, BF16_BYTES * (k * n + tokens * (k + n)),
                tiles=gemm_tiles(tokens, n))
 
@@ -243,17 +280,45 @@ def _pointwise_ops(model: ModelSpec, micro_batch_size: int, shard: TpShard, tp: 
     return (norm, residual, norm, residual, activation)
 
 
+def _block_gemm_shapes(model: ModelSpec, shard: TpShard) -> tuple[tuple[int, int], ...]:
+    """(k, n) of the weights of a block's four GEMMs on one rank: QKV, attention
+    projection, the FFN's input matrices (gate and up for SwiGLU) and its output matrix."""
+    h, d = model.hidden_size, _head_dim(model)
+    q_cols, kv_cols = d * shard.heads, 2 * d * shard.kv_heads
+    ffn_in = (mlp_matrices(model) - 1) * shard.ffn
+    return ((h, q_cols + kv_cols), (q_cols, h), (h, ffn_in), (shard.ffn, h))
+
+
 def _block_ops(model: ModelSpec, micro_batch_size: int, shard: TpShard, tp: int,
                stack: Stack) -> tuple[tuple[_Op, ...], tuple[_Op, ...]]:
     """The kernels of one block's forward pass: (attention core, everything else)."""
-    h, d = model.hidden_size, _head_dim(model)
     tokens = micro_batch_size * model.seq_length
-    q_cols, kv_cols = d * shard.heads, 2 * d * shard.kv_heads
-    ffn_in = (mlp_matrices(model) - 1) * shard.ffn
-    gemms = (_gemm(tokens, h, q_cols + kv_cols), _gemm(tokens, q_cols, h),
-             _gemm(tokens, h, ffn_in), _gemm(tokens, shard.ffn, h))
+    fp8 = stack.precision == "fp8"
+    gemms = tuple(_gemm(tokens, k, n, fp8) for k, n in _block_gemm_shapes(model, shard))
     return (_attention_ops(model, micro_batch_size, shard, stack.flash_attention),
             gemms + _pointwise_ops(model, micro_batch_size, shard, tp, stack))
+
+
+def fp8_cast_bytes(model: ModelSpec, micro_batch_size: int, tp: int = 1) -> tuple[float, float]:
+    """HBM bytes of one block's casts to FP8 for one micro-batch on one rank (the largest
+    TP shard): (forward: each GEMM's input, backward: each GEMM's output gradient), at
+    :data:`FP8_CAST_BYTES` an element."""
+    tokens = micro_batch_size * model.seq_length
+    shapes = _block_gemm_shapes(model, tp_shard(model, tp))
+    return (float(FP8_CAST_BYTES * tokens * sum(k for k, _ in shapes)),
+            float(FP8_CAST_BYTES * tokens * sum(n for _, n in shapes)))
+
+
+def block_gemm_params(model: ModelSpec, tp: int = 1) -> int:
+    """Weights of one block's GEMMs on the largest TP shard: the weights FP8 runs in FP8
+    (every parameter of the block but its two norm gains)."""
+    return sum(k * n for k, n in _block_gemm_shapes(model, tp_shard(model, tp)))
+
+
+def rank_gemm_params(model: ModelSpec, tp: int, first_layer: int, last_layer: int) -> int:
+    """GEMM weights of the blocks first..last on one rank (no embedding or LM head)."""
+    _check_layers(model, first_layer, last_layer)
+    return (last_layer - first_layer + 1) * block_gemm_params(model, tp)
 
 
 def _embedding_ops(model: ModelSpec, micro_batch_size: int) -> tuple[_Op, ...]:
@@ -280,8 +345,14 @@ def op_time_s(op: _Op, gpu: GpuSpec) -> float:
     memory_s = op.bytes / (gpu.hbm_bytes_per_s * gpu.hbm_efficiency)
     if op.kind == "memory":
         return memory_s
-    fraction = gpu.gemm_efficiency if op.kind == "gemm" else gpu.flash_attention_efficiency
-    rate = gpu.peak_flops * fraction * wave_efficiency(op.tiles, gpu.num_sms)
+    if op.kind == "gemm_fp8":
+        peak, fraction = gpu.peak_fp8_flops, gpu.fp8_gemm_fraction
+        if peak <= 0:
+            raise ValueError(f"{gpu.name} has no FP8 tensor cores (peak_fp8_tflops is 0)")
+    else:
+        peak = gpu.peak_flops
+        fraction = gpu.gemm_efficiency if op.kind == "gemm" else gpu.flash_attention_efficiency
+    rate = peak * fraction * wave_efficiency(op.tiles, gpu.num_sms)
     return max(op.work * op.flops / rate, memory_s)
 
 
@@ -376,6 +447,11 @@ def stage_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
     ops = attention + rest
     block_fwd_s, block_bwd_s, profiled = _block_times_s(model, gpu, tp, micro_batch_size,
                                                         ops, profile)
+    if stack.precision == "fp8" and not profiled:
+        rate = gpu.hbm_bytes_per_s * gpu.hbm_efficiency
+        cast_fwd, cast_bwd = fp8_cast_bytes(model, micro_batch_size, tp)
+        block_fwd_s += cast_fwd / rate
+        block_bwd_s += cast_bwd / rate
     block_flops = _flops(ops)
     recomputed_flops = {"none": 0.0, "selective": _flops(attention),
                         "full": block_flops}[stack.recompute]
@@ -414,11 +490,13 @@ def stage_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
 
 
 def optimizer_time_s(model: ModelSpec, gpu: GpuSpec, tp: int, first: int, last: int,
-                     dp: int, zero_stage: int) -> float:
+                     dp: int, zero_stage: int, precision: str = "bf16") -> float:
     """Time of one mixed-precision Adam step on one rank of a group (memory bound).
 
     With ZeRO stage 1 or 3 each of the ``dp`` replicas updates only its share of the
-    states.
+    states. In FP8 the rank's GEMM weights are then cast to FP8 (and transposed) once for
+    the next iteration, :data:`FP8_CAST_BYTES` per GEMM parameter, whatever the ZeRO
+    stage (each rank casts the weights it runs).
     """
     if zero_stage not in ZERO_STAGES:
         raise ValueError(f"zero_stage must be one of {ZERO_STAGES}, got {zero_stage}")
@@ -426,5 +504,8 @@ def optimizer_time_s(model: ModelSpec, gpu: GpuSpec, tp: int, first: int, last: 
         raise ValueError(f"dp must be at least 1, got {dp}")
     step_bytes = ADAM_STEP_BYTES_PER_PARAM * rank_params(model, tp, first, last)
     rate = gpu.hbm_bytes_per_s * gpu.hbm_efficiency
-    return step_bytes / rate / (dp if zero_stage else 1)
+    step_s = step_bytes / rate / (dp if zero_stage else 1)
+    if precision == "fp8":
+        step_s += FP8_CAST_BYTES * rank_gemm_params(model, tp, first, last) / rate
+    return step_s
 

@@ -18,6 +18,7 @@ from xsweep.spec.plan_io import (
 from xsweep.spec.resolve import (
     RankPlace,
     fabric_name,
+    precision_name,
     rank_layout,
     recompute_name,
     resharding_name,
@@ -54,6 +55,7 @@ __all__ = [
     "plan_from_text",
     "plan_to_json",
     "plan_to_text",
+    "precision_name",
     "rank_layout",
     "recompute_name",
     "resharding_name",

@@ -53,10 +53,27 @@ class GpuSpec:
     gemm_efficiency: float  # fraction of peak the largest, best-shaped GEMMs reach
     flash_attention_efficiency: float  # fraction of peak a fused attention kernel reaches
     hbm_efficiency: float  # fraction of the HBM bandwidth a streaming kernel reaches
+    peak_fp8_tflops: float = 0.0  # dense FP8 tensor-core peak, TFLOP/s; 0: no FP8 tensor cores
+    fp8_gemm_efficiency: float = 0.0  # fraction of the FP8 peak large FP8 GEMMs reach
 
     @property
     def peak_flops(self) -> float:
         return self.peak_bf16_tflops * 1e12
+
+    @property
+    def has_fp8(self) -> bool:
+        """Whether the GPU has FP8 tensor cores (a plan in FP8 needs them)."""
+        return self.peak_fp8_tflops > 0
+
+    @property
+    def peak_fp8_flops(self) -> float:
+        return self.peak_fp8_tflops * 1e12
+
+    @property
+    def fp8_gemm_fraction(self) -> float:
+        """The fraction of the FP8 peak large FP8 GEMMs sustain: ``fp8_gemm_efficiency``,
+        or where the catalog leaves it 0, ``gemm_efficiency`` (the BF16 fraction)."""
+        return self.fp8_gemm_efficiency or self.gemm_efficiency
 
     @property
     def hbm_bytes_per_s(self) -> float:

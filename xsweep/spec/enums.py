@@ -42,7 +42,10 @@ RECOMPUTE = EnumTable("training.recompute", pb.Recompute,
                       {pb.NO_RECOMPUTE: "none", pb.SELECTIVE: "selective", pb.FULL: "full"},
                       "none")
 
-TABLES = (SCHEDULE, RESHARDING, FABRIC, MLP, RECOMPUTE)
+PRECISION = EnumTable("training.precision", pb.Precision,
+                      {pb.BF16: "bf16", pb.FP8: "fp8"}, "bf16")
+
+TABLES = (SCHEDULE, RESHARDING, FABRIC, MLP, RECOMPUTE, PRECISION)
 
 
 def enum_name(table: EnumTable, value: int, file: str | None = None) -> str:

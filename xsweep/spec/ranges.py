@@ -113,6 +113,8 @@ CATALOG = {
         "gemm_efficiency": FRACTION,
         "flash_attention_efficiency": FRACTION,
         "hbm_efficiency": FRACTION,
+        "peak_fp8_tflops": Range(1e-3, 1e6, zero_is_default=True),
+        "fp8_gemm_efficiency": Range(FRACTION.low, FRACTION.high, zero_is_default=True),
     },
     "nics": {
         "bandwidth_gbps": BANDWIDTH_GBPS,

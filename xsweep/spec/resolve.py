@@ -15,7 +15,15 @@ from typing import NamedTuple
 from xsweep.errors import InputError
 from xsweep.spec import xsweep_pb2
 from xsweep.spec.catalog import Catalog, GpuSpec, ModelSpec, NicSpec
-from xsweep.spec.enums import FABRIC, MLP, RECOMPUTE, RESHARDING, SCHEDULE, enum_name
+from xsweep.spec.enums import (
+    FABRIC,
+    MLP,
+    PRECISION,
+    RECOMPUTE,
+    RESHARDING,
+    SCHEDULE,
+    enum_name,
+)
 from xsweep.spec.stack import DEFAULT_STACK, Stack
 from xsweep.spec.valid_plan import ClusterHw, FabricHw, Group, NodeHw, TrainingOptions
 
@@ -71,6 +79,11 @@ def recompute_name(plan: DeploymentPlan, file: str | None = None) -> str:
     return enum_name(RECOMPUTE, plan.training.recompute, file)
 
 
+def precision_name(plan: DeploymentPlan, file: str | None = None) -> str:
+    """``"bf16"`` or ``"fp8"`` (unspecified means BF16)."""
+    return enum_name(PRECISION, plan.training.precision, file)
+
+
 def resharding_name(plan: DeploymentPlan, file: str | None = None) -> str:
     """``"lcm"``, ``"hetauto"`` or ``"alpacomm"`` (unspecified means LCM)."""
     return enum_name(RESHARDING, plan.training.resharding, file)
@@ -95,6 +108,7 @@ def resolve_training(training: xsweep_pb2.Training) -> TrainingOptions:
         virtual_pipeline_stages=max(1, int(t.virtual_pipeline_stages)),
         dp_overlap=bool(t.dp_overlap),
         dp_bucket_params=int(t.dp_bucket_params),
+        precision=enum_name(PRECISION, t.precision),
     )
     return TrainingOptions(global_batch_size=int(t.global_batch_size),
                            total_tokens=float(t.total_tokens),

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 RECOMPUTE = ("none", "selective", "full")
+PRECISIONS = ("bf16", "fp8")
 ZERO_STAGES = (0, 1, 3)
 
 
@@ -36,6 +37,12 @@ class Stack:
             (Megatron-LM's ``--overlap-param-gather``). FSDP always overlaps.
         dp_bucket_params: parameters per gradient bucket; 0 means Megatron-LM's
             ``max(40M, 1M x DP)``.
+        precision: ``"bf16"``; ``"fp8"``: the GEMMs of the transformer blocks (QKV,
+            attention projection, MLP) run in FP8 as Transformer Engine runs them (its
+            delayed-scaling recipe, E4M3 forward and E5M2 backward), with the casts to
+            FP8, the FP8 weight copies and the FP8 saved GEMM inputs that brings
+            (:mod:`xsweep.plan.workload`, :mod:`xsweep.plan.memory`); the attention core,
+            norms, embedding, LM head, gradients and optimizer stay as in BF16.
     """
 
     sequence_parallel: bool = True
@@ -45,6 +52,7 @@ class Stack:
     virtual_pipeline_stages: int = 1
     dp_overlap: bool = False
     dp_bucket_params: int = 0
+    precision: str = "bf16"
 
     def __post_init__(self):
         if self.recompute not in RECOMPUTE:
@@ -54,6 +62,8 @@ class Stack:
         if self.virtual_pipeline_stages < 1:
             raise ValueError("virtual_pipeline_stages must be at least 1, "
                              f"got {self.virtual_pipeline_stages}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.dp_bucket_params < 0:
             raise ValueError(f"dp_bucket_params must not be negative, got {self.dp_bucket_params}")
 

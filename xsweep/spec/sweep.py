@@ -38,7 +38,7 @@ from xsweep.errors import InputError, did_you_mean
 from xsweep.metrics import directions, objective_name, unknown_objective
 from xsweep.spec import ranges
 from xsweep.spec.catalog import Catalog, entry_key, load_catalog, repeated_entry
-from xsweep.spec.enums import FABRIC, RECOMPUTE, RESHARDING, SCHEDULE
+from xsweep.spec.enums import FABRIC, PRECISION, RECOMPUTE, RESHARDING, SCHEDULE
 from xsweep.spec.reader import parse_yaml, read_yaml_file
 
 T = TypeVar("T")
@@ -231,6 +231,9 @@ class Training(_Strict):
                                 PER_POINT] = [0]
     # 0 above: max(40M, 1M x DP) parameters per bucket, as Megatron-LM
     zero_stage: Annotated[Axis[ZeroStage], LAYOUT] = [0]  # 1: distributed optimizer; 3: FSDP
+    # fp8: the blocks' GEMMs in FP8 (Transformer Engine); a pool without FP8 tensor cores
+    # makes the point infeasible
+    precision: Annotated[Axis[Choice(*PRECISION.known())], NUMERIC] = [PRECISION.default]
     total_tokens: Annotated[float, Field(gt=0, le=ranges.PLAN["training.total_tokens"].high)] \
         | None = None  # whole run, for cost per run
 

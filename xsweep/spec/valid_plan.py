@@ -70,6 +70,11 @@ class ClusterHw:
         return tuple(node.num_gpus for node in self.nodes)
 
     @functools.cached_property
+    def first_node_without_fp8(self) -> int | None:
+        """The index of the first node whose GPU has no FP8 tensor cores, or None."""
+        return next((i for i, node in enumerate(self.nodes) if not node.gpu.has_fp8), None)
+
+    @functools.cached_property
     def rank_gpus(self) -> tuple[GpuSpec, ...]:
         """The GPU of each global rank."""
         return tuple(node.gpu for node in self.nodes for _ in range(node.num_gpus))

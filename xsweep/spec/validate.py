@@ -27,7 +27,15 @@ from xsweep.errors import InputError
 from xsweep.memo import Memo, cached
 from xsweep.spec import ranges, xsweep_pb2
 from xsweep.spec.catalog import Catalog, ModelSpec, check_model_dimensions
-from xsweep.spec.enums import FABRIC, MLP, RECOMPUTE, RESHARDING, SCHEDULE, enum_name
+from xsweep.spec.enums import (
+    FABRIC,
+    MLP,
+    PRECISION,
+    RECOMPUTE,
+    RESHARDING,
+    SCHEDULE,
+    enum_name,
+)
 from xsweep.spec.limits import Limits, active_limits, check_limit
 from xsweep.spec.program_size import describe_program, estimate_program_size
 from xsweep.spec.resolve import (
@@ -133,13 +141,15 @@ def _checked(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str | None
     again); return the catalog entries it names and its resolved parts."""
     training = plan.training
     for table, value in ((SCHEDULE, training.schedule), (RESHARDING, training.resharding),
-                         (RECOMPUTE, training.recompute),
+                         (RECOMPUTE, training.recompute), (PRECISION, training.precision),
                          (FABRIC, plan.cluster.fabric.kind), (MLP, plan.model.mlp)):
         enum_name(table, value, file)
     preset, model = _checked_model(plan, catalog, file)
     options = _TRAININGS.get(training.SerializeToString(),
                              lambda: _checked_training(training, file))
     hardware, cluster = _checked_cluster(plan, catalog, file, limits)
+    if options.stack.precision == "fp8":
+        _check_fp8(cluster, file)
     groups = groups_bytes(plan)
     key = (groups, cluster.gpus_per_node, model.num_attention_heads, model.num_layers,
            training.global_batch_size, training.virtual_pipeline_stages, training.schedule,
@@ -184,6 +194,16 @@ def _checked_cluster(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: st
     if _same_entries(catalog, entries):
         return entries, cluster
     return check()  # the catalog changed since the cluster was checked
+
+
+def _check_fp8(cluster: ClusterHw, file: str | None) -> None:
+    """A plan in FP8 needs FP8 tensor cores on every GPU it runs on (Hopper, Blackwell)."""
+    index = cluster.first_node_without_fp8
+    if index is not None:
+        gpu = cluster.nodes[index].gpu
+        raise InputError(file, "training.precision", PRECISION.enum.Name(xsweep_pb2.FP8),
+                         f"needs FP8 tensor cores, and the {gpu.name} of cluster.nodes[{index}] "
+                         "has none (its catalog entry gives no peak_fp8_tflops)")
 
 
 def _check_structure(plan: xsweep_pb2.DeploymentPlan, groups: bytes, model: ModelSpec,

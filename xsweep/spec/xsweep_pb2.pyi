@@ -26,6 +26,12 @@ class Recompute(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SELECTIVE: _ClassVar[Recompute]
     FULL: _ClassVar[Recompute]
 
+class Precision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PRECISION_UNSPECIFIED: _ClassVar[Precision]
+    BF16: _ClassVar[Precision]
+    FP8: _ClassVar[Precision]
+
 class Resharding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     RESHARDING_UNSPECIFIED: _ClassVar[Resharding]
@@ -48,6 +54,9 @@ RECOMPUTE_UNSPECIFIED: Recompute
 NO_RECOMPUTE: Recompute
 SELECTIVE: Recompute
 FULL: Recompute
+PRECISION_UNSPECIFIED: Precision
+BF16: Precision
+FP8: Precision
 RESHARDING_UNSPECIFIED: Resharding
 LCM: Resharding
 HETAUTO: Resharding
@@ -81,7 +90,7 @@ class Model(_message.Message):
     def __init__(self, preset: _Optional[str] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., ffn_hidden_size: _Optional[int] = ..., num_attention_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., vocab_size: _Optional[int] = ..., seq_length: _Optional[int] = ..., mlp: _Optional[_Union[Mlp, str]] = ..., dropout: _Optional[bool] = ...) -> None: ...
 
 class Training(_message.Message):
-    __slots__ = ("global_batch_size", "schedule", "resharding", "zero_stage", "total_tokens", "recompute", "sequence_parallel", "flash_attention", "virtual_pipeline_stages", "dp_overlap", "dp_bucket_params")
+    __slots__ = ("global_batch_size", "schedule", "resharding", "zero_stage", "total_tokens", "recompute", "sequence_parallel", "flash_attention", "virtual_pipeline_stages", "dp_overlap", "dp_bucket_params", "precision")
     GLOBAL_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     RESHARDING_FIELD_NUMBER: _ClassVar[int]
@@ -93,6 +102,7 @@ class Training(_message.Message):
     VIRTUAL_PIPELINE_STAGES_FIELD_NUMBER: _ClassVar[int]
     DP_OVERLAP_FIELD_NUMBER: _ClassVar[int]
     DP_BUCKET_PARAMS_FIELD_NUMBER: _ClassVar[int]
+    PRECISION_FIELD_NUMBER: _ClassVar[int]
     global_batch_size: int
     schedule: Schedule
     resharding: Resharding
@@ -104,7 +114,8 @@ class Training(_message.Message):
     virtual_pipeline_stages: int
     dp_overlap: bool
     dp_bucket_params: int
-    def __init__(self, global_batch_size: _Optional[int] = ..., schedule: _Optional[_Union[Schedule, str]] = ..., resharding: _Optional[_Union[Resharding, str]] = ..., zero_stage: _Optional[int] = ..., total_tokens: _Optional[float] = ..., recompute: _Optional[_Union[Recompute, str]] = ..., sequence_parallel: _Optional[bool] = ..., flash_attention: _Optional[bool] = ..., virtual_pipeline_stages: _Optional[int] = ..., dp_overlap: _Optional[bool] = ..., dp_bucket_params: _Optional[int] = ...) -> None: ...
+    precision: Precision
+    def __init__(self, global_batch_size: _Optional[int] = ..., schedule: _Optional[_Union[Schedule, str]] = ..., resharding: _Optional[_Union[Resharding, str]] = ..., zero_stage: _Optional[int] = ..., total_tokens: _Optional[float] = ..., recompute: _Optional[_Union[Recompute, str]] = ..., sequence_parallel: _Optional[bool] = ..., flash_attention: _Optional[bool] = ..., virtual_pipeline_stages: _Optional[int] = ..., dp_overlap: _Optional[bool] = ..., dp_bucket_params: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ...) -> None: ...
 
 class ScaleUp(_message.Message):
     __slots__ = ("bandwidth_gbps", "latency_ns", "link")

@@ -221,8 +221,10 @@ def test_points_of_one_variant_have_one_plan(spaces_dir, catalog):
 def test_every_training_stack_option_reaches_the_plan(catalog):
     stack = {"recompute": "selective", "sequence_parallel": False, "flash_attention": False,
              "virtual_pipeline_stages": 2, "dp_overlap": True, "dp_bucket_params": 5_000_000,
-             "zero_stage": 1}
-    out = plan_one(catalog, **{f"training__{k}": v for k, v in stack.items()})
+             "zero_stage": 1, "precision": "fp8"}
+    hopper = {"cluster__pools": [{"gpu": "H100-SXM", "nodes": 1}, {"gpu": "H200", "nodes": 1}],
+              "parallelism__tp": {"H100-SXM": 4, "H200": 4}}  # FP8 needs FP8 tensor cores
+    out = plan_one(catalog, **{f"training__{k}": v for k, v in stack.items()}, **hopper)
     assert isinstance(out, Built), out
     validate_plan(out.plan, catalog)
     analysis = analyze(out.plan, catalog)
@@ -288,7 +290,7 @@ def test_fsdp_with_replicas_of_one_shape_is_built(catalog):
 OLD_PER_POINT = re.compile(r"cluster\.pools\[\d+\]\.nic|training\.resharding|cluster\.fabric"
                            r"|cluster\.oversubscription|cost\.pricing"
                            r"|training\.dp_overlap|training\.dp_bucket_params")
-OLD_NUMERIC = re.compile(r"training\.(recompute|sequence_parallel|flash_attention)")
+OLD_NUMERIC = re.compile(r"training\.(recompute|sequence_parallel|flash_attention|precision)")
 
 
 def _axis_fields(model: type[BaseModel], prefix: str = "") -> dict[str, FieldInfo]:
@@ -353,6 +355,7 @@ def test_the_declared_classes_are_those_the_paths_gave():
     ({"training__global_batch_size": 1}, "batch"),
     ({"parallelism__pp": 1, "training__virtual_pipeline_stages": 2}, "interleaving"),
     ({"training__zero_stage": 3}, "fsdp"),
+    ({"training__precision": "fp8"}, "precision"),
     ({"cluster__pools": [{"gpu": "A100-40GB", "nodes": 1}], "parallelism__tp": {"A100-40GB": 2},
       "parallelism__pp": 1, "training__recompute": "none"}, "memory"),
     ({"cluster__pools": [{"gpu": "H100-SXM", "nodes": [0, 1]}, {"gpu": "A100-40GB", "nodes": 0}],
@@ -362,6 +365,27 @@ def test_every_reason_has_its_kind(catalog, changes, kind):
     out = plan_one(catalog, **changes)
     assert isinstance(out, Infeasible)
     assert reason_kind(out.reason).name == kind, out.reason
+
+
+def test_fp8_points_are_planned_in_fp8_where_every_pool_has_it(catalog):
+    out = plan_one(catalog, training__precision="fp8")
+    assert isinstance(out, Infeasible)
+    assert out.reason == "FP8 needs FP8 tensor cores, and pool A100-40GB (A100-40GB) has none"
+    h100_b200 = {"cluster__pools": [{"gpu": "H100-SXM", "nodes": 1}, {"gpu": "B200", "nodes": 1}],
+                 "parallelism__tp": {"H100-SXM": 4, "B200": 4}}
+    built = {precision: plan_one(catalog, training__precision=precision, **h100_b200)
+             for precision in ("bf16", "fp8")}
+    assert all(isinstance(out, Built) for out in built.values())
+    assert built["fp8"].plan.training.precision == 2  # FP8
+    assert validate_plan(built["fp8"].plan, catalog).training.stack.precision == "fp8"
+    # the stages are split by FP8 speed, and they run faster
+    times = {p: max(stage_time_s(None, g) for g in analyze(out.plan, catalog).groups)
+             for p, out in built.items()}
+    assert times["fp8"] < times["bf16"]
+    # an A100 pool without nodes takes no part
+    empty_a100 = {"cluster__pools": [{"gpu": "H100-SXM", "nodes": 1},
+                                     {"gpu": "A100-40GB", "nodes": 0}]}
+    assert isinstance(plan_one(catalog, training__precision="fp8", **empty_a100), Built)
 
 
 def test_a_size_limit_and_the_evaluators_words_have_their_kinds(catalog, monkeypatch):

@@ -27,7 +27,8 @@ Layout rules (pure and deterministic; the same point always gives the same plan)
   replicas come out different is infeasible.
 
 A point that cannot be built (divisibility, too few TP groups, more stages than layers,
-fewer micro-batches than replicas, the interleaving and FSDP rules), whose largest
+fewer micro-batches than replicas, FP8 on a pool without FP8 tensor cores, the
+interleaving and FSDP rules), whose largest
 per-GPU memory exceeds its GPU (:mod:`xsweep.plan.memory`, as the evaluator computes it)
 or whose plan would exceed a size limit of :mod:`xsweep.spec.limits` (GPUs, device
 groups, micro-batches of a replica, program size) is :class:`Infeasible` with a
@@ -55,7 +56,7 @@ from xsweep.search.space.apportion import apportion
 from xsweep.search.space.grid import Point
 from xsweep.spec import xsweep_pb2 as pb
 from xsweep.spec.catalog import Catalog, GpuSpec, ModelSpec
-from xsweep.spec.enums import FABRIC, RECOMPUTE, RESHARDING, SCHEDULE
+from xsweep.spec.enums import FABRIC, PRECISION, RECOMPUTE, RESHARDING, SCHEDULE
 from xsweep.spec.limits import active_limits, over_limit
 from xsweep.spec.program_size import describe_program, estimate_program_size
 from xsweep.spec.sweep import NUMERIC, PER_POINT, Sweep, axis_class
@@ -226,8 +227,9 @@ class Planner:
         p, mix = point["parallelism.pp"], point["parallelism.pipeline_mix"]
         stack = layout_stack(point)
         v = stack.virtual_pipeline_stages
-        reason = _check(pools, model, p, b, batch) or _check_interleaving(
-            model, p, v, batch // b, point["training.schedule"])
+        reason = (_check(pools, model, p, b, batch)
+                  or _check_precision(pools, stack.precision)
+                  or _check_interleaving(model, p, v, batch // b, point["training.schedule"]))
         if reason:
             return Infeasible(reason)
         # Arithmetic first: nothing per GPU, TP group or replica exists until the point is
@@ -335,7 +337,8 @@ def layout_stack(point: Point) -> Stack:
                  flash_attention=point["training.flash_attention"],
                  recompute=point["training.recompute"],
                  zero_stage=point["training.zero_stage"],
-                 virtual_pipeline_stages=point["training.virtual_pipeline_stages"])
+                 virtual_pipeline_stages=point["training.virtual_pipeline_stages"],
+                 precision=point["training.precision"])
 
 
 def unused_axes(sweep: Sweep, point: Point) -> frozenset[str]:
@@ -382,6 +385,9 @@ REASON_KINDS = (
     ReasonKind("tp_heads", "have a TP degree above the model's attention heads",
                "has a TP degree above the model's attention heads",
                r"^TP \d+ exceeds the model's"),
+    ReasonKind("precision", "ask for FP8 on a GPU without FP8 tensor cores",
+               "asks for FP8 on a GPU without FP8 tensor cores",
+               r"^FP8 needs FP8 tensor cores"),
     ReasonKind("pipeline", "have a pipeline depth their TP groups or layers cannot form",
                "has a pipeline depth its TP groups or layers cannot form",
                r"^(\d+ pipeline stages but|pool .* fewer than pp|pp \d+ does not divide|"
@@ -432,6 +438,17 @@ def _check(pools: list[_Pool], model: ModelSpec, p: int, b: int, batch: int) -> 
         return f"{p} pipeline stages but the model has {model.num_layers} layers"
     if batch % b:
         return f"global batch {batch} is not a multiple of micro-batch size {b}"
+    return ""
+
+
+def _check_precision(pools: list[_Pool], precision: str) -> str:
+    """Why the pools cannot run ``precision`` ("" if they can): FP8 needs FP8 tensor cores
+    on every pool with nodes."""
+    if precision == "fp8":
+        for pool in pools:
+            if not pool.gpu.has_fp8:
+                return (f"FP8 needs FP8 tensor cores, and pool {pool.name} "
+                        f"({pool.gpu.name}) has none")
     return ""
 
 
@@ -544,6 +561,7 @@ def _build(point: Point, pools: list[_Pool], shapes: list[tuple[_Stage, ...]], l
     t.schedule = SCHEDULE.value(point["training.schedule"])
     stack = layout_stack(point)
     t.recompute = RECOMPUTE.value(stack.recompute)
+    t.precision = PRECISION.value(stack.precision)
     t.sequence_parallel, t.flash_attention = stack.sequence_parallel, stack.flash_attention
     t.zero_stage, t.virtual_pipeline_stages = stack.zero_stage, stack.virtual_pipeline_stages
     t.total_tokens = sweep.training.total_tokens or 0.0

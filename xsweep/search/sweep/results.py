@@ -89,6 +89,8 @@ AXES = {
     "dp_bucket_params": ("parameters", "parameters per gradient bucket (0: Megatron-LM's "
                                        "default)"),
     "zero_stage": ("1", "ZeRO stage (3: FSDP)"),
+    "precision": ("", "number format of the blocks' GEMMs (bf16, or fp8 as Transformer "
+                      "Engine runs it)"),
     "fabric": ("", "scale-out network topology"),
     "oversubscription": ("1", "oversubscription of the scale-out fabric"),
     "nodes": ("nodes", "nodes of the pool (0 leaves it out)"),
