@@ -8,9 +8,10 @@
    recompute over time and GPUs. Then the sweep that sets the A100's sustained GEMM
    fraction (the one catalog number without a published measurement): the largest
    error over the five runs for each candidate.
-2. Held out: the runs of ``published.md`` that a BF16 model can express
-   (``spaces/published``), with the FSDP they ran. The FP8 runs (NeMo) and those of an
-   uncatalogued GPU are not expressible.
+2. Held out: the runs of ``published.md`` in BF16 with FSDP (``spaces/published``).
+3. Hopper in FP8: NeMo 24.07's DGX-H100 rows without context parallelism; the two TP-1
+   rows set the Hopper FP8 GEMM fraction (the sweep is printed), the TP-4 rows are held
+   out. The context-parallel rows and the uncatalogued H100 variant are not expressible.
 
 Every plan file states its sources and assumptions. Run:
 ``python benchmarks/real_runs.py`` (seconds on 2 cores).
@@ -104,6 +105,57 @@ def published(catalog) -> None:
               f"{m['mfu']:>7.1%}{mfu:>10.1%}")
 
 
+# NeMo 24.07 on DGX-H100, FP8 (published.md): tokens/s per GPU, and whether the run sets
+# the Hopper FP8 GEMM fraction (calibration) or is held out. Context-parallel rows are
+# not expressible (xsweep has no context parallelism yet).
+NEMO_RUNS = {
+    "nemo-llama2-7b-h100x8": (16847, True),
+    "nemo-llama2-13b-h100x16": (8646, True),
+    "nemo-llama2-70b-h100x64": (1707, False),
+    "nemo-gpt3-175b-h100x512": (782, False),
+}
+#: Candidate sustained FP8 GEMM fractions of Hopper (the BF16 fraction: 0.711).
+FP8_CANDIDATES = (0.43, 0.45, 0.47, 0.49, 0.51, 0.55, 0.711)
+
+
+def tokens_per_gpu(catalog, name: str) -> tuple[float, dict, object]:
+    a = analyze(load_plan(SPACES / "published" / f"{name}.pbtxt", catalog), catalog)
+    program = lower(a)
+    m = summary(program, simulate(program))
+    return m["tokens_per_s"] / sum(g.tp for g in a.groups), m, a
+
+
+def hopper_fp8(catalog) -> None:
+    """The FP8 runs as the catalog stands, then the sweep that set the Hopper FP8 GEMM
+    fraction on the calibration rows (the held-out rows shown beside it, not used)."""
+    print(f"\n{'NeMo 24.07, FP8':<25}{'role':>12}{'iteration s':>12}{'compute s':>10}"
+          f"{'TP s':>7}{'bubble s':>9}{'GiB/GPU':>8}{'tokens/s/GPU':>13}{'published':>10}"
+          f"{'error':>8}")
+    for name, (tokens, calibration) in NEMO_RUNS.items():
+        per_gpu, m, a = tokens_per_gpu(catalog, name)
+        role = "calibration" if calibration else "held out"
+        print(f"{name:<25}{role:>12}{m['iteration_time_s']:>12.3f}{m['busy_s_max']:>10.3f}"
+              f"{m['exposed_tp_s_max']:>7.3f}{m['bubble_s_max']:>9.3f}"
+              f"{max(g.memory.total_gib for g in a.groups):>8.1f}{per_gpu:>13,.0f}"
+              f"{tokens:>10,}{per_gpu / tokens - 1:>+8.1%}")
+    print("\nHopper sustained FP8 GEMM fraction: largest error over the calibration rows "
+          "(held-out rows after |)")
+    with tempfile.TemporaryDirectory() as tmp:
+        for fraction in FP8_CANDIDATES:
+            mine = Path(tmp) / f"fp8-{fraction}.yaml"
+            mine.write_text("gpus:\n" + "".join(
+                f"  {gpu}: {{fp8_gemm_efficiency: {fraction}}}\n"
+                for gpu in ("H100-SXM", "H200")), encoding="utf-8")
+            candidate = load_catalog([mine])
+            errors = {name: tokens_per_gpu(candidate, name)[0] / tokens - 1
+                      for name, (tokens, _) in NEMO_RUNS.items()}
+            fit = [e for name, e in errors.items() if NEMO_RUNS[name][1]]
+            held = [e for name, e in errors.items() if not NEMO_RUNS[name][1]]
+            print(f"  {fraction:<6} {max(fit, key=abs):+.1%}   ("
+                  + ", ".join(f"{e:+.1%}" for e in fit) + " | "
+                  + ", ".join(f"{e:+.1%}" for e in held) + ")")
+
+
 def main() -> None:
     catalog = load_catalog()
     started = time.perf_counter()
@@ -122,6 +174,7 @@ def main() -> None:
     print(f"largest error {max(errors, key=abs):+.1%}\n")
     calibration_sweep()
     published(catalog)
+    hopper_fp8(catalog)
     print(f"{time.perf_counter() - started:.1f} s")
 
 

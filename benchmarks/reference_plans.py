@@ -11,8 +11,9 @@
   parameters on DGX A100 (they set the A100's sustained GEMM rate);
 * ``spaces/peers/``: the reference workloads of the peer comparison (Llama-2-7B on
   8 and 64 A100-80GB);
-* ``spaces/published/``: the published real runs that a BF16 model can express (FSDP),
-  held out.
+* ``spaces/published/``: the published real runs xsweep can express: FSDP runs in BF16
+  (held out) and NeMo 24.07's FP8 runs on DGX-H100 without context parallelism (two set
+  the Hopper FP8 GEMM fraction, two are held out).
 
 Every file opens with a comment block stating where each number comes from and what
 is assumed. The benchmarks (``reproduce_paper.py``, ``compare_peers.py``,
@@ -333,6 +334,64 @@ def published_plans() -> dict[str, tuple[pb.DeploymentPlan, str]]:
     return out
 
 
+# -- NeMo 24.07 on DGX-H100, FP8 -----------------------------------------------------------
+NEMO_HEADER = """\
+# Published real run (published.md): NVIDIA NeMo 24.07, docs/source/performance/performance_summary.md
+# {model}, {gpus} x H100 (DGX-H100), global batch {gbs}, micro-batch {mbs}, sequence {seq},
+# TP {tp}, PP {pp}, CP 1, VP {vp}: {tokens:,} tokens/s/GPU, {tflops} model TFLOP/s/GPU.
+# Stack as run: FP8 (Transformer Engine, hybrid format), flash attention, the distributed
+# optimizer (ZeRO-1) with overlapped gradient reduce-scatters and parameter all-gathers{sp}.
+# {role}
+# Assumed: no activation recompute (NeMo's performance recipes of that release); one
+#   400 Gb/s ConnectX-7 per GPU, rail-optimized (DGX-H100); TP communication as xsweep
+#   lowers it, blocking: NeMo overlaps it with the GEMMs (tp_comm_overlap), which xsweep
+#   does not model yet.
+"""
+
+
+@dataclass(frozen=True)
+class NemoRun:
+    """One FP8 row of NeMo 24.07's DGX-H100 table that xsweep can express (CP 1)."""
+
+    name: str
+    model: str
+    gpus: int
+    gbs: int
+    mbs: int
+    seq: int
+    tp: int
+    pp: int
+    vp: int
+    tokens_per_s_per_gpu: int
+    tflops: int
+    calibration: bool  # sets the Hopper FP8 GEMM fraction; else held out
+
+
+NEMO_RUNS = (
+    NemoRun("nemo-llama2-7b-h100x8", "llama2-7b", 8, 128, 1, 4096, 1, 1, 1, 16847, 776, True),
+    NemoRun("nemo-llama2-13b-h100x16", "llama2-13b", 16, 128, 1, 4096, 1, 4, 10, 8646, 754,
+            True),
+    NemoRun("nemo-llama2-70b-h100x64", "llama2-70b", 64, 128, 1, 4096, 4, 4, 20, 1707, 759,
+            False),
+    NemoRun("nemo-gpt3-175b-h100x512", "gpt3-175b", 512, 2048, 2, 2048, 4, 8, 6, 782, 842,
+            False),
+)
+NEMO_ROLE = {True: "Calibration: with the other TP-1 row, it sets the Hopper FP8 GEMM fraction "
+                   "(gpus.yaml [CAL-FP8]).",
+             False: "Held out: no number of the model was set with it."}
+
+
+def nemo_plan(run: NemoRun, catalog) -> pb.DeploymentPlan:
+    dp = run.gpus // (run.tp * run.pp)
+    layers = catalog.models[run.model].num_layers
+    stack = Stack(zero_stage=1, dp_overlap=True, virtual_pipeline_stages=run.vp,
+                  precision="fp8")
+    replica = ReplicaReq(tuple(StageReq("H100-SXM", run.tp, layers // run.pp)
+                               for _ in range(run.pp)), run.mbs, run.gbs // dp // run.mbs)
+    return build_plan(run.name, run.model, [NodeReq("H100-SXM", 8, "cx7")] * (run.gpus // 8),
+                      [replica] * dp, stack=stack, seq_length=run.seq)
+
+
 def _write(path: Path, header: str, plan: pb.DeploymentPlan) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(header + plan_to_text(plan), encoding="utf-8")
@@ -362,6 +421,12 @@ def main() -> None:
                peer_plan(tp, pp, dp, stack=stack, nodes=nodes, name=name))
     for key, (plan, header) in published_plans().items():
         _write(SPACES / "published" / f"{key}.pbtxt", header, plan)
+    for run in NEMO_RUNS:
+        header = NEMO_HEADER.format(
+            model=run.model, gpus=run.gpus, gbs=run.gbs, mbs=run.mbs, seq=run.seq, tp=run.tp,
+            pp=run.pp, vp=run.vp, tokens=run.tokens_per_s_per_gpu, tflops=run.tflops,
+            sp=", sequence parallelism" if run.tp > 1 else "", role=NEMO_ROLE[run.calibration])
+        _write(SPACES / "published" / f"{run.name}.pbtxt", header, nemo_plan(run, catalog))
 
 
 if __name__ == "__main__":
