@@ -15,11 +15,16 @@ with ``False``; every axis has length at least 1.
 Definitions, per stream ``s`` (every rank of a stream gets its stream's values):
 
 * ``busy_s``: total duration of COMPUTE tasks on ``s``;
-* ``exposed_tp_s``: total duration of TP tasks on ``s`` (they block the stream);
+* ``exposed_tp_s``: total duration of TP tasks on ``s`` (they block the stream), plus,
+  for TP traffic that runs beside the compute (``tp_comm_overlap``: TP_BESIDE tasks off
+  the stream), the gaps before a stream task that waited for it (counted as for
+  pipeline transfers below, and not in ``bubble_s``): the part of the traffic that
+  outlasted the compute;
 * ``t0``: largest end of the FORWARD/BACKWARD/TP tasks of ``s`` (0 if none);
   ``t_opt``: start of the first OPTIMIZER task of ``s`` (``t0`` if none);
 * ``bubble_s``: idle time of ``s`` before ``t0``, the gaps between consecutive
-  stream tasks (and from time 0 to the first) that end at or before ``t0``;
+  stream tasks (and from time 0 to the first) that end at or before ``t0``, less the
+  waits for TP traffic beside the compute;
 * ``exposed_pp_s`` / ``exposed_reshard_s``: the part of each such gap ``[a, b]``
   before task ``u`` that overlaps the transfer ``u`` waited for: ``u``'s
   last-finishing direct predecessor ``c`` (ties: the lowest task index), when ``c``
@@ -186,7 +191,11 @@ def stream_metrics(xp, index: MetricIndex, start, end) -> dict:
         preds, index.stream_pred_category, index.stream_pred_head))
     waited = t_start - xp.maximum(gap_from, _take_each(xp, start, c_head))
     exposed = {kind: xp.sum(xp.where(in_bubble & (c >= 0) & (c_cat == kind), waited, 0.0),
-                            axis=-1) for kind in (Category.PP, Category.RESHARD, Category.DP)}
+                            axis=-1)
+               for kind in (Category.PP, Category.RESHARD, Category.DP, Category.TP_BESIDE)}
+    # a wait for TP traffic that ran beside the compute is exposed TP time, not bubble
+    bubble = bubble - exposed[Category.TP_BESIDE]
+    exposed_tp = exposed_tp + exposed[Category.TP_BESIDE]
 
     barriers = index.stream_barriers
     has_barrier = barriers[:, 0] >= 0

@@ -7,6 +7,8 @@ Semantics (what one task stands for):
 
 * a pass (forward or backward, one micro-batch, one model chunk under interleaving)
   of one device group is one COMPUTE task on its stream and one blocking TP task,
+  (with ``tp_comm_overlap``: a TP task beside the compute, waiting for what the compute
+  waits for, and a zero-length TP task on the stream after both),
   or several such pieces: the last backward of each chunk is cut at the DP segment
   and gradient-bucket boundaries; with ZeRO-1 and overlap the first forward of each
   chunk is cut the same way and each piece waits for its bucket's parameter
@@ -114,7 +116,12 @@ class _Lowering:
                             launches=tp_count * g.cost.tp_ops_per_allreduce)
                  for src, dst, nbytes, hops in pipelined_ring(g.ranks, g.cost.tp_allreduce_bytes,
                                                               tp_count)]
-        if flows:
+        if flows and self.a.stack.tp_comm_overlap:  # beside the compute, then a join
+            beside = self.b.add_comm(Category.TP_BESIDE, flows, deps, stream=-1,
+                                     name=f"tp {name}", **labels)
+            t = self.b.add_comm(Category.TP, [], [compute, beside], stream=self.streams[gi],
+                                name=f"tp join {name}", **labels)
+        elif flows:
             t = self.b.add_comm(Category.TP, flows, [t], stream=self.streams[gi],
                                 name=f"tp {name}", **labels)
         self.last[gi] = t

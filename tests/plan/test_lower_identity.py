@@ -37,7 +37,8 @@ def numeric_variant(plan, rng: random.Random):
     out.training.global_batch_size = size * sum(
         g.num_micro_batches for g in out.device_groups if g.pp_stage == 0)
     out.training.recompute = rng.choice((pb.NO_RECOMPUTE, pb.SELECTIVE, pb.FULL))
-    out.training.sequence_parallel = rng.random() < 0.5
+    draw = rng.random() < 0.5  # TP overlap (a structure option) keeps sequence parallelism
+    out.training.sequence_parallel = out.training.tp_comm_overlap or draw
     out.training.flash_attention = rng.random() < 0.5
     out.cluster.fabric.oversubscription = rng.choice((1.0, 2.0, 3.0))
     fp8 = all(node.gpu in FP8_GPU_TYPES for node in out.cluster.nodes)

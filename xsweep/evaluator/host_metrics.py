@@ -49,7 +49,7 @@ class HostIndex(NamedTuple):
     """A :class:`~xsweep.timeline.MetricIndex` without its padding. Cells are the stream
     tasks, by stream and then in execution order (C cells; a stream's cells are one run);
     the predecessors are kept only for the R cells that may have waited for a transfer
-    (a PP, RESHARD or DP task among their direct predecessors): the others add to no
+    (a PP, RESHARD, DP or TP_BESIDE task among their direct predecessors): the others add to no
     exposed figure whichever predecessor finished last."""
 
     cell_task: np.ndarray  # int64[C]
@@ -73,7 +73,7 @@ class HostIndex(NamedTuple):
     num_tasks: int
 
 
-_TRANSFERS = (Category.PP, Category.RESHARD, Category.DP)
+_TRANSFERS = (Category.PP, Category.RESHARD, Category.DP, Category.TP_BESIDE)
 
 
 def _among(category: np.ndarray, kinds: tuple) -> np.ndarray:
@@ -179,6 +179,9 @@ def stream_values(index: HostIndex, start: np.ndarray, end: np.ndarray) -> dict[
                                  index.waiting_first, index.waiting_stream)
                for kind in _TRANSFERS}
 
+    # a wait for TP traffic beside the compute is exposed TP time, not bubble
+    bubble = bubble - exposed[Category.TP_BESIDE]
+    exposed_tp = exposed_tp + exposed[Category.TP_BESIDE]
     barriers = index.barriers
     has_barrier = barriers[:, 0] >= 0
     release = _gathered_max(end, barriers)

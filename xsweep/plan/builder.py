@@ -56,6 +56,7 @@ def build_plan(name: str, model: str, nodes, replicas, *, schedule="1f1b", resha
     t.virtual_pipeline_stages, t.dp_overlap = stack.virtual_pipeline_stages, stack.dp_overlap
     t.dp_bucket_params = stack.dp_bucket_params
     t.precision = PRECISION.value(stack.precision)
+    t.tp_comm_overlap = stack.tp_comm_overlap
     t.global_batch_size = sum(r.micro_batch_size * r.num_micro_batches for r in replicas)
     plan.cluster.fabric.kind = FABRIC.value(fabric)
     plan.cluster.fabric.oversubscription = oversubscription
@@ -179,12 +180,15 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
     # draws stay as they were)
     fp8 = (all(k in FP8_GPU_TYPES for k in kinds)
            and random.Random(f"precision-{seed}").random() < 0.5)
-    stack = Stack(sequence_parallel=rng.random() < 0.7, flash_attention=rng.random() < 0.7,
+    sequence_parallel = rng.random() < 0.7
+    # TP overlap from a stream of its own too (it needs sequence parallelism)
+    overlap = sequence_parallel and random.Random(f"tp-overlap-{seed}").random() < 0.5
+    stack = Stack(sequence_parallel=sequence_parallel, flash_attention=rng.random() < 0.7,
                   recompute=rng.choice(("none", "none", "selective", "full")),
                   zero_stage=zero_stage, virtual_pipeline_stages=v,
                   dp_overlap=rng.random() < 0.5,
                   dp_bucket_params=rng.choice((0, 30_000_000, 100_000_000, 10**12)),
-                  precision="fp8" if fp8 else "bf16")
+                  precision="fp8" if fp8 else "bf16", tp_comm_overlap=overlap)
     schedule = "1f1b" if v > 1 else rng.choice(SCHEDULE.known())
     return build_plan(
         f"random-{seed}", model, nodes, replicas,

@@ -132,11 +132,13 @@ def structure_key(a: PlanAnalysis) -> tuple:
 
     The device groups (ranks, stage, replica, layers, micro-batches), the schedule and its
     virtual stages, the resharding scheme, the ZeRO stage, gradient overlap and buckets,
-    and the cluster's shape (``Topology.shape_key``).
+    the cluster's shape (``Topology.shape_key``), and whether TP communication overlaps
+    the compute.
     """
     s = a.stack
     return (a.schedule, a.resharding, a.topology.shape_key(), a.structure_groups,
-            s.virtual_pipeline_stages, s.zero_stage, s.dp_overlap, a.dp_buckets)
+            s.virtual_pipeline_stages, s.zero_stage, s.dp_overlap, a.dp_buckets,
+            s.tp_comm_overlap)
 
 
 def _cut_points(a: PlanAnalysis) -> tuple[int, ...]:
@@ -267,7 +269,8 @@ class _Singles:
 
 
 class _BlockNames:
-    """The names of a block's tasks, not made yet: the block's arguments (but ``names``)."""
+    """The names of a block's tasks, not made yet: the block's arguments (but ``names``)
+    and whether its TP communication overlaps."""
 
     __slots__ = ("args",)
 
@@ -287,7 +290,8 @@ def _add_block(out: _Builder, a: PlanAnalysis, replicas: list[tuple[int, ...]], 
                          groups[gi].num_micro_batches) for gi in rep) for rep in replicas)
     args = (a.schedule, a.resharding, a.stack.virtual_pipeline_stages, shape, cuts,
             bool(gather), orders)
-    block = cached_block(*args, False)  # names, for traces only, are made when asked for
+    overlap = a.stack.tp_comm_overlap
+    block = cached_block(*args, False, overlap)  # names, for traces only, when asked for
     base = out.num_tasks
     ids = np.array([groups[gi].id for gi in members], np.int64)
     # the block's keys -> the program's keys
@@ -299,7 +303,7 @@ def _add_block(out: _Builder, a: PlanAnalysis, replicas: list[tuple[int, ...]], 
     flows = block.flows
     out.extend(_placed_tasks(block.tasks, members, ids, [groups[gi].replica for gi in members],
                              remap), dep_counts, dep,
-               (block.names if block.names is not None else _BlockNames(args),
+               (block.names if block.names is not None else _BlockNames((args, overlap)),
                 tuple(ids.tolist())), block.flow_task + base,
                rank_table[offset[flows.src_stream] + flows.src_index],
                rank_table[offset[flows.dst_stream] + flows.dst_index],
@@ -490,7 +494,8 @@ class Template:
         names = []
         for formats, ids in self._names:
             if isinstance(formats, _BlockNames):
-                formats = cached_block(*formats.args, True).names
+                args, overlap = formats.args
+                formats = cached_block(*args, True, overlap).names
             fill = {f"dg{st}": gid for st, gid in enumerate(ids)}
             names += [n.format(**fill) for n in formats] if ids else formats
         return tuple(names)

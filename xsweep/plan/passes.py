@@ -2,7 +2,10 @@
 
 A block holds every task of a set of replicas that depends only on their shapes: the
 forward and backward passes of each stream (a device group), cut into pieces
-(:mod:`xsweep.plan.pieces`), each piece a COMPUTE task and a blocking TP task; the
+(:mod:`xsweep.plan.pieces`), each piece a COMPUTE task and a blocking TP task (with
+``overlap_tp``: a TP task beside the compute, both waiting for what the compute waits
+for, and a zero-length TP task on the stream that joins them: the piece takes the longer
+of the two, and the stream's wait for the TP traffic shows as exposed TP time); the
 transfers between stages; and, under FSDP, the per-layer parameter all-gathers and
 gradient reduce-scatters that tie the replicas together. Streams are numbered inside
 the block (replica by replica, stage by stage), ranks as (stream, TP index), and every
@@ -64,6 +67,7 @@ from xsweep.ragged import run_starts
 
 _F, _B = int(Category.FORWARD), int(Category.BACKWARD)
 _TP, _DP, _BARRIER = int(Category.TP), int(Category.DP), int(Category.BARRIER)
+_TP_BESIDE = int(Category.TP_BESIDE)
 _PP, _RESHARD = int(Category.PP), int(Category.RESHARD)
 
 
@@ -173,7 +177,7 @@ def ring_ends(tps: tuple[int, ...]) -> tuple[list[tuple[int, int]], list[tuple[i
 
 def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage, ...], ...],
                 cuts: tuple[int, ...], gather: bool, fsdp: tuple[tuple[int, ...], ...],
-                names: bool = True) -> Block:
+                names: bool = True, overlap_tp: bool = False) -> Block:
     """Every task of ``replicas`` (see the module's description).
 
     Args:
@@ -183,6 +187,8 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
       fsdp: under FSDP, per stage, the replicas of its DP group in ring order; else ().
       names: give every task a readable name; without FSDP, ``names`` is None otherwise
         (under FSDP they are always made).
+      overlap_tp: a piece's TP traffic runs beside its compute (see the module's
+        description), not after it.
     """
     streams = [spec for rep in replicas for spec in rep]
     where = [(r, s) for r, rep in enumerate(replicas) for s in range(len(rep))]
@@ -197,8 +203,9 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
              for st, (r, s) in enumerate(where)]
     if not fsdp:  # each task waits for its stream and its input only: laid out by arrays
         return Block(**plain_block(tasks.keys, streams, where, first_stream, plans, phases, v,
-                                   names))
-    return _FsdpBlock(tasks, streams, where, first_stream, plans, phases, v, fsdp).build()
+                                   names, overlap_tp))
+    return _FsdpBlock(tasks, streams, where, first_stream, plans, phases, v, fsdp,
+                      overlap_tp).build()
 
 
 def _transfer_phases(tasks: Tasks, scheme: str, a: int, b: int, tp_a: int,
@@ -243,8 +250,9 @@ class _FsdpBlock:
 
     def __init__(self, tasks: Tasks, streams: list, where: list[tuple[int, int]],
                  first_stream: list[int], plans: list[list[tuple]], phases: dict, v: int,
-                 fsdp: tuple[tuple[int, ...], ...]):
+                 fsdp: tuple[tuple[int, ...], ...], overlap_tp: bool = False):
         self.tasks, self.streams, self.where = tasks, streams, where
+        self.overlap_tp = overlap_tp
         self.first_stream, self.plans, self.phases, self.v = first_stream, plans, phases, v
         self.group_of: dict[int, _DpGroup] = {}  # stream -> its DP group
         for s, order in enumerate(fsdp):
@@ -319,7 +327,8 @@ class _FsdpBlock:
 
     def _on_stream(self, st: int, kind: str, lo: int, hi: int, deps: list[int], mb: int,
                    name: str) -> tuple[int, int]:
-        """A piece's COMPUTE task and its blocking TP task; their ids."""
+        """A piece's COMPUTE task and its TP task (blocking, or beside it and joined by a
+        zero-length TP task on the stream); the compute's id and the piece's last task's."""
         made = self.made.get((st, kind, lo, hi))
         if made is None:
             tp, first = self.streams[st][0], self.streams[st][1]
@@ -328,15 +337,20 @@ class _FsdpBlock:
             made = self.made[st, kind, lo, hi] = (self.tasks.key(PassTime(st, *span)), ring)
         duration, ring = made
         stage = self.where[st][1]
+        waits = [self.last[st], *deps]
         compute = self.tasks.add(TaskRow(
             kind=COMPUTE, category=_F if kind == "F" else _B, stream=st, stage=stage,
-            micro_batch=mb, device_group=st, replica=st, value=duration),
-            name, [self.last[st], *deps])
+            micro_batch=mb, device_group=st, replica=st, value=duration), name, waits)
         t = compute
-        if ring is not None:
-            t = self.tasks.add(TaskRow(kind=COMM, category=_TP, stream=st, stage=stage,
-                                       micro_batch=mb, device_group=st, replica=st),
-                               f"tp {name}", [t], ring)
+        labels = dict(kind=COMM, category=_TP, stage=stage, micro_batch=mb, device_group=st,
+                      replica=st)
+        if ring is not None and self.overlap_tp:
+            beside = self.tasks.add(TaskRow(**{**labels, "category": _TP_BESIDE}),
+                                    f"tp {name}", waits, ring)
+            t = self.tasks.add(TaskRow(stream=st, **labels), f"tp join {name}",
+                               [compute, beside])
+        elif ring is not None:
+            t = self.tasks.add(TaskRow(stream=st, **labels), f"tp {name}", [t], ring)
         self.last[st] = t
         return compute, t
 

@@ -61,6 +61,9 @@ class Category(IntEnum):
     RESHARD = 5
     DP = 6
     BARRIER = 7
+    #: TP traffic that runs beside the compute (``tp_comm_overlap``), off the stream; a
+    #: zero-length TP task on the stream joins it with its compute
+    TP_BESIDE = 8
 
 
 class TaskRow(NamedTuple):

@@ -24,6 +24,7 @@ from xsweep.ragged import owners_and_places, run_starts
 
 COMPUTE, COMM = int(TaskKind.COMPUTE), int(TaskKind.COMM)
 _F, _B, _TP = int(Category.FORWARD), int(Category.BACKWARD), int(Category.TP)
+_TP_BESIDE = int(Category.TP_BESIDE)
 _PP, _RESHARD = int(Category.PP), int(Category.RESHARD)
 
 
@@ -105,7 +106,7 @@ def emission_order(need: list[int], send: list[int], bounds: list[tuple[int, int
 
 def plain_block(keys: KeyTable, streams: list, where: list[tuple[int, int]],
                 first_stream: list[int], plans: list[list[tuple]], phases: dict, v: int,
-                names: bool) -> dict:
+                names: bool, overlap_tp: bool = False) -> dict:
     """The fields of a :class:`~xsweep.plan.passes.Block` without FSDP.
 
     Args:
@@ -115,12 +116,14 @@ def plain_block(keys: KeyTable, streams: list, where: list[tuple[int, int]],
       plans: per stream its pieces (:func:`xsweep.plan.pieces.pieces`).
       phases: (source stream, destination stream) -> the FlowGroup of each phase.
       names: give every task its readable name (else ``names`` is None).
+      overlap_tp: each piece's TP task runs beside its compute, joined by a zero-length TP
+        task on the stream (:func:`xsweep.plan.passes.build_block`).
     """
     tp = np.array([spec[0] for spec in streams], np.int64)
     p = _piece_arrays(streams, where, first_stream, plans, v)
     order = emission_order(p.need.tolist(), p.send.tolist(), list(zip(
         p.begins[:-1].tolist(), p.begins[1:].tolist(), strict=True)))
-    lay = _layout(p, order, phases, tp)
+    lay = _layout(p, order, phases, tp, overlap_tp)
     piece_keys = _piece_keys(keys, p, order, streams, tp)
     dep_ptr, dep_idx = _dependencies(p, lay)
     flow_task, flows = _flows(lay, piece_keys, phases)
@@ -137,8 +140,10 @@ def plain_block(keys: KeyTable, streams: list, where: list[tuple[int, int]],
         dep_ptr=dep_ptr, dep_idx=dep_idx, keys=keys.frozen(),
         names=_names(p, lay, v) if names else None, flow_task=flow_task, flows=flows,
         last=tuple(last.tolist()), piece_end=piece_end,
-        waits=tuple((int(lay.first[g]), int(p.stream[g]), int(p.first[g]))
-                    for g in gathered.tolist()),
+        # the gathered pieces' computes wait for their gathers, and so do TP tasks beside them
+        waits=tuple((int(lay.first[g]) + k, int(p.stream[g]), int(p.first[g]))
+                    for g in gathered.tolist()
+                    for k in range(1 + bool(lay.overlap and lay.has_tp[g]))),
         finals={})
 
 
@@ -207,6 +212,8 @@ class _Layout(NamedTuple):
     num_tasks: int
     first: np.ndarray  # int64[P]: the piece's compute
     has_tp: np.ndarray  # bool[P]: a TP task follows its compute
+    tp_tasks: np.ndarray  # int64[P]: its TP tasks: 0, 1 (blocking) or 2 (beside, and a join)
+    overlap: bool  # TP tasks run beside the compute
     end: np.ndarray  # int64[P]: the piece's last task on its stream
     delivered: np.ndarray  # int64[P]: its transfer's last phase
     pairs: list  # (source, destination) streams of the transfers, sorted
@@ -217,7 +224,8 @@ class _Layout(NamedTuple):
     phase_task: np.ndarray  # ... and its id
 
 
-def _layout(p: _Pieces, order: np.ndarray, phases: dict, tp: np.ndarray) -> _Layout:
+def _layout(p: _Pieces, order: np.ndarray, phases: dict, tp: np.ndarray,
+            overlap: bool = False) -> _Layout:
     num_streams = len(p.counts)
     pairs = sorted(phases)
     pair_phases = np.array([len(phases[pair]) for pair in pairs] + [0], np.int64)
@@ -227,14 +235,15 @@ def _layout(p: _Pieces, order: np.ndarray, phases: dict, tp: np.ndarray) -> _Lay
     pair_of[p.sends] = pair_at[p.stream[p.sends] * num_streams + p.dst[p.sends]]
     assert (pair_of[p.sends] >= 0).all(), "a transfer between stages without phases"
     has_tp = (tp > 1)[p.stream]
+    tp_tasks = has_tp.astype(np.int64) * (2 if overlap else 1)
     num_phases = np.where(p.sends, pair_phases[pair_of], 0)
-    size = 1 + has_tp + num_phases
+    size = 1 + tp_tasks + num_phases
     first = np.empty(len(size), np.int64)
     first[order] = np.cumsum(size[order]) - size[order]
     phase_piece, phase = owners_and_places(num_phases)
-    return _Layout(order, int(size.sum()), first, has_tp, first + has_tp,
-                   first + has_tp + num_phases, pairs, pair_phases, pair_of, phase_piece,
-                   phase, (first + has_tp + 1)[phase_piece] + phase)
+    return _Layout(order, int(size.sum()), first, has_tp, tp_tasks, overlap, first + tp_tasks,
+                   first + tp_tasks + num_phases, pairs, pair_phases, pair_of, phase_piece,
+                   phase, (first + tp_tasks + 1)[phase_piece] + phase)
 
 
 def _dependencies(p: _Pieces, lay: _Layout) -> tuple[np.ndarray, np.ndarray]:
@@ -250,11 +259,21 @@ def _dependencies(p: _Pieces, lay: _Layout) -> tuple[np.ndarray, np.ndarray]:
     compute = lay.first
     follows = np.ones(len(p.stream), bool)
     follows[p.begins[:-1][p.counts > 0]] = False
-    owner = np.concatenate([compute[follows], compute[p.needs], (compute + 1)[lay.has_tp],
-                            lay.phase_task])
+    # the computes' waits: the stream's previous piece, the input's transfer
+    waiting = np.concatenate([np.flatnonzero(follows), np.flatnonzero(p.needs)])
+    waits = np.concatenate([lay.end[np.flatnonzero(follows) - 1],
+                            lay.delivered[sender[p.needs]]])
+    tp = np.flatnonzero(lay.has_tp)
+    if lay.overlap:  # the TP task waits for what its compute waits for; the join for both
+        beside = lay.has_tp[waiting]
+        tp_owner = np.concatenate([compute[waiting[beside]] + 1, compute[tp] + 2,
+                                   compute[tp] + 2])
+        tp_pred = np.concatenate([waits[beside], compute[tp], compute[tp] + 1])
+    else:  # the TP task follows its compute
+        tp_owner, tp_pred = compute[tp] + 1, compute[tp]
+    owner = np.concatenate([compute[waiting], tp_owner, lay.phase_task])
     pred = np.concatenate([
-        lay.end[np.flatnonzero(follows) - 1], lay.delivered[sender[p.needs]],
-        compute[lay.has_tp],
+        waits, tp_pred,
         np.where(lay.phase == 0, lay.end[lay.phase_piece], lay.phase_task - 1)])
     # by task, then predecessor, each once (a stable sort merges the sorted runs)
     span = max(lay.num_tasks, 1)
@@ -308,17 +327,20 @@ def _task_columns(p: _Pieces, lay: _Layout, duration: np.ndarray, tp: np.ndarray
     RESHARD); all of them labelled with the piece's stage, micro-batch and stream."""
     owner, place = owners_and_places(np.diff(np.append(lay.first[lay.order], lay.num_tasks)))
     piece = lay.order[owner]  # each task's piece
-    tp_task = lay.has_tp[piece].astype(np.int64)
-    compute, on_stream = place == 0, place <= tp_task
+    tp_tasks = lay.tp_tasks[piece]
+    compute, is_tp = place == 0, (place >= 1) & (place <= tp_tasks)
+    # a TP task beside the compute (the first of two) runs off the stream; its join on it
+    on_stream = compute | (is_tp & ~(lay.overlap & (place == 1)))
     transfer = np.where(tp[p.stream] == tp[np.where(p.sends, p.dst, p.stream)], _PP, _RESHARD)
+    beside = is_tp & lay.overlap & (place == 1)
     category = np.where(compute, np.where(p.backward, _B, _F)[piece],
-                        np.where(on_stream, _TP, transfer[piece]))
+                        np.where(beside, _TP_BESIDE, np.where(is_tp, _TP, transfer[piece])))
     stream = p.stream[piece]
     return TaskColumns(
         kind=np.where(compute, COMPUTE, COMM), category=category,
         stream=np.where(on_stream, stream, -1), stage=p.stage[piece],
         micro_batch=p.micro_batch[piece], device_group=stream, replica=stream.copy(),
-        phase=np.where(on_stream, -1, place - 1 - tp_task),
+        phase=np.where(compute | is_tp, -1, place - 1 - tp_tasks),
         value=np.where(compute, duration[piece], 0))
 
 
@@ -357,6 +379,9 @@ def _names(p: _Pieces, lay: _Layout, v: int) -> tuple[str, ...]:
         if lay.has_tp[g]:
             t += 1
             out[t] = f"tp {name}"
+        if lay.has_tp[g] and lay.overlap:
+            t += 1
+            out[t] = f"tp join {name}"
         direction = "grad" if kind == "B" else "act"
         suffix = f" c{c}" if v > 1 else ""
         for phase in range(int(num_phases[g])):

@@ -109,6 +109,7 @@ def resolve_training(training: xsweep_pb2.Training) -> TrainingOptions:
         dp_overlap=bool(t.dp_overlap),
         dp_bucket_params=int(t.dp_bucket_params),
         precision=enum_name(PRECISION, t.precision),
+        tp_comm_overlap=bool(t.tp_comm_overlap),
     )
     return TrainingOptions(global_batch_size=int(t.global_batch_size),
                            total_tokens=float(t.total_tokens),

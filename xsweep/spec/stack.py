@@ -43,6 +43,12 @@ class Stack:
             FP8, the FP8 weight copies and the FP8 saved GEMM inputs that brings
             (:mod:`xsweep.plan.workload`, :mod:`xsweep.plan.memory`); the attention core,
             norms, embedding, LM head, gradients and optimizer stay as in BF16.
+        tp_comm_overlap: the TP communication of a pass runs beside the pass's compute, as
+            Transformer Engine overlaps the sequence-parallel all-gathers and
+            reduce-scatters with the GEMMs they feed (userbuffers; Megatron-LM's
+            ``--tp-comm-overlap``, NeMo's ``tp_comm_overlap``): a pass takes the longer of
+            its compute and its TP traffic instead of their sum. Needs sequence parallelism;
+            no effect at TP 1.
     """
 
     sequence_parallel: bool = True
@@ -53,6 +59,7 @@ class Stack:
     dp_overlap: bool = False
     dp_bucket_params: int = 0
     precision: str = "bf16"
+    tp_comm_overlap: bool = False
 
     def __post_init__(self):
         if self.recompute not in RECOMPUTE:
@@ -64,6 +71,8 @@ class Stack:
                              f"got {self.virtual_pipeline_stages}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.tp_comm_overlap and not self.sequence_parallel:
+            raise ValueError("tp_comm_overlap needs sequence_parallel")
         if self.dp_bucket_params < 0:
             raise ValueError(f"dp_bucket_params must not be negative, got {self.dp_bucket_params}")
 

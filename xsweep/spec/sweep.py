@@ -234,6 +234,9 @@ class Training(_Strict):
     # fp8: the blocks' GEMMs in FP8 (Transformer Engine); a pool without FP8 tensor cores
     # makes the point infeasible
     precision: Annotated[Axis[Choice(*PRECISION.known())], NUMERIC] = [PRECISION.default]
+    # TP communication beside the GEMMs (Transformer Engine's userbuffers); needs
+    # sequence_parallel (a point without it is infeasible), no effect at TP 1
+    tp_comm_overlap: Annotated[Axis[bool], LAYOUT] = [False]
     total_tokens: Annotated[float, Field(gt=0, le=ranges.PLAN["training.total_tokens"].high)] \
         | None = None  # whole run, for cost per run
 

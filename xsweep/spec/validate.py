@@ -46,6 +46,7 @@ from xsweep.spec.resolve import (
     resolve_model,
     resolve_training,
 )
+from xsweep.spec.stack import DEFAULT_STACK
 from xsweep.spec.valid_plan import ClusterHw, Group, TrainingOptions, ValidPlan
 
 # Parts of plans that passed their checks, keyed by their bytes and by everything else the
@@ -248,6 +249,12 @@ def _check_training(training: xsweep_pb2.Training, file: str | None) -> None:
                          "must be 0, 1 (distributed optimizer) or 3 (FSDP)")
     for name in ("total_tokens", "virtual_pipeline_stages", "dp_bucket_params"):
         ranges.PLAN[f"training.{name}"].check(getattr(training, name), file, f"training.{name}")
+    sequence_parallel = (training.sequence_parallel if training.HasField("sequence_parallel")
+                         else DEFAULT_STACK.sequence_parallel)
+    if training.tp_comm_overlap and not sequence_parallel:
+        raise InputError(file, "training.tp_comm_overlap", True, "needs sequence_parallel: "
+                         "the overlap hides the sequence-parallel all-gathers and "
+                         "reduce-scatters behind the GEMMs they feed")
 
 
 def _check_virtual_stages(plan: xsweep_pb2.DeploymentPlan, file: str | None) -> None:

@@ -229,6 +229,7 @@ class Planner:
         v = stack.virtual_pipeline_stages
         reason = (_check(pools, model, p, b, batch)
                   or _check_precision(pools, stack.precision)
+                  or _check_tp_overlap(point)
                   or _check_interleaving(model, p, v, batch // b, point["training.schedule"]))
         if reason:
             return Infeasible(reason)
@@ -338,7 +339,9 @@ def layout_stack(point: Point) -> Stack:
                  recompute=point["training.recompute"],
                  zero_stage=point["training.zero_stage"],
                  virtual_pipeline_stages=point["training.virtual_pipeline_stages"],
-                 precision=point["training.precision"])
+                 precision=point["training.precision"],
+                 tp_comm_overlap=(point["training.tp_comm_overlap"]
+                                  and point["training.sequence_parallel"]))
 
 
 def unused_axes(sweep: Sweep, point: Point) -> frozenset[str]:
@@ -388,6 +391,9 @@ REASON_KINDS = (
     ReasonKind("precision", "ask for FP8 on a GPU without FP8 tensor cores",
                "asks for FP8 on a GPU without FP8 tensor cores",
                r"^FP8 needs FP8 tensor cores"),
+    ReasonKind("tp_overlap", "overlap TP communication without sequence parallelism",
+               "overlaps TP communication without sequence parallelism",
+               r"^TP communication overlap needs sequence parallelism"),
     ReasonKind("pipeline", "have a pipeline depth their TP groups or layers cannot form",
                "has a pipeline depth its TP groups or layers cannot form",
                r"^(\d+ pipeline stages but|pool .* fewer than pp|pp \d+ does not divide|"
@@ -449,6 +455,14 @@ def _check_precision(pools: list[_Pool], precision: str) -> str:
             if not pool.gpu.has_fp8:
                 return (f"FP8 needs FP8 tensor cores, and pool {pool.name} "
                         f"({pool.gpu.name}) has none")
+    return ""
+
+
+def _check_tp_overlap(point: Point) -> str:
+    """Why the point cannot overlap its TP communication ("" if it can): the overlap hides
+    the sequence-parallel collectives, so it needs sequence parallelism."""
+    if point["training.tp_comm_overlap"] and not point["training.sequence_parallel"]:
+        return "TP communication overlap needs sequence parallelism"
     return ""
 
 
@@ -562,6 +576,7 @@ def _build(point: Point, pools: list[_Pool], shapes: list[tuple[_Stage, ...]], l
     stack = layout_stack(point)
     t.recompute = RECOMPUTE.value(stack.recompute)
     t.precision = PRECISION.value(stack.precision)
+    t.tp_comm_overlap = stack.tp_comm_overlap
     t.sequence_parallel, t.flash_attention = stack.sequence_parallel, stack.flash_attention
     t.zero_stage, t.virtual_pipeline_stages = stack.zero_stage, stack.virtual_pipeline_stages
     t.total_tokens = sweep.training.total_tokens or 0.0
