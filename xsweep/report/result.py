@@ -1,0 +1,194 @@
+"""A finished sweep's folder, read for its report: the published fronts (``summary.json``),
+the figures of every point (``sweep.zarr``), the memory of each front plan (its
+``plans/point-<index>.pbtxt`` analysed again by the project's own plan analysis) and the
+validation, if one ran (``validate/validate.json``).
+
+Anything a sweep writes that is missing or malformed is an :class:`InputError` naming
+the file, the field and the value.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from xsweep.errors import InputError
+from xsweep.report.breakdown import MAXIMA, MEANS
+
+DATASET, SUMMARY, PLANS, VALIDATION = "sweep.zarr", "summary.json", "plans", "validate"
+#: Variables of the dataset the report reads.
+COLUMNS = ("point", "status", "level", "feasible", "iteration_time_s", "tokens_per_s", "mfu",
+           "memory_per_gpu_gib", "cost_per_run_usd", "cost_per_million_tokens_usd",
+           "exposed_dp_s_mean", *MEANS, *MAXIMA)
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """Device groups of one plan that need the same memory on the same GPU."""
+
+    groups: tuple[int, ...]
+    gpu: str
+    tp: int
+    stage: int
+    parts: tuple[tuple[str, float], ...]  # GiB per GPU: weights, gradients, ...
+    capacity_gib: float
+    fits: bool
+
+
+@dataclass(frozen=True)
+class FrontPlan:
+    """One plan of a front as ``summary.json`` lists it, with its memory when its plan file
+    could be analysed (else ``memory_note`` says why not)."""
+
+    point: int
+    same_plan: tuple[int, ...]
+    axes: dict
+    memory: tuple[DeviceMemory, ...] = ()
+    memory_note: str = ""
+
+
+@dataclass(frozen=True)
+class Group:
+    """A work group (one value of the work axes, e.g. one model) and its front."""
+
+    work: dict
+    front: tuple[FrontPlan, ...]
+
+    @property
+    def name(self) -> str:
+        return ", ".join(f"{k} {v}" for k, v in self.work.items()) or "all points"
+
+
+@dataclass(frozen=True)
+class Result:
+    """What the report shows of a sweep."""
+
+    folder: Path
+    name: str
+    objectives: tuple[str, ...]
+    summary: dict
+    groups: tuple[Group, ...]
+    table: dict[str, np.ndarray]  # flat columns, row i is point i
+    validation: dict | None
+
+    def row(self, point: int) -> dict[str, float]:
+        """The figures of ``point`` by variable name."""
+        return {name: float(column[point]) for name, column in self.table.items()
+                if column.dtype.kind in "fiub"}
+
+
+def is_sweep_folder(path: Path) -> bool:
+    return (path / DATASET).is_dir()
+
+
+def read_json(path: Path) -> dict:
+    """A JSON object from ``path``.
+
+    Raises:
+        InputError: the file is missing, unreadable or holds no JSON object.
+    """
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(str(path), None, None, "is missing") from None
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise InputError(str(path), None, None, f"cannot be read as JSON: {error}") from None
+    if not isinstance(document, dict):
+        raise InputError(str(path), None, None, "holds no JSON object")
+    return document
+
+
+def _field(document: dict, key: str, kind: type, path: Path):
+    value = document.get(key)
+    if not isinstance(value, kind):
+        raise InputError(str(path), key, None if value is None else str(value)[:80],
+                         f"expected {kind.__name__}")
+    return value
+
+
+def open_result(folder: Path, catalog) -> Result:
+    """Read the sweep in ``folder`` for its report; ``catalog``: the one the sweep ran with
+    (the front plans are analysed against it).
+
+    Raises:
+        InputError: a file the sweep writes is missing or is not what it writes.
+    """
+    summary_path = folder / SUMMARY
+    summary = read_json(summary_path)
+    name = str(_field(summary, "sweep", str, summary_path))
+    objectives = tuple(_field(summary, "objectives", list, summary_path))
+    table = _table(folder / DATASET, objectives)
+    groups = []
+    for k, entry in enumerate(_field(summary, "groups", list, summary_path)):
+        if not isinstance(entry, dict) or not isinstance(entry.get("front"), list):
+            raise InputError(str(summary_path), f"groups[{k}].front", None, "expected a list")
+        front = []
+        for j, plan in enumerate(entry["front"]):
+            point = plan.get("point") if isinstance(plan, dict) else None
+            if not isinstance(point, int) or not 0 <= point < len(table["point"]):
+                raise InputError(str(summary_path), f"groups[{k}].front[{j}].point",
+                                 str(point), "is not a point of the sweep's dataset")
+            memory, note = plan_memory(folder / PLANS / f"point-{point}.pbtxt", catalog)
+            front.append(FrontPlan(point, tuple(plan.get("same_plan") or ()),
+                                   dict(plan.get("axes") or {}), memory, note))
+        groups.append(Group(dict(entry.get("work") or {}), tuple(front)))
+    validation_path = folder / VALIDATION / "validate.json"
+    validation = read_json(validation_path) if validation_path.is_file() else None
+    if validation is not None and not isinstance(validation.get("points"), list):
+        raise InputError(str(validation_path), "points", None, "expected a list")
+    return Result(folder, name, objectives, summary, tuple(groups), table, validation)
+
+
+def _table(store: Path, objectives: tuple[str, ...]) -> dict[str, np.ndarray]:
+    import xarray as xr
+
+    try:
+        with warnings.catch_warnings():  # zarr's notes on (missing) consolidated metadata
+            warnings.simplefilter("ignore")
+            ds = xr.open_zarr(store)
+    except (OSError, ValueError, KeyError) as error:
+        raise InputError(str(store), None, None, f"cannot be read as a dataset: {error}") from None
+    wanted = tuple(dict.fromkeys((*COLUMNS, *objectives)))
+    missing = [name for name in wanted if name not in ds.data_vars]
+    if missing:
+        raise InputError(str(store), None, None, f"lacks {', '.join(missing)}: not the dataset "
+                         "of a sweep written by xsweep sweep")
+    points = ds["point"].values.ravel()
+    order = np.argsort(points, kind="stable")
+    if not np.array_equal(points[order], np.arange(len(points))):
+        raise InputError(str(store), "point", None, "is not 0, 1, ... over the grid")
+    table = {name: ds[name].values.ravel()[order] for name in wanted}
+    table["feasible"] = table["feasible"].astype(bool)
+    table["status"] = table["status"].astype(str)
+    table["level"] = table["level"].astype(str)
+    return table
+
+
+#: Memory parts of a GPU, in the order of ``xsweep plan``, with their keys there.
+MEMORY_PARTS = (("weights", "weights_gib"), ("gradients", "grads_gib"),
+                ("optimizer states", "optimizer_gib"), ("activations", "activations_gib"))
+
+
+def plan_memory(path: Path, catalog) -> tuple[tuple[DeviceMemory, ...], str]:
+    """The memory of each device group of the plan in ``path`` against its GPU's capacity, as
+    ``xsweep plan`` computes it (the plan validated and analysed, not lowered), device groups
+    of equal figures merged; and an empty note, or why there is nothing (no such file)."""
+    from xsweep.pipeline import load
+    from xsweep.plan.analysis import analyze
+    from xsweep.plan.summary import memory_rows
+
+    if not path.is_file():
+        return (), f"{path.name} is not in the sweep's folder"
+    analysis = analyze(load(path, catalog)[0], catalog)
+    merged: dict[tuple, list[int]] = {}
+    for group, row in zip(analysis.groups, memory_rows(analysis), strict=True):
+        key = (row["gpu"], group.tp, group.stage,
+               tuple((name, row[field]) for name, field in MEMORY_PARTS),
+               row["capacity_gib"], row["fits"])
+        merged.setdefault(key, []).append(row["device_group"])
+    return tuple(DeviceMemory(tuple(ids), gpu, tp, stage, parts, capacity, fits)
+                 for (gpu, tp, stage, parts, capacity, fits), ids in merged.items()), ""
