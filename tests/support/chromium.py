@@ -17,6 +17,7 @@ import os
 import queue
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -109,14 +110,17 @@ def visit(url: str, width: int = 1100, height: int = 1600, settle_s: float = 0.5
     profile = tempfile.mkdtemp(prefix="xsweep-chromium-")
     to_browser_r, to_browser_w = os.pipe()
     from_browser_r, from_browser_w = os.pipe()
+    # numbered past 4, so that putting one at 3 or 4 in the child cannot clobber the other
+    to_browser_r, from_browser_w = (_above_four(fd) for fd in (to_browser_r, from_browser_w))
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
              "--no-default-browser-check", "--disable-extensions", "--disable-dev-shm-usage",
              "--hide-scrollbars", f"--user-data-dir={profile}", "--remote-debugging-pipe",
              "about:blank"]
-    # the shell puts the pipes where the browser expects them, 3 (commands) and 4 (answers)
+    # a small trampoline puts the pipes where the browser expects them, 3 (commands) and 4
+    # (answers), then becomes the browser (a POSIX shell takes only one-digit numbers)
     process = subprocess.Popen(
-        ["sh", "-c", f'exec "$0" "$@" 3<&{to_browser_r} 4>&{from_browser_w}', program, *flags],
-        pass_fds=(to_browser_r, from_browser_w), stdin=subprocess.DEVNULL,
+        [sys.executable, "-c", _TRAMPOLINE, str(to_browser_r), str(from_browser_w), program,
+         *flags], pass_fds=(to_browser_r, from_browser_w), stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     os.close(to_browser_r)
     os.close(from_browser_w)
@@ -167,6 +171,26 @@ def visit(url: str, width: int = 1100, height: int = 1600, settle_s: float = 0.5
             process.wait()
         shutil.rmtree(profile, ignore_errors=True)
     return out
+
+
+_TRAMPOLINE = """
+import os, sys
+commands, answers = int(sys.argv[1]), int(sys.argv[2])
+os.dup2(commands, 3)
+os.dup2(answers, 4)
+os.close(commands)
+os.close(answers)
+os.execv(sys.argv[3], sys.argv[3:])
+"""
+
+
+def _above_four(fd: int) -> int:
+    """``fd`` moved to a descriptor numbered 10 or more (``fd`` closed)."""
+    import fcntl
+
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD, 10)
+    os.close(fd)
+    return moved
 
 
 def _note(event: dict, out: Visit) -> bool:

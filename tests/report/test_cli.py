@@ -1,0 +1,102 @@
+"""``xsweep report`` in a real process: where it writes, its mode, and bad input as one line
+with exit code 2 and nothing written."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.report.conftest import xsweep
+from tests.support.paths import SPACES
+
+
+def written(folder: Path) -> list[str]:
+    """Report files and half-written files under ``folder``."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
+                  if p.name == "report.html" or ".partial-" in p.name)
+
+
+def one_line_error(done, *words: str) -> None:
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    for word in words:
+        assert word in done.stderr
+
+
+def test_the_report_goes_into_the_sweeps_folder_with_the_usual_mode(two_models, tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(two_models, folder)
+    done = xsweep("report", folder)
+    assert done.returncode == 0, done.stderr
+    page = folder / "report.html"
+    assert done.stdout.strip() == f"report: {page}"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert page.stat().st_mode & 0o777 == 0o666 & ~umask
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("<!DOCTYPE html>") and text.rstrip().endswith("</html>")
+    assert "report-two-models: Pareto fronts" in text
+    assert written(folder) == ["report.html"]
+    again = xsweep("report", folder)  # a second run replaces the page whole
+    assert again.returncode == 0 and written(folder) == ["report.html"]
+
+
+def test_dash_o_writes_the_page_where_it_says_and_nothing_in_the_sweep(two_models, tmp_path):
+    target = tmp_path / "elsewhere.html"
+    done = xsweep("report", two_models, "-o", target)
+    assert done.returncode == 0, done.stderr
+    assert target.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    assert written(two_models) == []
+
+
+@pytest.mark.parametrize(("make", "words"), [
+    (lambda root, sweep: root / "missing", ["missing: does not exist"]),
+    (lambda root, sweep: SPACES / "h100x8-baseline.pbtxt",
+     ["not a sweep's results: a deployment plan"]),
+    (lambda root, sweep: SPACES / "quickstart.yaml", ["not a sweep's results: a sweep file"]),
+    (lambda root, sweep: root, ["is not a sweep's output folder (no sweep.zarr inside)",
+                                "for what it holds: xsweep report"]),
+])
+def test_what_is_no_sweeps_folder_is_refused_in_one_line(two_models, tmp_path, make, words):
+    root = tmp_path / "results"
+    shutil.copytree(two_models, root / "sweep")
+    done = xsweep("report", make(root, root / "sweep"))
+    one_line_error(done, *words)
+    assert written(tmp_path) == []
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_anything(two_models, tmp_path):
+    one_line_error(xsweep("report", two_models, "-o", tmp_path / "no" / "page.html"),
+                   "does not exist")
+    one_line_error(xsweep("report", two_models, "-o", tmp_path), "is a folder")
+    assert written(tmp_path) == [] and written(two_models) == []
+
+
+@pytest.mark.parametrize(("file", "content", "words"), [
+    ("summary.json", "{not json", ["summary.json: cannot be read as JSON"]),
+    ("summary.json", '{"sweep": "x", "objectives": ["iteration_time_s"], "groups": 3}',
+     ["summary.json", "groups", "expected list"]),
+    ("validate/validate.json", "[]", ["validate.json: holds no JSON object"]),
+])
+def test_a_damaged_file_of_the_sweep_is_named_and_nothing_is_written(two_models, tmp_path, file,
+                                                                   content, words):
+    folder = tmp_path / "copy"
+    shutil.copytree(two_models, folder)
+    (folder / file).write_text(content)
+    one_line_error(xsweep("report", folder), *words)
+    assert written(folder) == []
+
+
+def test_a_missing_front_plan_is_said_on_the_page(two_models, tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(two_models, folder)
+    removed = sorted((folder / "plans").glob("point-*.pbtxt"))[0]
+    removed.unlink()
+    done = xsweep("report", folder)
+    assert done.returncode == 0, done.stderr
+    assert f"{removed.name} is not in the sweep&#x27;s folder" in (
+        folder / "report.html").read_text(encoding="utf-8")
