@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import REPO_ROOT
+from tests.support.sweeps import TINY
 
 #: Two models, so two work groups and two fronts; 128 points, a few seconds on one core.
 TWO_MODELS = """\
@@ -52,4 +53,15 @@ def two_models(tmp_path_factory) -> Path:
                  ("validate", folder)):
         done = xsweep(*args)
         assert done.returncode == 0, done.stderr
+    return folder
+
+
+@pytest.fixture(scope="session")
+def study(tmp_path_factory) -> Path:
+    """The folder of a small Optuna study (``xsweep optimize``), no report yet."""
+    root = tmp_path_factory.mktemp("study")
+    (root / "tiny.yaml").write_text(TINY)
+    folder = root / "study"
+    done = xsweep("optimize", root / "tiny.yaml", "--trials", 16, "--batch", 8, "-o", folder)
+    assert done.returncode == 0, done.stderr
     return folder

@@ -3,7 +3,9 @@ with exit code 2 and nothing written."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -58,8 +60,9 @@ def test_dash_o_writes_the_page_where_it_says_and_nothing_in_the_sweep(two_model
     (lambda root, sweep: SPACES / "h100x8-baseline.pbtxt",
      ["not a sweep's results: a deployment plan"]),
     (lambda root, sweep: SPACES / "quickstart.yaml", ["not a sweep's results: a sweep file"]),
-    (lambda root, sweep: root, ["is not a sweep's output folder (no sweep.zarr inside)",
-                                "for what it holds: xsweep report"]),
+    (lambda root, sweep: root, ["is neither a sweep's output folder (no sweep.zarr inside) "
+                                "nor a study's (no study.json)",
+                                "for what it holds: xsweep report ", "results/sweep"]),
 ])
 def test_what_is_no_sweeps_folder_is_refused_in_one_line(two_models, tmp_path, make, words):
     root = tmp_path / "results"
@@ -100,3 +103,32 @@ def test_a_missing_front_plan_is_said_on_the_page(two_models, tmp_path):
     assert done.returncode == 0, done.stderr
     assert f"{removed.name} is not in the sweep&#x27;s folder" in (
         folder / "report.html").read_text(encoding="utf-8")
+
+
+def test_a_studys_folder_gets_its_report_of_trials(study, tmp_path):
+    folder = tmp_path / "study"
+    shutil.copytree(study, folder)
+    done = xsweep("report", folder)
+    assert done.returncode == 0, done.stderr
+    text = (folder / "report.html").read_text(encoding="utf-8")
+    document = json.loads((folder / "study.json").read_text())
+    best = document["groups"][0]["best"]
+    assert best and f"xsweep report: {document['study']} (study)" in text
+    for plan in best:
+        assert f'data-label="trial {plan["point"]}" data-total="' in text
+        assert f"trial {plan['point']}: memory per GPU against capacity" in text
+    totals = [float(t) for t in re.findall(
+        r'data-label="trial \d+" data-total="([^"]+)"><title>trial \d+: iteration', text)]
+    assert totals == pytest.approx([plan["iteration_time_s"] for plan in best], rel=1e-5)
+    assert "The study&#x27;s other trials are in its storage" in text
+
+
+def test_a_damaged_study_json_is_named_and_nothing_is_written(study, tmp_path):
+    folder = tmp_path / "study"
+    shutil.copytree(study, folder)
+    document = json.loads((folder / "study.json").read_text())
+    document["groups"][0]["best"][0]["iteration_time_s"] = "fast"
+    (folder / "study.json").write_text(json.dumps(document))
+    one_line_error(xsweep("report", folder), "study.json",
+                   "groups[0].best[0].iteration_time_s", "fast", "expected a number")
+    assert written(folder) == []

@@ -53,8 +53,9 @@ def shown_plans(front: tuple[FrontPlan, ...], most: int = MOST_PLANS) -> list[Fr
 
 
 def plan_label(plan: FrontPlan, group: Group, result: Result) -> str:
-    """``point 267`` or, when the sweep has several work groups, ``point 267 (model x)``."""
-    text = f"point {plan.point}"
+    """``point 267`` (``trial 12`` in a study) or, when the sweep has several work groups,
+    ``point 267 (model x)``."""
+    text = f"{result.unit} {plan.point}"
     return f"{text} ({group.name})" if len(result.groups) > 1 else text
 
 
@@ -66,9 +67,9 @@ def _value(name: str, value: float) -> str:
 def hover(result: Result, plan: FrontPlan, group: Group, names: tuple[str, ...]) -> str:
     """The hover text of a front plan: its index, work group, key axes and metrics."""
     row = result.row(plan.point)
-    lines = [f"point {plan.point}" + (f" ({group.name})" if group.work else "")]
+    lines = [f"{result.unit} {plan.point}" + (f" ({group.name})" if group.work else "")]
     if plan.same_plan:
-        lines.append("same plan: points " + ", ".join(map(str, plan.same_plan)))
+        lines.append(f"same plan: {result.unit}s " + ", ".join(map(str, plan.same_plan)))
     axes = [f"{k} {v}" for k, v in plan.axes.items() if v is not None]
     if axes:
         lines.append(", ".join(axes))
@@ -78,13 +79,8 @@ def hover(result: Result, plan: FrontPlan, group: Group, names: tuple[str, ...])
 
 def pareto_section(result: Result) -> str:
     x_name, y_name = axes_of(list(result.objectives))
-    table = result.table
-    x, y = table[x_name].astype(float), table[y_name].astype(float)
-    pruned = np.flatnonzero(table["status"] == "pruned")
-    exact = np.flatnonzero(table["feasible"] & (table["level"] == "exact"))
     series, cut = [], []
-    for kind, points, hollow, colour in (("pruned, at its lower bound", pruned, True, "#b5b5b5"),
-                                         ("feasible, exact", exact, False, "#8c8c8c")):
+    for kind, x, y, points, hollow, colour in _background(result, x_name, y_name):
         drawn = points
         if len(points) > MOST_BACKGROUND:
             drawn = points[np.unique(np.linspace(0, len(points) - 1, MOST_BACKGROUND)
@@ -103,7 +99,8 @@ def pareto_section(result: Result) -> str:
         series.append(Series(
             f"Pareto front{', ' + group.name if group.work else ''} ({len(front)} {plans})",
             _colour(k), tuple(
-                (float(x[p.point]), float(y[p.point]), hover(result, p, group, names))
+                (result.row(p.point)[x_name], result.row(p.point)[y_name],
+                 hover(result, p, group, names))
                 for p in front), line=True, labels=tuple(str(p.point) for p in front)))
     svg = scatter(series, label(x_name), label(y_name), f"{result.name}: Pareto front"
                   + ("s" if len(result.groups) > 1 else ""))
@@ -111,7 +108,22 @@ def pareto_section(result: Result) -> str:
              f"{', '.join(result.summary.get('work_axes') or []) or 'none'}); an axis whose "
              f"values span 1.5 decades or more is logarithmic. Hover over a point for its "
              "index, axes and metrics."] + cut
+    if result.table is None:
+        notes.append("The study's other trials are in its storage, not drawn here.")
     return _section("pareto", "Pareto front", svg, notes)
+
+
+def _background(result: Result, x_name: str, y_name: str) -> list[tuple]:
+    """The points drawn in grey under the fronts: a sweep's pruned points (at their
+    bounds) and its exactly evaluated feasible ones; none for a study."""
+    table = result.table
+    if table is None:
+        return []
+    x, y = table[x_name].astype(float), table[y_name].astype(float)
+    pruned = np.flatnonzero(table["status"] == "pruned")
+    exact = np.flatnonzero(table["feasible"] & (table["level"] == "exact"))
+    return [("pruned, at its lower bound", x, y, pruned, True, "#b5b5b5"),
+            ("feasible, exact", x, y, exact, False, "#8c8c8c")]
 
 
 def _colour(k: int) -> str:
@@ -154,7 +166,7 @@ def time_section(result: Result) -> str:
              "parts of the bubble; exposed DP is no part of its own (it lies in the last "
              "part and, with parameter all-gathers, in the bubble): the table gives it.",
              "The table below gives, in seconds, the iteration time and the largest value "
-             "over GPUs of each figure (the dataset's *_max): each maximum may come from "
+             "over GPUs of each figure (the *_max figures): each maximum may come from "
              "another GPU, so they do not add up; the last column is the mean exposed DP."]
     return _section("time", "Where the time goes", svg + table, notes)
 
@@ -224,9 +236,10 @@ def cost_section(result: Result) -> str:
 def validation_section(result: Result) -> str:
     doc = result.validation
     if doc is None:
+        how = (f"xsweep validate {result.folder}" if result.kind == "sweep" else
+               "xsweep validate with the study's storage URL and --study")
         return _section("validation", "Validation", "", [
-            f"No validation yet: run xsweep validate {result.folder} to re-run the winners "
-            "in the exact simulator."])
+            f"No validation yet: run {how} to re-run the winners in the exact simulator."])
     verdict = ("<span class='ok'>passed</span>" if doc.get("passed")
                else "<span class='fail'>failed</span>")
     summary, detail = [], []
@@ -290,13 +303,20 @@ def _section(key: str, heading: str, body: str, notes: list[str]) -> str:
 def page(result: Result) -> str:
     """The report of ``result`` as one HTML document."""
     s = result.summary
-    status = ", ".join(f"{v} {k}" for k, v in (s.get("status") or {}).items())
-    lead = (f"{s.get('points', '?')} points ({status}); {s.get('evaluated_exactly', '?')} "
-            f"evaluated exactly; objectives: {', '.join(result.objectives)}; "
-            f"{len(result.groups)} work group{'s' if len(result.groups) != 1 else ''}.")
+    groups = f"{len(result.groups)} work group{'s' if len(result.groups) != 1 else ''}"
+    if result.kind == "study":
+        trials = s.get("trials") if isinstance(s.get("trials"), dict) else {}
+        state = ", ".join(f"{v} {k.lower()}" for k, v in (trials.get("state") or {}).items())
+        lead = (f"Optuna study of the sweep {s.get('sweep', '?')}: {trials.get('total', '?')} "
+                f"trials ({state}); sampler {s.get('sampler', '?')}; objectives: "
+                f"{', '.join(result.objectives)}; {groups}.")
+    else:
+        status = ", ".join(f"{v} {k}" for k, v in (s.get("status") or {}).items())
+        lead = (f"{s.get('points', '?')} points ({status}); {s.get('evaluated_exactly', '?')} "
+                f"evaluated exactly; objectives: {', '.join(result.objectives)}; {groups}.")
     body = "".join((pareto_section(result), time_section(result), memory_section(result),
                     cost_section(result), validation_section(result)))
-    title = f"xsweep report: {result.name}"
+    title = f"xsweep report: {result.name}" + (" (study)" if result.kind == "study" else "")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>"
             f"<h1>{esc(title)}</h1><p>{esc(lead)}</p>{body}</body></html>\n")

@@ -1,7 +1,11 @@
-"""A finished sweep's folder, read for its report: the published fronts (``summary.json``),
-the figures of every point (``sweep.zarr``), the memory of each front plan (its
-``plans/point-<index>.pbtxt`` analysed again by the project's own plan analysis) and the
-validation, if one ran (``validate/validate.json``).
+"""A finished sweep's or study's folder, read for its report.
+
+A sweep's (``xsweep sweep``): the published fronts (``summary.json``), the figures of
+every point (``sweep.zarr``), the front plans (``plans/point-<index>.pbtxt``). A study's
+(``xsweep optimize``): its answer and the figures of its plans (``study.json``), the
+plans (``plans/trial-<number>.pbtxt``); the study's other trials stay in its storage.
+Both: each front plan's memory (its plan file analysed again by the project's own plan
+analysis) and the validation, if one ran (``validate/validate.json``).
 
 Anything a sweep writes that is missing or malformed is an :class:`InputError` naming
 the file, the field and the value.
@@ -10,8 +14,9 @@ the file, the field and the value.
 from __future__ import annotations
 
 import json
+import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -20,10 +25,12 @@ from xsweep.errors import InputError
 from xsweep.report.breakdown import MAXIMA, MEANS
 
 DATASET, SUMMARY, PLANS, VALIDATION = "sweep.zarr", "summary.json", "plans", "validate"
+STUDY = "study.json"
 #: Variables of the dataset the report reads.
-COLUMNS = ("point", "status", "level", "feasible", "iteration_time_s", "tokens_per_s", "mfu",
-           "memory_per_gpu_gib", "cost_per_run_usd", "cost_per_million_tokens_usd",
-           "exposed_dp_s_mean", *MEANS, *MAXIMA)
+#: The figures of a plan the report shows.
+FIGURES = ("iteration_time_s", "tokens_per_s", "mfu", "memory_per_gpu_gib", "cost_per_run_usd",
+           "cost_per_million_tokens_usd", "exposed_dp_s_mean", *MEANS, *MAXIMA)
+COLUMNS = ("point", "status", "level", "feasible", *FIGURES)
 
 
 @dataclass(frozen=True)
@@ -65,24 +72,37 @@ class Group:
 
 @dataclass(frozen=True)
 class Result:
-    """What the report shows of a sweep."""
+    """What the report shows of a sweep or a study."""
 
     folder: Path
     name: str
     objectives: tuple[str, ...]
-    summary: dict
+    summary: dict  # summary.json or study.json
     groups: tuple[Group, ...]
-    table: dict[str, np.ndarray]  # flat columns, row i is point i
+    table: dict[str, np.ndarray] | None  # a sweep's flat columns, row i is point i
     validation: dict | None
+    kind: str = "sweep"  # or "study"
+    figures: dict[int, dict[str, float]] = field(default_factory=dict)  # a study's plans
+
+    @property
+    def unit(self) -> str:
+        """What the plans are called: ``point`` (of a sweep) or ``trial`` (of a study)."""
+        return "trial" if self.kind == "study" else "point"
 
     def row(self, point: int) -> dict[str, float]:
         """The figures of ``point`` by variable name."""
+        if point in self.figures:
+            return self.figures[point]
         return {name: float(column[point]) for name, column in self.table.items()
                 if column.dtype.kind in "fiub"}
 
 
 def is_sweep_folder(path: Path) -> bool:
     return (path / DATASET).is_dir()
+
+
+def is_study_folder(path: Path) -> bool:
+    return (path / STUDY).is_file()
 
 
 def read_json(path: Path) -> dict:
@@ -132,15 +152,62 @@ def open_result(folder: Path, catalog) -> Result:
             if not isinstance(point, int) or not 0 <= point < len(table["point"]):
                 raise InputError(str(summary_path), f"groups[{k}].front[{j}].point",
                                  str(point), "is not a point of the sweep's dataset")
-            memory, note = plan_memory(folder / PLANS / f"point-{point}.pbtxt", catalog)
-            front.append(FrontPlan(point, tuple(plan.get("same_plan") or ()),
-                                   dict(plan.get("axes") or {}), memory, note))
+            front.append(_front_plan(folder, "point", plan, catalog))
         groups.append(Group(dict(entry.get("work") or {}), tuple(front)))
-    validation_path = folder / VALIDATION / "validate.json"
-    validation = read_json(validation_path) if validation_path.is_file() else None
-    if validation is not None and not isinstance(validation.get("points"), list):
-        raise InputError(str(validation_path), "points", None, "expected a list")
-    return Result(folder, name, objectives, summary, tuple(groups), table, validation)
+    return Result(folder, name, objectives, summary, tuple(groups), table,
+                  read_validation(folder))
+
+
+def open_study(folder: Path, catalog) -> Result:
+    """Read the study in ``folder`` (what ``xsweep optimize`` wrote) for its report.
+
+    Raises:
+        InputError: ``study.json`` is missing or is not what a study writes.
+    """
+    path = folder / STUDY
+    summary = read_json(path)
+    name = str(_field(summary, "study", str, path))
+    objectives = tuple(_field(summary, "objectives", list, path))
+    groups, figures = [], {}
+    for k, entry in enumerate(_field(summary, "groups", list, path)):
+        if not isinstance(entry, dict) or not isinstance(entry.get("best"), list):
+            raise InputError(str(path), f"groups[{k}].best", None, "expected a list")
+        front = []
+        for j, plan in enumerate(entry["best"]):
+            where = f"groups[{k}].best[{j}]"
+            if not isinstance(plan, dict) or not isinstance(plan.get("point"), int):
+                raise InputError(str(path), f"{where}.point", None, "expected a trial number")
+            row = {}
+            for key in dict.fromkeys((*FIGURES, *objectives)):
+                value = plan.get(key, math.nan)
+                value = math.nan if value is None else value  # JSON's null: not known
+                if not isinstance(value, int | float):
+                    raise InputError(str(path), f"{where}.{key}", str(value)[:80],
+                                     "expected a number")
+                row[key] = float(value)
+            figures[plan["point"]] = row
+            front.append(_front_plan(folder, "trial", plan, catalog))
+        groups.append(Group(dict(entry.get("work") or {}), tuple(front)))
+    return Result(folder, name, objectives, summary, tuple(groups), None,
+                  read_validation(folder), "study", figures)
+
+
+def _front_plan(folder: Path, unit: str, plan: dict, catalog) -> FrontPlan:
+    point = plan["point"]
+    memory, note = plan_memory(folder / PLANS / f"{unit}-{point}.pbtxt", catalog)
+    return FrontPlan(point, tuple(plan.get("same_plan") or ()), dict(plan.get("axes") or {}),
+                     memory, note)
+
+
+def read_validation(folder: Path) -> dict | None:
+    """``validate/validate.json`` of ``folder``, if ``xsweep validate`` wrote one."""
+    path = folder / VALIDATION / "validate.json"
+    if not path.is_file():
+        return None
+    validation = read_json(path)
+    if not isinstance(validation.get("points"), list):
+        raise InputError(str(path), "points", None, "expected a list")
+    return validation
 
 
 def _table(store: Path, objectives: tuple[str, ...]) -> dict[str, np.ndarray]:
