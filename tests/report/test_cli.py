@@ -132,3 +132,17 @@ def test_a_damaged_study_json_is_named_and_nothing_is_written(study, tmp_path):
     one_line_error(xsweep("report", folder), "study.json",
                    "groups[0].best[0].iteration_time_s", "fast", "expected a number")
     assert written(folder) == []
+
+
+def test_a_sweep_without_a_feasible_point_gets_a_page_that_says_why(tmp_path):
+    (tmp_path / "none.yaml").write_text(
+        "name: nothing-fits\nmodel: llama2-70b\ntraining: {global_batch_size: 32}\n"
+        "cluster:\n  pools: [{gpu: A100-40GB, nodes: 1, gpus_per_node: 8}]\n"
+        "parallelism:\n  tp: {A100-40GB: [1, 2]}\nobjectives: [iteration_time_s]\n")
+    swept = xsweep("sweep", tmp_path / "none.yaml", "-o", tmp_path / "sweep")
+    assert swept.returncode == 1, swept.stderr  # no feasible point: the sweep's check fails
+    done = xsweep("report", tmp_path / "sweep")
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "sweep" / "report.html").read_text(encoding="utf-8")
+    assert "The front: no feasible point: 2 do not fit in GPU memory." in text
+    assert text.count("No front: no plan to show.") == 3

@@ -151,3 +151,16 @@ def test_pruned_and_exact_points_are_drawn_apart_from_the_fronts(result, html):
     exact = int(np.sum(table["feasible"] & (table["level"] == "exact")))
     assert f"pruned, at its lower bound ({pruned})" in html
     assert f"feasible, exact ({exact})" in html
+
+
+def test_an_objective_spanning_decades_gets_a_log_axis_on_the_page(result):
+    x_label = "iteration_time_s (s)"
+    assert f">{x_label}<" in page(result)  # 1.2 to 4 s: linear
+    table = dict(result.table)
+    times = table["iteration_time_s"].astype(float).copy()
+    exact = np.flatnonzero(table["feasible"] & (table["level"] == "exact"))
+    times[exact[-1]] *= 100  # one exact point 100 times slower: over two decades
+    table["iteration_time_s"] = times
+    text = page(dataclasses.replace(result, table=table))
+    assert f">{x_label} (log scale)<" in text
+    assert ">cost_per_run_usd (USD)<" in text  # the other axis stays linear

@@ -29,6 +29,7 @@ MOST_PLANS = 12
 MEMORY_COLOURS = {"weights": "#4e79a7", "gradients": "#f28e2b", "optimizer states": "#59a14f",
                   "activations": "#edc948", "capacity": "#222"}
 COST = ("cost_per_run_usd", "cost_per_million_tokens_usd")
+NO_FRONT = "No front: no plan to show."
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1000px;color:#222;
@@ -102,14 +103,20 @@ def pareto_section(result: Result) -> str:
                 (result.row(p.point)[x_name], result.row(p.point)[y_name],
                  hover(result, p, group, names))
                 for p in front), line=True, labels=tuple(str(p.point) for p in front)))
+    empty = [g for g in result.groups if not g.front]
+    drawn = any(s.points for s in series)
     svg = scatter(series, label(x_name), label(y_name), f"{result.name}: Pareto front"
-                  + ("s" if len(result.groups) > 1 else ""))
+                  + ("s" if len(result.groups) > 1 else "")) if drawn else ""
     notes = [f"Each work group's front in a colour of its own (work axes: "
              f"{', '.join(result.summary.get('work_axes') or []) or 'none'}); an axis whose "
              f"values span 1.5 decades or more is logarithmic. Hover over a point for its "
              "index, axes and metrics."] + cut
     if result.table is None:
         notes.append("The study's other trials are in its storage, not drawn here.")
+    notes += [f"{'Front' if g.work else 'The front'}{', ' + g.name if g.work else ''}: no "
+              f"feasible point{': ' + g.why_empty if g.why_empty else ''}." for g in empty]
+    if not drawn:
+        notes.append("Nothing to draw: no point has both figures.")
     return _section("pareto", "Pareto front", svg, notes)
 
 
@@ -137,7 +144,7 @@ def _shown(result: Result) -> list[tuple[Group, FrontPlan]]:
 def time_section(result: Result) -> str:
     shown = _shown(result)
     if not shown:
-        return _section("time", "Where the time goes", "", ["No front: no plan to show."])
+        return _section("time", "Where the time goes", "", [NO_FRONT])
     bars = []
     for group, plan in shown:
         row = result.row(plan.point)
@@ -173,6 +180,8 @@ def time_section(result: Result) -> str:
 
 def memory_section(result: Result) -> str:
     shown = _shown(result)
+    if not shown:
+        return _section("memory", "Memory against capacity", "", [NO_FRONT])
     blocks = []
     for group, plan in shown:
         title = plan_label(plan, group, result)
@@ -211,6 +220,8 @@ def _ids(groups: tuple[int, ...]) -> str:
 
 def cost_section(result: Result) -> str:
     shown = _shown(result)
+    if not shown:
+        return _section("cost", "Cost", "", [NO_FRONT])
     charts = []
     for name, colour in zip(COST, ("#59a14f", "#4e79a7"), strict=True):
         unit = metric_of(name).unit

@@ -64,6 +64,7 @@ class Group:
 
     work: dict
     front: tuple[FrontPlan, ...]
+    why_empty: str = ""  # for a front without plans: why no point was feasible, if known
 
     @property
     def name(self) -> str:
@@ -153,9 +154,19 @@ def open_result(folder: Path, catalog) -> Result:
                 raise InputError(str(summary_path), f"groups[{k}].front[{j}].point",
                                  str(point), "is not a point of the sweep's dataset")
             front.append(_front_plan(folder, "point", plan, catalog))
-        groups.append(Group(dict(entry.get("work") or {}), tuple(front)))
+        groups.append(Group(dict(entry.get("work") or {}), tuple(front), _why_empty(entry)))
     return Result(folder, name, objectives, summary, tuple(groups), table,
                   read_validation(folder))
+
+
+def _why_empty(entry: dict) -> str:
+    """The reasons ``summary.json`` gives for a work group's infeasible points (``2 do not
+    fit in GPU memory; ...``), or ``""``."""
+    infeasible = entry.get("infeasible")
+    kinds = infeasible.get("kinds") if isinstance(infeasible, dict) else None
+    if not isinstance(kinds, list):
+        return ""
+    return "; ".join(str(k["text"]) for k in kinds if isinstance(k, dict) and "text" in k)
 
 
 def open_study(folder: Path, catalog) -> Result:
