@@ -146,3 +146,13 @@ def test_a_sweep_without_a_feasible_point_gets_a_page_that_says_why(tmp_path):
     text = (tmp_path / "sweep" / "report.html").read_text(encoding="utf-8")
     assert "The front: no feasible point: 2 do not fit in GPU memory." in text
     assert text.count("No front: no plan to show.") == 3
+
+
+def test_a_sweep_read_with_another_catalog_is_refused(two_models, tmp_path):
+    """Another catalog would give the front plans other memory figures than the sweep's."""
+    bigger = tmp_path / "bigger.yaml"
+    bigger.write_text("gpus:\n  H100-SXM:\n    hbm_gib: 96\n")
+    one_line_error(xsweep("report", two_models, "--catalog", bigger, "-o", tmp_path / "r.html"),
+                   "sweep.zarr: catalog_version: the sweep ran with another catalog than this "
+                   "one", "pass the --catalog files it used")
+    assert written(tmp_path) == []

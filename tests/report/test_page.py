@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from tests.report.conftest import xsweep
-from xsweep.report.page import page, shown_plans
-from xsweep.report.result import Group, open_result
+from xsweep.report.page import page
+from xsweep.report.result import Group, open_result, shown_plans
 from xsweep.search.sweep.plot import FRONT_COLOURS
 from xsweep.spec.catalog import load_catalog
 
@@ -164,3 +164,13 @@ def test_an_objective_spanning_decades_gets_a_log_axis_on_the_page(result):
     text = page(dataclasses.replace(result, table=table))
     assert f">{x_label} (log scale)<" in text
     assert ">cost_per_run_usd (USD)<" in text  # the other axis stays linear
+
+
+@pytest.mark.parametrize(("length", "most", "picked"), [
+    (3, 12, [0, 1, 2]),
+    (12, 12, list(range(12))),
+    (13, 4, [0, 4, 8, 12]),
+    (100, 3, [0, 50, 99]),  # both ends and the middle
+])
+def test_a_long_front_shows_its_ends_and_plans_evenly_between(length, most, picked):
+    assert shown_plans(tuple(range(length)), most) == picked

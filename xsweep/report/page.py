@@ -15,7 +15,7 @@ import numpy as np
 from xsweep.metrics import metric_of
 from xsweep.report import breakdown
 from xsweep.report.charts import Bar, Series, esc, fmt, scatter, stacked_bars
-from xsweep.report.result import FrontPlan, Group, Result
+from xsweep.report.result import FrontPlan, Group, Result, shown_plans
 from xsweep.search.folders import write_file
 from xsweep.search.sweep.plot import FRONT_COLOURS, axes_of, label
 
@@ -24,8 +24,6 @@ REPORT = "report.html"
 #: At most this many grey points are drawn (evenly chosen by index): a page stays light
 #: for a sweep of millions of points.
 MOST_BACKGROUND = 4000
-#: At most this many plans of each front get bars (its ends and plans evenly between).
-MOST_PLANS = 12
 MEMORY_COLOURS = {"weights": "#4e79a7", "gradients": "#f28e2b", "optimizer states": "#59a14f",
                   "activations": "#edc948", "capacity": "#222"}
 COST = ("cost_per_run_usd", "cost_per_million_tokens_usd")
@@ -42,15 +40,6 @@ th{background:#f4f4f4}td.text,th.text{text-align:left}
 .note{color:#555;font-size:13px}.fail{color:#b00;font-weight:600}.ok{color:#286d28}
 figure{margin:12px 0}svg{max-width:100%;height:auto}
 """
-
-
-def shown_plans(front: tuple[FrontPlan, ...], most: int = MOST_PLANS) -> list[FrontPlan]:
-    """The plans of a front that get bars: all of them, or ``most`` evenly spread from one
-    end of the front to the other."""
-    if len(front) <= most:
-        return list(front)
-    picks = sorted({round(k * (len(front) - 1) / (most - 1)) for k in range(most)})
-    return [front[k] for k in picks]
 
 
 def plan_label(plan: FrontPlan, group: Group, result: Result) -> str:

@@ -13,6 +13,7 @@ the file, the field and the value.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import warnings
@@ -98,6 +99,19 @@ class Result:
                 if column.dtype.kind in "fiub"}
 
 
+#: At most this many plans of each front get bars (its ends and plans evenly between).
+MOST_PLANS = 12
+
+
+def shown_plans(front: tuple, most: int = MOST_PLANS) -> list:
+    """The plans of a front that get bars: all of them, or ``most`` evenly spread from one
+    end of the front to the other."""
+    if len(front) <= most:
+        return list(front)
+    picks = sorted({round(k * (len(front) - 1) / (most - 1)) for k in range(most)})
+    return [front[k] for k in picks]
+
+
 def is_sweep_folder(path: Path) -> bool:
     return (path / DATASET).is_dir()
 
@@ -142,7 +156,7 @@ def open_result(folder: Path, catalog) -> Result:
     summary = read_json(summary_path)
     name = str(_field(summary, "sweep", str, summary_path))
     objectives = tuple(_field(summary, "objectives", list, summary_path))
-    table = _table(folder / DATASET, objectives)
+    table = _table(folder / DATASET, objectives, catalog)
     groups = []
     for k, entry in enumerate(_field(summary, "groups", list, summary_path)):
         if not isinstance(entry, dict) or not isinstance(entry.get("front"), list):
@@ -153,8 +167,9 @@ def open_result(folder: Path, catalog) -> Result:
             if not isinstance(point, int) or not 0 <= point < len(table["point"]):
                 raise InputError(str(summary_path), f"groups[{k}].front[{j}].point",
                                  str(point), "is not a point of the sweep's dataset")
-            front.append(_front_plan(folder, "point", plan, catalog))
-        groups.append(Group(dict(entry.get("work") or {}), tuple(front), _why_empty(entry)))
+            front.append(plan)
+        groups.append(Group(dict(entry.get("work") or {}), _front(folder, "point", front, catalog),
+                            _why_empty(entry)))
     return Result(folder, name, objectives, summary, tuple(groups), table,
                   read_validation(folder))
 
@@ -197,17 +212,25 @@ def open_study(folder: Path, catalog) -> Result:
                                      "expected a number")
                 row[key] = float(value)
             figures[plan["point"]] = row
-            front.append(_front_plan(folder, "trial", plan, catalog))
-        groups.append(Group(dict(entry.get("work") or {}), tuple(front)))
+            front.append(plan)
+        groups.append(Group(dict(entry.get("work") or {}), _front(folder, "trial", front, catalog)))
     return Result(folder, name, objectives, summary, tuple(groups), None,
                   read_validation(folder), "study", figures)
 
 
-def _front_plan(folder: Path, unit: str, plan: dict, catalog) -> FrontPlan:
-    point = plan["point"]
-    memory, note = plan_memory(folder / PLANS / f"{unit}-{point}.pbtxt", catalog)
-    return FrontPlan(point, tuple(plan.get("same_plan") or ()), dict(plan.get("axes") or {}),
-                     memory, note)
+def _front(folder: Path, unit: str, entries: list[dict], catalog) -> tuple[FrontPlan, ...]:
+    """The front's plans; those :func:`shown_plans` picks with their memory, from their
+    plan files (``plans/<unit>-<number>.pbtxt``)."""
+    front = [FrontPlan(e["point"], tuple(e.get("same_plan") or ()), dict(e.get("axes") or {}))
+             for e in entries]
+    shown = {plan.point for plan in shown_plans(front)}
+    out = []
+    for plan in front:
+        if plan.point in shown:
+            memory, note = plan_memory(folder / PLANS / f"{unit}-{plan.point}.pbtxt", catalog)
+            plan = dataclasses.replace(plan, memory=memory, memory_note=note)
+        out.append(plan)
+    return tuple(out)
 
 
 def read_validation(folder: Path) -> dict | None:
@@ -221,8 +244,10 @@ def read_validation(folder: Path) -> dict | None:
     return validation
 
 
-def _table(store: Path, objectives: tuple[str, ...]) -> dict[str, np.ndarray]:
+def _table(store: Path, objectives: tuple[str, ...], catalog) -> dict[str, np.ndarray]:
     import xarray as xr
+
+    from xsweep.search.evaluation import catalog_version
 
     try:
         with warnings.catch_warnings():  # zarr's notes on (missing) consolidated metadata
@@ -230,6 +255,11 @@ def _table(store: Path, objectives: tuple[str, ...]) -> dict[str, np.ndarray]:
             ds = xr.open_zarr(store)
     except (OSError, ValueError, KeyError) as error:
         raise InputError(str(store), None, None, f"cannot be read as a dataset: {error}") from None
+    version = catalog_version(catalog)
+    if ds.attrs.get("catalog_version", version) != version:
+        raise InputError(str(store), "catalog_version", ds.attrs["catalog_version"],
+                         f"the sweep ran with another catalog than this one ({version}); "
+                         "pass the --catalog files it used")
     wanted = tuple(dict.fromkeys((*COLUMNS, *objectives)))
     missing = [name for name in wanted if name not in ds.data_vars]
     if missing:
