@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from tests.report.conftest import xsweep
-from xsweep.report.page import page
-from xsweep.report.result import Group, open_result, shown_plans
+from xsweep.report.page import front_labels, page
+from xsweep.report.result import FrontPlan, Group, open_result, shown_plans
 from xsweep.search.sweep.plot import FRONT_COLOURS
 from xsweep.spec.catalog import load_catalog
 
@@ -174,3 +174,11 @@ def test_an_objective_spanning_decades_gets_a_log_axis_on_the_page(result):
 ])
 def test_a_long_front_shows_its_ends_and_plans_evenly_between(length, most, picked):
     assert shown_plans(tuple(range(length)), most) == picked
+
+
+def test_a_long_front_has_some_of_its_points_numbered_and_every_one_on_hover():
+    front = tuple(FrontPlan(point, (), {}) for point in range(100, 130))
+    labels = front_labels(front)
+    assert len(labels) == 30 and labels[0] == "100" and labels[-1] == "129"
+    assert 2 <= sum(bool(t) for t in labels) <= 13
+    assert front_labels(front[:5]) == ("100", "101", "102", "103", "104")

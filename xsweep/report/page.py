@@ -14,10 +14,10 @@ import numpy as np
 
 from xsweep.metrics import metric_of
 from xsweep.report import breakdown
-from xsweep.report.charts import Bar, Series, esc, fmt, scatter, stacked_bars
+from xsweep.report.charts import LOG_DECADES, Bar, Series, esc, fmt, scatter, stacked_bars
 from xsweep.report.result import FrontPlan, Group, Result, shown_plans
 from xsweep.search.folders import write_file
-from xsweep.search.sweep.plot import FRONT_COLOURS, axes_of, label
+from xsweep.search.sweep.plot import FRONT_COLOURS, MOST_LABELS, axes_of, label
 
 #: The report's file in the sweep's folder when no other is given.
 REPORT = "report.html"
@@ -91,14 +91,15 @@ def pareto_section(result: Result) -> str:
             _colour(k), tuple(
                 (result.row(p.point)[x_name], result.row(p.point)[y_name],
                  hover(result, p, group, names))
-                for p in front), line=True, labels=tuple(str(p.point) for p in front)))
+                for p in front), line=True, labels=front_labels(front)))
     empty = [g for g in result.groups if not g.front]
     drawn = any(s.points for s in series)
     svg = scatter(series, label(x_name), label(y_name), f"{result.name}: Pareto front"
                   + ("s" if len(result.groups) > 1 else "")) if drawn else ""
     notes = [f"Each work group's front in a colour of its own (work axes: "
              f"{', '.join(result.summary.get('work_axes') or []) or 'none'}); an axis whose "
-             f"values span 1.5 decades or more is logarithmic. Hover over a point for its "
+             f"values span {LOG_DECADES:g} decades or more is logarithmic. Hover over a point "
+             "for its "
              "index, axes and metrics."] + cut
     if result.table is None:
         notes.append("The study's other trials are in its storage, not drawn here.")
@@ -107,6 +108,14 @@ def pareto_section(result: Result) -> str:
     if not drawn:
         notes.append("Nothing to draw: no point has both figures.")
     return _section("pareto", "Pareto front", svg, notes)
+
+
+def front_labels(front: tuple[FrontPlan, ...]) -> tuple[str, ...]:
+    """The numbers written beside a front's points: every plan's, or on a front of more
+    than ``MOST_LABELS`` plans every few and the last (hovering shows every one)."""
+    step = max(1, -(-len(front) // MOST_LABELS))
+    return tuple(str(p.point) if k % step == 0 or k == len(front) - 1 else ""
+                 for k, p in enumerate(front))
 
 
 def _background(result: Result, x_name: str, y_name: str) -> list[tuple]:
