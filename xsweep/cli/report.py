@@ -28,8 +28,9 @@ def register(subparsers) -> None:
 def run(args) -> int:
     refuse_other_kind(args.result, "a sweep's results", "results")
     check_output_path(args.output, "--output")
-    from xsweep.report.page import REPORT, write_report
+    from xsweep.report.page import write_report
     from xsweep.report.result import is_study_folder, is_sweep_folder, open_result, open_study
+    from xsweep.search.folders import REPORT
     from xsweep.search.locks import FolderLock, command_line, refuse_if_held
     from xsweep.spec.catalog import load_catalog
 

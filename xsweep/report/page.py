@@ -19,8 +19,6 @@ from xsweep.report.result import FrontPlan, Group, Result, shown_plans
 from xsweep.search.folders import write_file
 from xsweep.search.sweep.plot import FRONT_COLOURS, MOST_LABELS, axes_of, label
 
-#: The report's file in the sweep's folder when no other is given.
-REPORT = "report.html"
 #: At most this many grey points are drawn (evenly chosen by index): a page stays light
 #: for a sweep of millions of points.
 MOST_BACKGROUND = 4000
