@@ -156,3 +156,33 @@ def test_a_sweep_read_with_another_catalog_is_refused(two_models, tmp_path):
                    "sweep.zarr: catalog_version: the sweep ran with another catalog than this "
                    "one", "pass the --catalog files it used")
     assert written(tmp_path) == []
+
+
+def _set(path: str, value):
+    """A change of summary.json: ``path`` (keys and list indices, dotted) set to ``value``."""
+    def change(document: dict) -> None:
+        *parents, last = (int(k) if k.isdigit() else k for k in path.split("."))
+        node = document
+        for key in parents:
+            node = node[key]
+        node[last] = value
+    return change
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    (_set("objectives", ["bogus"]), ["objectives[0]", "bogus", "is not an objective"]),
+    (_set("groups.0.work", ["model"]), ["groups[0].work", "expected an object"]),
+    (_set("groups.0.front.0.point", 10 ** 9), ["groups[0].front[0].point", "is not a point"]),
+    (_set("groups.0.front.0.point", "7"), ["groups[0].front[0].point", "expected a whole"]),
+    (_set("groups.0.front.0.axes", "tp 2"), ["groups[0].front[0].axes", "expected an object"]),
+    (_set("groups.0.front.0.same_plan", "3"), ["groups[0].front[0].same_plan"]),
+])
+def test_a_summary_json_not_as_a_sweep_writes_it_is_named_in_one_line(two_models, tmp_path,
+                                                                        change, words):
+    folder = tmp_path / "copy"
+    shutil.copytree(two_models, folder)
+    document = json.loads((folder / "summary.json").read_text())
+    change(document)
+    (folder / "summary.json").write_text(json.dumps(document))
+    one_line_error(xsweep("report", folder), "summary.json", *words)
+    assert written(folder) == []

@@ -145,6 +145,43 @@ def _field(document: dict, key: str, kind: type, path: Path):
     return value
 
 
+def _objectives(document: dict, path: Path) -> tuple[str, ...]:
+    """The document's ``objectives``: metric names a sweep can optimise."""
+    from xsweep.metrics import directions
+
+    objectives = _field(document, "objectives", list, path)
+    for k, name in enumerate(objectives):
+        if not isinstance(name, str) or name not in directions():
+            raise InputError(str(path), f"objectives[{k}]", str(name)[:80],
+                             "is not an objective's metric name")
+    if not objectives:
+        raise InputError(str(path), "objectives", "[]", "names no objective")
+    return tuple(objectives)
+
+
+def _work(entry: dict, path: Path, where: str) -> dict:
+    work = entry.get("work") or {}
+    if not isinstance(work, dict):
+        raise InputError(str(path), f"{where}.work", str(work)[:80], "expected an object")
+    return dict(work)
+
+
+def _plan_entry(plan: object, path: Path, where: str) -> dict:
+    """A front's plan as the summary lists it: a point (or trial) number, its axes and the
+    numbers of the points of the same plan."""
+    if not isinstance(plan, dict) or isinstance(plan.get("point"), bool) or \
+            not isinstance(plan.get("point"), int):
+        raise InputError(str(path), f"{where}.point", None, "expected a whole number")
+    if not isinstance(plan.get("axes") or {}, dict):
+        raise InputError(str(path), f"{where}.axes", str(plan["axes"])[:80],
+                         "expected an object")
+    same = plan.get("same_plan") or []
+    if not isinstance(same, list) or not all(isinstance(i, int) for i in same):
+        raise InputError(str(path), f"{where}.same_plan", str(same)[:80],
+                         "expected a list of whole numbers")
+    return plan
+
+
 def open_result(folder: Path, catalog) -> Result:
     """Read the sweep in ``folder`` for its report; ``catalog``: the one the sweep ran with
     (the front plans are analysed against it).
@@ -155,7 +192,7 @@ def open_result(folder: Path, catalog) -> Result:
     summary_path = folder / SUMMARY
     summary = read_json(summary_path)
     name = str(_field(summary, "sweep", str, summary_path))
-    objectives = tuple(_field(summary, "objectives", list, summary_path))
+    objectives = _objectives(summary, summary_path)
     table = _table(folder / DATASET, objectives, catalog)
     groups = []
     for k, entry in enumerate(_field(summary, "groups", list, summary_path)):
@@ -163,13 +200,14 @@ def open_result(folder: Path, catalog) -> Result:
             raise InputError(str(summary_path), f"groups[{k}].front", None, "expected a list")
         front = []
         for j, plan in enumerate(entry["front"]):
-            point = plan.get("point") if isinstance(plan, dict) else None
-            if not isinstance(point, int) or not 0 <= point < len(table["point"]):
-                raise InputError(str(summary_path), f"groups[{k}].front[{j}].point",
-                                 str(point), "is not a point of the sweep's dataset")
+            where = f"groups[{k}].front[{j}]"
+            point = _plan_entry(plan, summary_path, where)["point"]
+            if not 0 <= point < len(table["point"]):
+                raise InputError(str(summary_path), f"{where}.point", str(point),
+                                 "is not a point of the sweep's dataset")
             front.append(plan)
-        groups.append(Group(dict(entry.get("work") or {}), _front(folder, "point", front, catalog),
-                            _why_empty(entry)))
+        groups.append(Group(_work(entry, summary_path, f"groups[{k}]"),
+                            _front(folder, "point", front, catalog), _why_empty(entry)))
     return Result(folder, name, objectives, summary, tuple(groups), table,
                   read_validation(folder))
 
@@ -193,7 +231,7 @@ def open_study(folder: Path, catalog) -> Result:
     path = folder / STUDY
     summary = read_json(path)
     name = str(_field(summary, "study", str, path))
-    objectives = tuple(_field(summary, "objectives", list, path))
+    objectives = _objectives(summary, path)
     groups, figures = [], {}
     for k, entry in enumerate(_field(summary, "groups", list, path)):
         if not isinstance(entry, dict) or not isinstance(entry.get("best"), list):
@@ -201,19 +239,19 @@ def open_study(folder: Path, catalog) -> Result:
         front = []
         for j, plan in enumerate(entry["best"]):
             where = f"groups[{k}].best[{j}]"
-            if not isinstance(plan, dict) or not isinstance(plan.get("point"), int):
-                raise InputError(str(path), f"{where}.point", None, "expected a trial number")
+            _plan_entry(plan, path, where)
             row = {}
             for key in dict.fromkeys((*FIGURES, *objectives)):
                 value = plan.get(key, math.nan)
                 value = math.nan if value is None else value  # JSON's null: not known
-                if not isinstance(value, int | float):
+                if isinstance(value, bool) or not isinstance(value, int | float):
                     raise InputError(str(path), f"{where}.{key}", str(value)[:80],
                                      "expected a number")
                 row[key] = float(value)
             figures[plan["point"]] = row
             front.append(plan)
-        groups.append(Group(dict(entry.get("work") or {}), _front(folder, "trial", front, catalog)))
+        groups.append(Group(_work(entry, path, f"groups[{k}]"),
+                            _front(folder, "trial", front, catalog)))
     return Result(folder, name, objectives, summary, tuple(groups), None,
                   read_validation(folder), "study", figures)
 
