@@ -186,3 +186,13 @@ def test_a_summary_json_not_as_a_sweep_writes_it_is_named_in_one_line(two_models
     (folder / "summary.json").write_text(json.dumps(document))
     one_line_error(xsweep("report", folder), "summary.json", *words)
     assert written(folder) == []
+
+
+def test_a_damaged_front_plan_file_is_named_and_nothing_is_written(two_models, tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(two_models, folder)
+    point = json.loads((folder / "summary.json").read_text())["groups"][0]["front"][0]["point"]
+    plan = folder / "plans" / f"point-{point}.pbtxt"
+    plan.write_text("name: 'x'\nmodel { preset: ")  # cut short
+    one_line_error(xsweep("report", folder), str(plan))
+    assert written(folder) == []
