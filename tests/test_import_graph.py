@@ -16,7 +16,8 @@ from tests.support.paths import REPO_ROOT
 
 PACKAGES = ("xsweep", "xsweep.spec", "xsweep.plan", "xsweep.sim", "xsweep.evaluator",
             "xsweep.search", "xsweep.search.space", "xsweep.search.sweep",
-            "xsweep.search.optimize", "xsweep.search.validate", "xsweep.workers", "xsweep.cli")
+            "xsweep.search.optimize", "xsweep.search.validate", "xsweep.workers", "xsweep.cli",
+            "xsweep.report")
 #: The folders of ``xsweep.search`` that hold one command each.
 COMMANDS = ("xsweep.search.sweep", "xsweep.search.optimize", "xsweep.search.validate")
 

@@ -28,12 +28,7 @@ def plan_summary(a: PlanAnalysis, program: Program) -> dict:
         "transfers": [{"src": t.src, "dst": t.dst, "bytes": t.bytes, "phase": t.phase}
                       for t in r.transfers],
     } for r in a.reshards]
-    memory = [{
-        "device_group": g.id, "gpu": g.gpu.name, "per_gpu_gib": g.memory.total_gib,
-        "weights_gib": g.memory.weights_gib, "grads_gib": g.memory.grads_gib,
-        "optimizer_gib": g.memory.optimizer_gib, "activations_gib": g.memory.activations_gib,
-        "capacity_gib": g.gpu.hbm_gib, "fits": g.fits,
-    } for g in a.groups]
+    memory = memory_rows(a)
     workload = [{
         "device_group": g.id, "gpu": g.gpu.name, "tp": g.tp, "stage": g.stage,
         "replica": g.replica, "layers": [g.first_layer, g.last_layer],
@@ -55,6 +50,17 @@ def plan_summary(a: PlanAnalysis, program: Program) -> dict:
         "program": {"tasks": program.num_tasks, "flows": program.num_flows,
                     "links": program.num_links, "streams": program.num_streams},
     }
+
+
+def memory_rows(a: PlanAnalysis) -> list[dict]:
+    """Per device group (in the analysis's order): the memory one of its GPUs needs, by part,
+    against that GPU's capacity, and whether it fits; what ``xsweep plan`` reports."""
+    return [{
+        "device_group": g.id, "gpu": g.gpu.name, "per_gpu_gib": g.memory.total_gib,
+        "weights_gib": g.memory.weights_gib, "grads_gib": g.memory.grads_gib,
+        "optimizer_gib": g.memory.optimizer_gib, "activations_gib": g.memory.activations_gib,
+        "capacity_gib": g.gpu.hbm_gib, "fits": g.fits,
+    } for g in a.groups]
 
 
 def _gib(x: float) -> str:

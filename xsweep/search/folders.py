@@ -6,6 +6,7 @@ sweep file's ``name``::
 
     results/<name>/sweep/            xsweep sweep (its dataset, front, plans, resume state)
     results/<name>/sweep/validate/   xsweep validate of that sweep
+    results/<name>/sweep/report.html xsweep report of that sweep
     results/<name>/study/            xsweep optimize (study.db, study.json, plans)
     results/<name>/study-<S>/        the same for a study named ``--study S``
     results/<name>/study/validate/   xsweep validate of that study
@@ -30,6 +31,8 @@ from xsweep.spec.sweep import check_name
 RESULTS = Path("results")
 #: The folder of a sweep's or study's validation, inside the sweep's or study's folder.
 VALIDATE = "validate"
+#: The page ``xsweep report`` writes, by default inside the sweep's or study's folder.
+REPORT = "report.html"
 #: What marks a folder as a sweep's (``xsweep sweep``) or a study's (``xsweep optimize``).
 SWEEP_MARKS = ("sweep.zarr", "work")
 STUDY_MARKS = ("study.db", "study.json")

@@ -68,9 +68,11 @@ def test_claim_resumes_the_same_run_and_refuses_another(tmp_path):
     assert folder.load_bound(0, 2) is not None  # refused: nothing touched
     (folder.root / "validate").mkdir()
     (folder.root / "validate" / "validation.json").write_text("{}")  # of the old results
+    (folder.root / "report.html").write_text("<!DOCTYPE html>")  # the old results' page
     assert folder.claim(changed, overwrite=True) is False
     assert folder.load_bound(0, 2) is None  # overwritten: started afresh
     assert not (folder.root / "validate").exists()  # its validation went with it
+    assert not (folder.root / "report.html").exists()  # and its report
 
 
 def test_a_study_folder_is_refused_even_with_overwrite(tmp_path):

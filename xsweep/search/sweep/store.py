@@ -8,6 +8,7 @@ Layout of ``results/<name>/sweep/`` (or the folder given with ``-o``)::
     work/exact/r<round>-b<batch>.npz  one finished batch of exactly evaluated points
     sweep.zarr   pareto.csv   pareto.png   summary.json   plans/
     validate/                   what ``xsweep validate`` of this folder wrote
+    report.html                 what ``xsweep report`` of this folder wrote
     .xsweep.lock                while a run holds the folder (:mod:`xsweep.search.locks`)
 
 Every file is written under a temporary name and renamed, so a file that exists is
@@ -33,7 +34,13 @@ import numpy as np
 
 from xsweep.errors import InputError
 from xsweep.search import table as tables
-from xsweep.search.folders import VALIDATE, checked_folder, plain_file_name, refuse_foreign
+from xsweep.search.folders import (
+    REPORT,
+    VALIDATE,
+    checked_folder,
+    plain_file_name,
+    refuse_foreign,
+)
 from xsweep.search.table import Table
 
 OUTPUTS = ("sweep.zarr", "pareto.csv", "pareto.png", "summary.json", "plans")
@@ -68,8 +75,9 @@ class SweepFolder:
             return True
         if ours and not overwrite:
             raise InputError(str(self.root), None, None, _refusal(found, manifest))
-        # what ``xsweep validate`` wrote validated the results being replaced: it goes too
-        for name in (*OUTPUTS, "work", VALIDATE):
+        # what ``xsweep validate`` and ``xsweep report`` wrote were of the results being
+        # replaced: they go too
+        for name in (*OUTPUTS, "work", VALIDATE, REPORT):
             _remove(self.path(name))
         (self.work / "bound").mkdir(parents=True, exist_ok=True)
         (self.work / "exact").mkdir(parents=True, exist_ok=True)
