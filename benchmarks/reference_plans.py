@@ -343,9 +343,7 @@ NEMO_HEADER = """\
 # optimizer (ZeRO-1) with overlapped gradient reduce-scatters and parameter all-gathers{sp}.
 # {role}
 # Assumed: no activation recompute (NeMo's performance recipes of that release); one
-#   400 Gb/s ConnectX-7 per GPU, rail-optimized (DGX-H100); TP communication as xsweep
-#   lowers it, blocking: NeMo overlaps it with the GEMMs (tp_comm_overlap), which xsweep
-#   does not model yet.
+#   400 Gb/s ConnectX-7 per GPU, rail-optimized (DGX-H100).
 """
 
 
@@ -385,7 +383,7 @@ def nemo_plan(run: NemoRun, catalog) -> pb.DeploymentPlan:
     dp = run.gpus // (run.tp * run.pp)
     layers = catalog.models[run.model].num_layers
     stack = Stack(zero_stage=1, dp_overlap=True, virtual_pipeline_stages=run.vp,
-                  precision="fp8")
+                  precision="fp8", tp_comm_overlap=run.tp > 1)
     replica = ReplicaReq(tuple(StageReq("H100-SXM", run.tp, layers // run.pp)
                                for _ in range(run.pp)), run.mbs, run.gbs // dp // run.mbs)
     return build_plan(run.name, run.model, [NodeReq("H100-SXM", 8, "cx7")] * (run.gpus // 8),
@@ -425,7 +423,8 @@ def main() -> None:
         header = NEMO_HEADER.format(
             model=run.model, gpus=run.gpus, gbs=run.gbs, mbs=run.mbs, seq=run.seq, tp=run.tp,
             pp=run.pp, vp=run.vp, tokens=run.tokens_per_s_per_gpu, tflops=run.tflops,
-            sp=", sequence parallelism" if run.tp > 1 else "", role=NEMO_ROLE[run.calibration])
+            sp=(",\n# sequence parallelism, TP communication overlapped with the GEMMs (tp_comm_overlap)"
+                if run.tp > 1 else ""), role=NEMO_ROLE[run.calibration])
         _write(SPACES / "published" / f"{run.name}.pbtxt", header, nemo_plan(run, catalog))
 
 

@@ -79,14 +79,16 @@ def test_nemo_fp8_calibration_rows_within_three_percent(catalog, spaces_dir, nam
     "nemo-llama2-70b-h100x64",
     pytest.param("nemo-gpt3-175b-h100x512", marks=pytest.mark.slow),
 ])
-def test_nemo_fp8_held_out_rows_are_slow_by_about_their_exposed_tp(catalog, spaces_dir, name):
-    """Held out: within 20%, on the slow side, and by no more than the blocking TP
-    communication that the run overlapped (tp_comm_overlap) plus 10% of the iteration
-    (docs/validation.md): the error these rows expose is that overlap, not the GEMM rate."""
+def test_nemo_fp8_held_out_rows_within_ten_percent(catalog, spaces_dir, name):
+    """Held out: no number was set with them; their TP communication overlaps the GEMMs
+    as NeMo ran it, and blocking it instead would lose them 8-17% (docs/validation.md)."""
     per_gpu, m = _nemo_tokens_per_gpu(catalog, spaces_dir, name)
-    published = NEMO_HELD_OUT[name]
-    assert per_gpu == pytest.approx(published, rel=0.20)
-    assert per_gpu < published
-    published_time = m["iteration_time_s"] * per_gpu / published
-    assert m["iteration_time_s"] - published_time <= (
-        m["exposed_tp_s_max"] + 0.1 * m["iteration_time_s"])
+    assert per_gpu == pytest.approx(NEMO_HELD_OUT[name], rel=0.10)
+    plan = load_plan(spaces_dir / "published" / f"{name}.pbtxt", catalog)
+    assert plan.training.tp_comm_overlap
+    plan.training.tp_comm_overlap = False
+    a = analyze(plan, catalog)
+    program = lower(a)
+    blocking = summary(program, simulate(program))
+    assert blocking["iteration_time_s"] > m["iteration_time_s"] + 0.5 * blocking[
+        "exposed_tp_s_max"] > m["iteration_time_s"]

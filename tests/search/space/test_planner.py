@@ -218,8 +218,12 @@ def test_points_of_one_variant_have_one_plan(spaces_dir, catalog):
     assert sum(len(v[1][-1]) < 3 for v in keys) > 0  # some layouts leave a pool out
 
 
-def test_every_training_stack_option_reaches_the_plan(catalog):
-    stack = {"recompute": "selective", "sequence_parallel": False, "flash_attention": False,
+@pytest.mark.parametrize("sequence", [
+    {"sequence_parallel": False, "tp_comm_overlap": False},
+    {"sequence_parallel": True, "tp_comm_overlap": True},  # the overlap needs it
+])
+def test_every_training_stack_option_reaches_the_plan(catalog, sequence):
+    stack = {"recompute": "selective", **sequence, "flash_attention": False,
              "virtual_pipeline_stages": 2, "dp_overlap": True, "dp_bucket_params": 5_000_000,
              "zero_stage": 1, "precision": "fp8"}
     hopper = {"cluster__pools": [{"gpu": "H100-SXM", "nodes": 1}, {"gpu": "H200", "nodes": 1}],
@@ -356,6 +360,7 @@ def test_the_declared_classes_are_those_the_paths_gave():
     ({"parallelism__pp": 1, "training__virtual_pipeline_stages": 2}, "interleaving"),
     ({"training__zero_stage": 3}, "fsdp"),
     ({"training__precision": "fp8"}, "precision"),
+    ({"training__tp_comm_overlap": True, "training__sequence_parallel": False}, "tp_overlap"),
     ({"cluster__pools": [{"gpu": "A100-40GB", "nodes": 1}], "parallelism__tp": {"A100-40GB": 2},
       "parallelism__pp": 1, "training__recompute": "none"}, "memory"),
     ({"cluster__pools": [{"gpu": "H100-SXM", "nodes": [0, 1]}, {"gpu": "A100-40GB", "nodes": 0}],
@@ -386,6 +391,18 @@ def test_fp8_points_are_planned_in_fp8_where_every_pool_has_it(catalog):
     empty_a100 = {"cluster__pools": [{"gpu": "H100-SXM", "nodes": 1},
                                      {"gpu": "A100-40GB", "nodes": 0}]}
     assert isinstance(plan_one(catalog, training__precision="fp8", **empty_a100), Built)
+
+
+def test_tp_overlap_points_overlap_their_tp_communication(catalog):
+    built = {on: plan_one(catalog, training__tp_comm_overlap=on) for on in (False, True)}
+    assert all(isinstance(out, Built) for out in built.values())
+    assert built[True].plan.training.tp_comm_overlap
+    assert not built[False].plan.training.tp_comm_overlap
+    stacks = {on: validate_plan(out.plan, catalog).training.stack for on, out in built.items()}
+    assert stacks[True].tp_comm_overlap and stacks[True].sequence_parallel
+    # the same stages, memory and program size: only the TP tasks' order changes
+    assert built[True].memory_per_gpu_gib == built[False].memory_per_gpu_gib
+    assert plan_key(built[True].plan) != plan_key(built[False].plan)
 
 
 def test_a_size_limit_and_the_evaluators_words_have_their_kinds(catalog, monkeypatch):
