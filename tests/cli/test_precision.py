@@ -42,7 +42,9 @@ def test_a_plan_in_fp8_simulates_faster_on_h100(run_xsweep, spaces_dir, tmp_path
         result = run_xsweep("simulate", plan, "--json")
         assert result.returncode == 0, result.stderr
         records[precision] = json.loads(result.stdout)
-    assert records["FP8"]["iteration_time_s"] < 0.8 * records["BF16"]["iteration_time_s"]
+    # Hopper's FP8 GEMMs run 1.32x BF16's (calibrated, docs/validation.md); attention,
+    # norms and the casts do not speed up
+    assert records["FP8"]["iteration_time_s"] < 0.9 * records["BF16"]["iteration_time_s"]
     assert records["FP8"]["tokens_per_s"] > records["BF16"]["tokens_per_s"]
 
 

@@ -91,8 +91,8 @@ def _estimate(plan: xsweep_pb2.DeploymentPlan) -> int:
                         else _inside(points, group.first_layer, group.last_layer))
             passes = 2 * m * v + cuts * (2 if zero1 and training.dp_overlap else 1)
         size += passes + 1  # + the optimizer step
-        if tp > 1:
-            size += passes * (1 + tp)  # one blocking TP task of tp flows per pass
+        if tp > 1:  # one blocking TP task of tp flows per pass; overlapped, its join too
+            size += passes * (1 + tp + bool(training.tp_comm_overlap))
     scheme = enum_name(RESHARDING, training.resharding)
     for members in replicas.values():
         members.sort(key=lambda g: g.pp_stage)
