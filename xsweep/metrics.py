@@ -55,7 +55,9 @@ TABLE: tuple[Metric, ...] = (
            "or a transfer"),
     Metric("straggler_wait_s", "s", STREAM, MINIMIZE,
            "idle at the DP barrier waiting for slower replicas"),
-    Metric("exposed_tp_s", "s", STREAM, MINIMIZE, "blocking tensor-parallel communication"),
+    Metric("exposed_tp_s", "s", STREAM, MINIMIZE,
+           "tensor-parallel communication the stream waits for (all of it when blocking; "
+           "with tp_comm_overlap, what outlasts the compute)"),
     Metric("exposed_pp_s", "s", STREAM, MINIMIZE,
            "part of bubble_s spent waiting on a pipeline transfer, every phase of it"),
     Metric("exposed_reshard_s", "s", STREAM, MINIMIZE,

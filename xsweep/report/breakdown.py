@@ -29,7 +29,7 @@ from collections.abc import Mapping
 #: Parts of a bar: name, colour, what it is. They add up to the iteration time.
 PARTS = (
     ("compute", "#4e79a7", "forward, backward and optimizer (busy_s)"),
-    ("exposed TP", "#f28e2b", "blocking tensor-parallel communication (exposed_tp_s)"),
+    ("exposed TP", "#f28e2b", "tensor-parallel communication the GPUs wait for (exposed_tp_s)"),
     ("exposed PP", "#e15759", "bubble spent waiting on a pipeline transfer (exposed_pp_s)"),
     ("exposed resharding", "#b07aa1",
      "bubble spent waiting on a resharding transfer (exposed_reshard_s)"),
