@@ -35,6 +35,7 @@ import numpy as np
 from xsweep import metrics
 from xsweep.search.space.grid import Point
 from xsweep.search.space.planner import Built, Planner
+from xsweep.search.space.screen import Screened
 from xsweep.search.table import Table, blank, from_rows
 from xsweep.spec.catalog import Catalog
 from xsweep.spec.sweep import Sweep
@@ -142,11 +143,17 @@ def _blank_metrics(n: int) -> dict[str, np.ndarray]:
 
 def evaluate_points(session: Session, job: Job, numbers: np.ndarray, points: Iterable[Point],
                     names: Sequence[str], level: str, planner: Planner | None = None,
-                    progress=None) -> tuple[Table, dict[str, float]]:
+                    progress=None,
+                    screened: Screened | None = None) -> tuple[Table, dict[str, float]]:
     """Plan ``points`` (one row each, column ``point`` = ``numbers``, plans named ``names``)
     and evaluate the buildable ones at ``level`` in ``session``, each distinct plan once;
     ``planner`` (one of ``job``'s sweep) keeps its layouts between calls; ``progress`` is
-    called as the evaluator's is, ``progress(done, total)``, per pricing of the points."""
+    called as the evaluator's is, ``progress(done, total)``, per pricing of the points.
+
+    ``screened``: the verdicts of the grid's arrays on these points
+    (:func:`xsweep.search.space.screen.screen`); the points they prove infeasible take
+    their reason and memory, and ``points`` and ``names`` then hold only the others
+    (``screened.to_plan``, in order)."""
     began = time.perf_counter()
     planner = planner or Planner(job.sweep, job.catalog)
     n = len(numbers)
@@ -160,7 +167,12 @@ def evaluate_points(session: Session, job: Job, numbers: np.ndarray, points: Ite
     layouts: dict[tuple, int] = {}  # the rank of each layout's first point
     layout_of: dict[bytes, int] = {}
     known: dict[tuple, tuple[bytes, float]] = {}  # a variant's plan key and memory
-    for row, (point, name) in enumerate(zip(points, names, strict=True)):
+    planned_rows: Iterable[int] = range(n)
+    if screened is not None:
+        rows["reason"][screened.infeasible] = screened.reason[screened.infeasible]
+        rows[MEMORY_METRIC][:] = screened.memory_gib
+        planned_rows = screened.to_plan.tolist()
+    for row, point, name in zip(planned_rows, points, names, strict=True):
         variant = planner.variant(point)
         if variant in known:  # the same plan as an earlier point's: not built again
             key, rows[MEMORY_METRIC][row] = known[variant]

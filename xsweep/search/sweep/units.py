@@ -9,11 +9,14 @@ and evaluating.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from xsweep.search.evaluation import Job, Session, evaluate_points
 from xsweep.search.space.grid import Grid, Walk
 from xsweep.search.space.planner import plan_name, varies_fast
+from xsweep.search.space.screen import columns_of_grid, screen
 from xsweep.search.table import Table
 from xsweep.spec.sweep import Sweep
 
@@ -41,5 +44,13 @@ def exact_batch(session: Session, job: Job,
 
 def _evaluate(session: Session, job: Job, indices: np.ndarray,
               level: str) -> tuple[Table, dict[str, float]]:
-    names = [plan_name(job.sweep, index) for index in indices.tolist()]
-    return evaluate_points(session, job, indices, Grid(job.sweep).points(indices), names, level)
+    began = time.perf_counter()
+    grid = Grid(job.sweep)
+    screened = screen(job.sweep, job.catalog, columns_of_grid(grid, indices))
+    rest = indices[screened.to_plan]
+    names = [plan_name(job.sweep, index) for index in rest.tolist()]
+    screening = time.perf_counter() - began
+    table, timings = evaluate_points(session, job, indices, grid.points(rest), names, level,
+                                     screened=screened)
+    timings["planning_s"] += screening
+    return table, timings
