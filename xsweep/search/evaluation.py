@@ -33,6 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from xsweep import metrics
+from xsweep.search.closed_form import closed_form_metrics
+from xsweep.search.levels import CLOSED_FORM
 from xsweep.search.space.grid import Point
 from xsweep.search.space.planner import Built, Planner
 from xsweep.search.space.screen import Screened
@@ -199,8 +201,12 @@ def evaluate_points(session: Session, job: Job, numbers: np.ndarray, points: Ite
         # then share a worker process, which lowers their structure once.
         ordered = sorted(by_plan, key=layout_of.__getitem__)
         members = [by_plan[key] for key in ordered]
-        found = session.results(job, {key: plans[key] for key in ordered}, cost, level,
-                                 timings, progress)
+        if level == CLOSED_FORM:  # arithmetic on each plan: nothing lowered
+            found = [{**closed_form_metrics(plans[key], job.catalog), "status": "ok",
+                      "feasible": True} for key in ordered]
+        else:
+            found = session.results(job, {key: plans[key] for key in ordered}, cost, level,
+                                     timings, progress)
         take = np.concatenate([np.full(len(m), i) for i, m in enumerate(members)])
         where = np.concatenate([np.asarray(m) for m in members])
         for name in found[0]:  # per-stream detail stays with single-plan evaluation

@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from xsweep.search.evaluation import Job, Session, evaluate_points
+from xsweep.search.levels import BOUND, EXACT
 from xsweep.search.space.grid import Grid, Walk
 from xsweep.search.space.planner import plan_name, varies_fast
 from xsweep.search.space.screen import columns_of_grid, screen
@@ -29,17 +30,25 @@ def bound_walk(sweep: Sweep) -> Walk:
     return Grid(sweep).walk(varies_fast)
 
 
-def bound_chunk(session: Session, job: Job, start: int,
-                stop: int) -> tuple[Table, dict[str, float]]:
+def bound_chunk(session: Session, job: Job, start: int, stop: int,
+                level: str = BOUND) -> tuple[Table, dict[str, float]]:
     """Plan the points at positions ``start .. stop-1`` of :func:`bound_walk` and evaluate
-    the buildable ones at the bound level (rows in that order)."""
-    return _evaluate(session, job, bound_walk(job.sweep).points(start, stop), "bound")
+    the buildable ones at ``level``, the bound level or the closed form (rows in that
+    order)."""
+    return _evaluate(session, job, bound_walk(job.sweep).points(start, stop), level)
+
+
+def bound_batch(session: Session, job: Job,
+                indices: np.ndarray) -> tuple[Table, dict[str, float]]:
+    """Plan ``indices`` again and evaluate them at the bound level (the closed-form tier's
+    rounds: lowered only when their closed form could still reach the answer)."""
+    return _evaluate(session, job, np.asarray(indices), BOUND)
 
 
 def exact_batch(session: Session, job: Job,
                 indices: np.ndarray) -> tuple[Table, dict[str, float]]:
     """Plan ``indices`` again and evaluate them at the exact level."""
-    return _evaluate(session, job, np.asarray(indices), "exact")
+    return _evaluate(session, job, np.asarray(indices), EXACT)
 
 
 def _evaluate(session: Session, job: Job, indices: np.ndarray,
