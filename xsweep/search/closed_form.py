@@ -28,6 +28,7 @@ from xsweep.plan.stack import Stack
 from xsweep.plan.workload import stage_cost
 from xsweep.spec import xsweep_pb2 as pb
 from xsweep.spec.catalog import Catalog, GpuSpec, ModelSpec
+from xsweep.spec.resolve import resolve_model
 
 #: The bound shrunk by this share: below the batched kernels' float32 rounding, so that
 #: it stays under the bound level's time whatever the dtype.
@@ -47,7 +48,7 @@ def stack_of(plan: pb.DeploymentPlan) -> Stack:
 
 def iteration_lower_bound(plan: pb.DeploymentPlan, catalog: Catalog) -> float:
     """A lower bound on ``plan``'s iteration time in seconds (see the module docstring)."""
-    model = catalog.model(plan.model.preset)
+    model = resolve_model(plan, catalog)
     stack = stack_of(plan)
     gpu_of_rank = []
     for node in plan.cluster.nodes:
@@ -80,7 +81,7 @@ def _pass_times(model: ModelSpec, gpu: GpuSpec, tp: int, b: int, first: int, las
 def closed_form_metrics(plan: pb.DeploymentPlan, catalog: Catalog) -> dict[str, float]:
     """The tier's metrics of ``plan`` (:data:`METRICS`)."""
     seconds = iteration_lower_bound(plan, catalog)
-    model = catalog.model(plan.model.preset)
+    model = resolve_model(plan, catalog)
     tokens = plan.training.global_batch_size * model.seq_length
     return {"iteration_time_s": seconds,
             "tokens_per_s": tokens / seconds if seconds > 0 else float("inf")}
