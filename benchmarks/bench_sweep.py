@@ -1,6 +1,7 @@
 """End-to-end cost of ``xsweep sweep``: the quickstart cold and warm, and the large space.
 
-Run: ``python benchmarks/bench_sweep.py [--large-budget-s 1800] [--large-runs 2] [--skip-large]``.
+Run: ``python benchmarks/bench_sweep.py [--large-budget-s 1800] [--large-runs 2] [--skip-large]
+[--skip-gpt3] [--calculon PATH]``.
 
 1. ``spaces/quickstart.yaml`` through the real CLI, twice, each time in a new process
    and a new output folder: first with an empty persistent compilation cache (cold),
@@ -14,6 +15,17 @@ Run: ``python benchmarks/bench_sweep.py [--large-budget-s 1800] [--large-runs 2]
    is interrupted and the rate so far is printed instead, marked as partial. With
    ``--large-runs 2`` it runs again in a new process and a new folder: nothing is kept
    in memory, the kernels the first run compiled come from the disk cache (warm).
+
+3. ``spaces/gpt3-175b-64.yaml`` (issue 39's question: GPT-3 175B on 64 A100-80GB, the
+   fastest iteration) through the real CLI, cold (a new process, an empty compilation
+   cache in a folder of its own) and warm (a new process, that cache filled): time to the
+   answer, the points each tier took (planned by the grid's arrays and the planner, bounded
+   in closed form, lowered and bounded, evaluated exactly) and its points per second of
+   the stage's time, lowering time per plan, and peak memory. With ``--calculon PATH`` (a
+   checkout of Calculon, never installed or vendored) it runs Calculon's
+   ``llm-optimal-execution`` search on the same question in the same run and prints the
+   ratio of the two times; without it, or when Calculon fails, it says the ratio is
+   unmeasured.
 
 Goals on a 2-core machine: quickstart under 60 s cold and 15 s warm; the large space at
 1,000 points/s or more with a peak memory under 4 GB. Ratios to the goals are printed;
@@ -37,7 +49,13 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = REPO_ROOT / "spaces" / "quickstart.yaml"
 LARGE = REPO_ROOT / "spaces" / "llama3-70b-512gpu.yaml"
-GOALS = {"cold_s": 60.0, "warm_s": 15.0, "points_per_s": 1000.0, "peak_gb": 4.0}
+GPT3 = REPO_ROOT / "spaces" / "gpt3-175b-64.yaml"
+GOALS = {"cold_s": 60.0, "warm_s": 15.0, "points_per_s": 1000.0, "peak_gb": 4.0,
+         "gpt3_cold_s": 10.0, "gpt3_warm_s": 2.0, "calculon_ratio": 10.0}
+#: Calculon's search for the same question, relative to its checkout: the model, GPUs,
+#: maximum batch, datatype, system, output file and worker count (its command line).
+CALCULON_ARGS = ("llm-optimal-execution", "models/gpt3-175B.json", "64", "64", "bfloat16",
+                 "systems/a100_80g.json", "{output}", "-c", "2")
 
 
 def cli_sweep(space: Path, out: Path, env: dict) -> tuple[float, dict]:
@@ -67,6 +85,75 @@ def quickstart(work: Path, env: dict) -> None:
           f"ratio {warm_s / GOALS['warm_s']:.2f}")
     print(f"  cold / warm: {cold_s / warm_s:.1f}x; stages of the warm run (s): "
           + ", ".join(f"{k} {v:.2f}" for k, v in again["timings"].items() if k.endswith("_s")))
+
+
+def timed_sweep(space: Path, out: Path, env: dict) -> tuple[float, dict, float]:
+    """:func:`cli_sweep` with the peak resident memory of its process tree (GB)."""
+    with TreeMemory() as memory:
+        wall_s, summary = cli_sweep(space, out, env)
+    return wall_s, summary, memory.peak_bytes / 1e9
+
+
+def gpt3(work: Path, env: dict, calculon: Path | None) -> None:
+    """Issue 39's space, cold and warm, and Calculon's search when given its checkout."""
+    env = env | {"XSWEEP_CACHE_DIR": str(work / "gpt3-cache")}  # empty: cold
+    cold_s, summary, cold_gb = timed_sweep(GPT3, work / "gpt3-cold", env)
+    warm_s, again, warm_gb = timed_sweep(GPT3, work / "gpt3-warm", env)
+    (group,), (same,) = summary["groups"], again["groups"]
+    assert [r["point"] for r in group["front"]] == [r["point"] for r in same["front"]]
+    tiers, timings = again["tiers"], again["timings"]
+    best = group["front"][0]
+    print(f"gpt3-175b-64: {tiers['planned']:,} points, {tiers['closed_form']:,} planned to a "
+          f"closed form, {tiers['bound']:,} lowered and bounded, {tiers['exact']:,} evaluated "
+          f"exactly; best point {best['point']} at {best['iteration_time_s']:.3f} s")
+    for name, seconds, goal in (("cold", cold_s, GOALS["gpt3_cold_s"]),
+                                ("warm", warm_s, GOALS["gpt3_warm_s"])):
+        print(f"  {name}: {seconds:6.1f} s to the answer   goal {goal:.0f} s   "
+              f"ratio {seconds / goal:.2f}   peak memory "
+              f"{cold_gb if name == 'cold' else warm_gb:.2f} GB")
+    rates = (("planned (arrays and planner, closed form)", tiers["planned"],
+              timings.get("planning_s", 0.0)),
+             ("lowered and bounded", tiers["bound"], timings.get("bound_s", 0.0)),
+             ("evaluated exactly", tiers["exact"], timings.get("exact_s", 0.0)))
+    for name, points, seconds in rates:
+        rate = f"{points / seconds:,.0f} points/s" if seconds else "-"
+        print(f"  warm, {name}: {points:,} points in {seconds:.2f} s of the stage: {rate}")
+    lowered = timings.get("points_lowered", 0)
+    if lowered:
+        print(f"  warm, lowering: {timings.get('bound_prepare_s', 0.0) / lowered * 1e3:.1f} ms "
+              "a plan (validation, analysis and lowering, per plan lowered)")
+    print("  warm stages (s): " + ", ".join(f"{k} {v:.2f}" for k, v in timings.items()
+                                           if k.endswith("_s")))
+    peer_s = run_calculon(calculon, work) if calculon else None
+    if peer_s is None:
+        print("  Calculon: unmeasured" + ("" if calculon else " (no --calculon PATH)"))
+        return
+    print(f"  Calculon llm-optimal-execution: {peer_s:.1f} s; xsweep is {peer_s / cold_s:.1f}x "
+          f"faster cold, {peer_s / warm_s:.1f}x warm   goal {GOALS['calculon_ratio']:.0f}x")
+
+
+def run_calculon(checkout: Path, work: Path) -> float | None:
+    """Seconds Calculon's search takes on the question (a new process, its own checkout
+    on the path, logging at WARNING), or None, saying why, when it cannot run."""
+    checkout = checkout.expanduser().resolve()
+    if not (checkout / "calculon").is_dir():
+        print(f"  Calculon: {checkout} holds no calculon package; skipped")
+        return None
+    args = [a.format(output=work / "calculon.json") for a in CALCULON_ARGS]
+    env = dict(os.environ) | {"PYTHONPATH": str(checkout)}
+    began = time.perf_counter()
+    try:
+        result = subprocess.run([sys.executable, "-m", "calculon", *args], cwd=checkout, env=env,
+                                capture_output=True, text=True, check=False, timeout=3600)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        print(f"  Calculon: could not run ({error})")
+        return None
+    seconds = time.perf_counter() - began
+    if result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
+        print(f"  Calculon: exited {result.returncode}: " + " | ".join(tail))
+        return None
+    return seconds
 
 
 class TreeMemory:
@@ -175,6 +262,9 @@ def main() -> None:
                         help="run the large space this many times, each into a new folder "
                              "(the second finds the kernels the first compiled; default 1)")
     parser.add_argument("--skip-quickstart", action="store_true")
+    parser.add_argument("--skip-gpt3", action="store_true")
+    parser.add_argument("--calculon", type=Path, metavar="PATH",
+                        help="a checkout of Calculon: run its search on the GPT-3 question too")
     parser.add_argument("--large-run", type=int, help=argparse.SUPPRESS)  # a later run, in
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)  # a process of its own
     args = parser.parse_args()
@@ -190,6 +280,8 @@ def main() -> None:
         env = dict(os.environ)
         if not args.skip_quickstart:
             quickstart(work, env)
+        if not args.skip_gpt3:
+            gpt3(work, env, args.calculon)
         if not args.skip_large:
             large(work, args.large_budget_s, 1)
             for run in range(2, args.large_runs + 1):  # a new process, nothing kept in memory
