@@ -29,6 +29,8 @@ The largest of these, shrunk by :data:`MARGIN` for the float32 rounding of the b
 kernels, is the point's ``iteration_time_s`` at the ``closed_form`` level. Its
 ``tokens_per_s`` is the matching upper bound (tokens of an iteration over that time);
 every other metric has no closed form and stays NaN, which the funnel never prunes on.
+The bound reads no per-point field of the plan (NICs, fabric, resharding, DP overlap,
+gradient buckets): points of one layout share it.
 """
 
 from __future__ import annotations

@@ -202,8 +202,13 @@ def evaluate_points(session: Session, job: Job, numbers: np.ndarray, points: Ite
         ordered = sorted(by_plan, key=layout_of.__getitem__)
         members = [by_plan[key] for key in ordered]
         if level == CLOSED_FORM:  # arithmetic on each plan: nothing lowered
-            found = [{**closed_form_metrics(plans[key], job.catalog), "status": "ok",
-                      "feasible": True} for key in ordered]
+            # the per-point fields (NICs, DP overlap, ...) leave it unchanged: once a layout
+            bounds = {}
+            for key in ordered:
+                if layout_of[key] not in bounds:
+                    bounds[layout_of[key]] = closed_form_metrics(plans[key], job.catalog)
+            found = [{**bounds[layout_of[key]], "status": "ok", "feasible": True}
+                     for key in ordered]
         else:
             found = session.results(job, {key: plans[key] for key in ordered}, cost, level,
                                      timings, progress)

@@ -63,7 +63,7 @@ class Options:
     scheduler: str | None = None  # a Dask scheduler address
     chunk_size: int | None = None  # points planned and bounded per unit (default below)
     max_round: int = 256  # points evaluated exactly (or lowered) per funnel round at most
-    lowered_top: int = 64  # best plans by closed form lowered per round of that tier
+    lowered_top: int = 16  # best plans by closed form lowered per round of that tier
     bound_batch: int = 64  # points per unit of the closed-form tier's rounds
     exact_batch: int = 64  # points per exact unit
     exhaustive: bool = False  # evaluate every bounded point exactly (no pruning)
