@@ -1,7 +1,7 @@
 """End-to-end cost of ``xsweep sweep``: the quickstart cold and warm, and the large space.
 
 Run: ``python benchmarks/bench_sweep.py [--large-budget-s 1800] [--large-runs 2] [--skip-large]
-[--skip-gpt3] [--calculon PATH]``.
+[--skip-arrays] [--skip-gpt3] [--calculon PATH]``.
 
 1. ``spaces/quickstart.yaml`` through the real CLI, twice, each time in a new process
    and a new output folder: first with an empty persistent compilation cache (cold),
@@ -16,7 +16,11 @@ Run: ``python benchmarks/bench_sweep.py [--large-budget-s 1800] [--large-runs 2]
    ``--large-runs 2`` it runs again in a new process and a new folder: nothing is kept
    in memory, the kernels the first run compiled come from the disk cache (warm).
 
-3. ``spaces/gpt3-175b-64.yaml`` (issue 39's question: GPT-3 175B on 64 A100-80GB, the
+3. The grid's arrays on ``spaces/gpt3-175b-64.yaml`` and the large space, in this
+   process: microseconds a point and the share of points they decide (goal: an
+   infeasible point in 5 us or less, 200,000 points/s), then the whole planning of the
+   GPT-3 space to the closed form, points per second.
+4. ``spaces/gpt3-175b-64.yaml`` (issue 39's question: GPT-3 175B on 64 A100-80GB, the
    fastest iteration) through the real CLI, cold (a new process, an empty compilation
    cache in a folder of its own) and warm (a new process, that cache filled): time to the
    answer, the points each tier took (planned by the grid's arrays and the planner, bounded
@@ -130,6 +134,44 @@ def gpt3(work: Path, env: dict, calculon: Path | None) -> None:
         return
     print(f"  Calculon llm-optimal-execution: {peer_s:.1f} s; xsweep is {peer_s / cold_s:.1f}x "
           f"faster cold, {peer_s / warm_s:.1f}x warm   goal {GOALS['calculon_ratio']:.0f}x")
+
+
+def arrays() -> None:
+    """The grid's arrays alone (:mod:`xsweep.search.space.screen`), in this process, in the
+    sweep's chunks of 1,024 points: microseconds a point (columns and rules) and the share
+    they decide; then the whole planning of issue 39's space to the closed form (arrays,
+    per-point planner for the rest, closed form per layout), points per second."""
+
+    from xsweep.search.evaluation import Job, Session
+    from xsweep.search.levels import CLOSED_FORM
+    from xsweep.search.space.grid import Grid
+    from xsweep.search.space.screen import columns_of_grid, screen
+    from xsweep.search.sweep.units import bound_chunk, bound_walk
+    from xsweep.spec import load_catalog, load_sweep
+
+    catalog = load_catalog()
+    for space in (GPT3, LARGE):
+        sweep = load_sweep(space, catalog)
+        grid, walk = Grid(sweep), bound_walk(sweep)
+        chunks = walk.chunks(1024)
+        screen(sweep, catalog, columns_of_grid(grid, walk.points(*chunks[0])))  # warm up
+        began, decided = time.perf_counter(), 0
+        for start, stop in chunks:
+            decided += int(screen(sweep, catalog,
+                                  columns_of_grid(grid, walk.points(start, stop))).infeasible.sum())
+        seconds = time.perf_counter() - began
+        print(f"grid arrays, {space.name}: {grid.size / seconds * 1e-3:,.0f} thousand points/s, "
+              f"{seconds / grid.size * 1e6:.1f} us a point; {decided:,} of {grid.size:,} "
+              f"({decided / grid.size:.1%}) proved infeasible without the planner")
+    sweep = load_sweep(GPT3, catalog)
+    job, session = Job(sweep, catalog), Session()
+    walk = bound_walk(sweep)
+    began = time.perf_counter()
+    for start, stop in walk.chunks(1024):
+        bound_chunk(session, job, start, stop, CLOSED_FORM)
+    seconds = time.perf_counter() - began
+    print(f"planning {GPT3.name} to the closed form (one process, first time): "
+          f"{walk.size / seconds:,.0f} points/s ({seconds:.2f} s)")
 
 
 def run_calculon(checkout: Path, work: Path) -> float | None:
@@ -263,6 +305,7 @@ def main() -> None:
                              "(the second finds the kernels the first compiled; default 1)")
     parser.add_argument("--skip-quickstart", action="store_true")
     parser.add_argument("--skip-gpt3", action="store_true")
+    parser.add_argument("--skip-arrays", action="store_true")
     parser.add_argument("--calculon", type=Path, metavar="PATH",
                         help="a checkout of Calculon: run its search on the GPT-3 question too")
     parser.add_argument("--large-run", type=int, help=argparse.SUPPRESS)  # a later run, in
@@ -280,6 +323,8 @@ def main() -> None:
         env = dict(os.environ)
         if not args.skip_quickstart:
             quickstart(work, env)
+        if not args.skip_arrays:
+            arrays()
         if not args.skip_gpt3:
             gpt3(work, env, args.calculon)
         if not args.skip_large:

@@ -32,6 +32,7 @@ from xsweep.errors import InputError
 from xsweep.metrics import jsonable
 from xsweep.runtime import accelerator_possible, usable_cores
 from xsweep.search import report
+from xsweep.search.closed_form import METRICS as CLOSED_FORM_METRICS
 from xsweep.search.evaluation import PLAN_DIGEST, Job, Session, exact_feasible
 from xsweep.search.folders import sweep_folder
 from xsweep.search.funnel import Funnel
@@ -274,7 +275,8 @@ def _bound_phase(grid: Grid, folder: SweepFolder, job: Job, executor, options: O
     walk = bound_walk(job.sweep)
     chunks = walk.chunks(options.chunk_size)
     found = {c: _current(folder.load_bound(*c, walk.points(*c))) for c in chunks}
-    todo = [(c, (*c, CLOSED_FORM)) for c in chunks if found[c] is None]
+    level = first_level(job.sweep)
+    todo = [(c, (*c, level)) for c in chunks if found[c] is None]
     reused = len(chunks) - len(todo)
     if reused:
         show(f"resuming: {reused} of {len(chunks)} chunks already planned and bounded", final=True)
@@ -298,7 +300,8 @@ def _bound_phase(grid: Grid, folder: SweepFolder, job: Job, executor, options: O
             elapsed = time.perf_counter() - started
             buildable += int(np.sum(table["level"] != NONE))
             show(f"planned {grid.size - left + done_points:,}/{grid.size:,} points "
-                 f"({buildable:,} buildable, bounded in closed form), "
+                 f"({buildable:,} buildable, bounded "
+                 f"{'in closed form' if level == CLOSED_FORM else 'by the kernels'}), "
                  f"{done_points / elapsed:,.0f} points/s, "
                  f"ETA {eta(done_points, left, elapsed)}", final=done_points == left)
     finally:
@@ -324,6 +327,14 @@ class Funnels:
     closed_form_rounds: int = 0
 
 
+def first_level(sweep) -> str:
+    """The level a sweep's chunks are planned to: the closed form where it bounds every
+    objective (``iteration_time_s``, ``tokens_per_s``), else the bound level, as every
+    point would be lowered anyway (a NaN closed form prunes nothing)."""
+    known = set(CLOSED_FORM_METRICS)
+    return CLOSED_FORM if all(name in known for name in sweep.objectives) else BOUND
+
+
 def _funnel_phase(table: Table, grid: Grid, folder: SweepFolder, job: Job, executor,
                   options: Options, timings: dict, show: Callable) -> Funnels:
     """The closed-form tier's funnel around the exact one (:mod:`xsweep.search.funnel`).
@@ -342,6 +353,10 @@ def _funnel_phase(table: Table, grid: Grid, folder: SweepFolder, job: Job, execu
                    groups=groups, plans=plans, pick_top=options.lowered_top)
     out = Funnels(np.zeros(len(table["point"]), bool))
     bound_pruned = out.pruned
+    if first_level(sweep) == BOUND:  # every point bounded already: the exact funnel alone
+        out.pruned = _exact_phase(table, grid, folder, job, executor, options, timings, show,
+                                  out)
+        return out
     while len(picks := cheap.next_round()):
         batches = [picks[i: i + options.bound_batch]
                    for i in range(0, len(picks), options.bound_batch)]
