@@ -288,22 +288,29 @@ def _memory(model, gpu, columns, rows: np.ndarray, tp: np.ndarray, replicas: np.
     fsdp_block = np.array([block_params(model, int(t)) for t in tp.tolist()], np.int64)
     h, s = model.hidden_size, model.seq_length
     split = np.where(sp, tp, 1)
-    largest = np.full(n, -np.inf)
-    worst = np.full(n, -np.inf)
-    at = np.zeros((n, 4), np.int64)  # the worst group: stage, first, last, m
-    for m in counts:
-        for stage in range(int(p.max())):
-            here = stage < p
-            size = virtual * (per + (stage < left))
-            first = 1 + virtual * (stage * per + np.minimum(stage, left))
-            last = first + size - 1
-            total = _stage_total(model, h, s, b, tp, split, first, last, stage, p, m, virtual,
-                                 gpipe, zero, replicas, recompute, per_block, params_block,
-                                 vocab, fsdp_block)
-            largest = np.where(here, np.maximum(largest, total), largest)
-            new = here & (total > gpu.hbm_gib) & (total > worst)
-            worst = np.where(new, total, worst)
-            at[new] = np.stack([np.full(n, stage), first, last, m], axis=1)[new]
+    # every (micro-batch count, stage) of a row at once, in the planner's order: counts
+    # ascending, then stages; a row's stages beyond its pipeline are masked out
+    stage = np.tile(np.arange(int(p.max())), 2)[None, :]
+    m = np.repeat(np.stack(counts, axis=1), int(p.max()), axis=1)
+    col = {name: value[:, None] for name, value in dict(
+        b=b, tp=tp, split=split, p=p, virtual=virtual, gpipe=gpipe, zero=zero, dp=replicas,
+        recompute=recompute, per_block=per_block, params_block=params_block, vocab=vocab,
+        fsdp_block=fsdp_block, per=per, left=left).items()}
+    here = stage < col["p"]
+    size = col["virtual"] * (col["per"] + (stage < col["left"]))
+    first = 1 + col["virtual"] * (stage * col["per"] + np.minimum(stage, col["left"]))
+    last = first + size - 1
+    total = _stage_total(model, h, s, col["b"], col["tp"], col["split"], first, last, stage,
+                         col["p"], m, col["virtual"], col["gpipe"], col["zero"], col["dp"],
+                         col["recompute"], col["per_block"], col["params_block"],
+                         col["vocab"], col["fsdp_block"])
+    largest = np.where(here, total, -np.inf).max(axis=1)
+    over = np.where(here & (total > gpu.hbm_gib), total, -np.inf)
+    pick = np.argmax(over, axis=1)  # the first of the largest, as the planner's strict ">"
+    rows_n = np.arange(n)
+    worst = over[rows_n, pick]
+    at = np.stack([np.broadcast_to(stage, total.shape)[rows_n, pick], first[rows_n, pick],
+                   last[rows_n, pick], m[rows_n, pick]], axis=1)
     fits = worst == -np.inf
     v.defer(_select(rows, v.open.size, fits & ~over_micro))  # feasible, or a limit: planner
     bad = _select(rows, v.open.size, ~fits)
