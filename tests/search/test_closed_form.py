@@ -10,14 +10,30 @@ from hypothesis import strategies as st
 
 from xsweep.evaluator import default_evaluator
 from xsweep.plan.builder import random_plan
-from xsweep.search.closed_form import MARGIN, iteration_lower_bound
+from xsweep.search.closed_form import (
+    MARGIN,
+    METRICS,
+    closed_form_metrics,
+    iteration_lower_bound,
+)
 
 
 def check(plans, catalog) -> np.ndarray:
-    """closed form <= bound <= exact for every plan; the closed form's share of the bound."""
+    """closed form <= bound <= exact for every plan, and no metric of the tier better than
+    the bound level's; the closed form's share of the bound."""
     closed = np.array([iteration_lower_bound(plan, catalog) for plan in plans])
-    bound = default_evaluator().evaluate(plans, "bound", catalog=catalog)["iteration_time_s"].values
+    bounded = default_evaluator().evaluate(plans, "bound", catalog=catalog)
+    bound = bounded["iteration_time_s"].values
     exact = default_evaluator().evaluate(plans, "exact", catalog=catalog)["iteration_time_s"].values
+    tier = [closed_form_metrics(plan, catalog) for plan in plans]
+    for name in METRICS:
+        ours = np.array([m[name] for m in tier])
+        theirs = bounded[name].values
+        known = np.isfinite(ours) & np.isfinite(theirs)
+        if name == "tokens_per_s":  # larger is better: an upper bound
+            assert np.all(ours[known] >= theirs[known] * (1 - 1e-6)), name
+        else:
+            assert np.all(ours[known] <= theirs[known]), name
     assert np.all(closed > 0)
     assert np.all(closed <= bound), (closed / bound).max()
     assert np.all(bound <= exact * (1 + 1e-5))

@@ -27,8 +27,10 @@ least, for every device group:
 
 The largest of these, shrunk by :data:`MARGIN` for the float32 rounding of the batched
 kernels, is the point's ``iteration_time_s`` at the ``closed_form`` level. Its
-``tokens_per_s`` is the matching upper bound (tokens of an iteration over that time);
-every other metric has no closed form and stays NaN, which the funnel never prunes on.
+``tokens_per_s`` is the matching upper bound (tokens of an iteration over that time), its
+training time and costs per run and per million tokens the matching lower bounds (the
+cluster's capex and hourly rate, as the evaluator prices them, times the bound); every
+other metric has no closed form and stays NaN, which the funnel never prunes on.
 The bound reads no per-point field of the plan (NICs, fabric, resharding, DP overlap,
 gradient buckets): points of one layout share it.
 """
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import functools
 
+from xsweep.cost import DEFAULT_COST, CostModel, node_rates, run_costs
 from xsweep.plan.collectives import pipelined_ring_flow
 from xsweep.plan.stack import Stack
 from xsweep.plan.workload import stage_cost
@@ -47,8 +50,11 @@ from xsweep.spec.resolve import resolve_model, resolve_nodes
 #: The bound shrunk by this share: below the batched kernels' float32 rounding, so that
 #: it stays under the bound level's time whatever the dtype.
 MARGIN = 1e-4
-#: The metrics the tier gives (the others have no closed form: NaN).
-METRICS = ("iteration_time_s", "tokens_per_s")
+#: The metrics the tier gives (the others have no closed form: NaN). The times and costs
+#: grow with the iteration time and ``tokens_per_s`` falls with it, so at the closed form
+#: each is as good as it can be: never worse than at the bound or exact level.
+METRICS = ("iteration_time_s", "tokens_per_s", "training_time_s", "cost_per_run_usd",
+           "cost_per_million_tokens_usd")
 
 
 def stack_of(plan: pb.DeploymentPlan) -> Stack:
@@ -113,10 +119,26 @@ def _pass_times(model: ModelSpec, gpu: GpuSpec, tp: int, b: int, first: int, las
     return c.forward_time_s, c.backward_time_s, ring, chunk
 
 
-def closed_form_metrics(plan: pb.DeploymentPlan, catalog: Catalog) -> dict[str, float]:
-    """The tier's metrics of ``plan`` (:data:`METRICS`)."""
-    seconds = iteration_lower_bound(plan, catalog)
+def cluster_rates_of(plan: pb.DeploymentPlan, catalog: Catalog,
+                     cost: CostModel = DEFAULT_COST) -> tuple[float, float]:
+    """The capex and hourly rate of ``plan``'s whole cluster priced by ``cost``, as the
+    evaluator gives them (every GPU and NIC port of every node)."""
+    rates = node_rates(resolve_nodes(plan.cluster, catalog), cost)
+    return rates["capex_usd"], rates["cost_rate_usd_per_hour"]
+
+
+def closed_form_metrics(plan: pb.DeploymentPlan, catalog: Catalog,
+                        cost: CostModel = DEFAULT_COST, seconds: float | None = None,
+                        rates: tuple[float, float] | None = None) -> dict[str, float]:
+    """The tier's metrics of ``plan`` priced by ``cost`` (:data:`METRICS`, with the capex
+    and hourly rate of the cluster, which need no time); ``seconds`` and ``rates``, where
+    given, are the plan's :func:`iteration_lower_bound` and :func:`cluster_rates_of`."""
+    seconds = iteration_lower_bound(plan, catalog) if seconds is None else seconds
+    capex, rate = cluster_rates_of(plan, catalog, cost) if rates is None else rates
     model = resolve_model(plan, catalog)
-    tokens = plan.training.global_batch_size * model.seq_length
+    tokens = float(plan.training.global_batch_size * model.seq_length)
+    runs = run_costs(seconds, tokens, plan.training.total_tokens, capex, rate)
     return {"iteration_time_s": seconds,
-            "tokens_per_s": tokens / seconds if seconds > 0 else float("inf")}
+            "tokens_per_s": tokens / seconds if seconds > 0 else float("inf"),
+            **{name: float(runs[name]) for name in METRICS[2:]},
+            "capex_usd": capex, "cost_rate_usd_per_hour": rate}

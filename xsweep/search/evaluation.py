@@ -33,7 +33,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from xsweep import metrics
-from xsweep.search.closed_form import closed_form_metrics
+from xsweep.search.closed_form import (
+    closed_form_metrics,
+    cluster_rates_of,
+    iteration_lower_bound,
+)
 from xsweep.search.levels import CLOSED_FORM
 from xsweep.search.space.grid import Point
 from xsweep.search.space.planner import Built, Planner
@@ -196,19 +200,29 @@ def evaluate_points(session: Session, job: Job, numbers: np.ndarray, points: Ite
     planned = time.perf_counter()
     timings = {"planning_s": planned - began, f"{level}_s": 0.0}
     columns: dict[str, np.ndarray] = {}
+    lower_bounds: dict[int, float] = {}  # the closed form's, by layout
+    prices: dict[tuple, tuple[float, float]] = {}
     for cost, by_plan in groups.items():
         # Plans of one layout side by side: those that differ only in numbers (NICs, say)
         # then share a worker process, which lowers their structure once.
         ordered = sorted(by_plan, key=layout_of.__getitem__)
         members = [by_plan[key] for key in ordered]
         if level == CLOSED_FORM:  # arithmetic on each plan: nothing lowered
-            # the per-point fields (NICs, DP overlap, ...) leave it unchanged: once a layout
-            bounds = {}
+            # its iteration bound is the layout's (per-point fields leave it unchanged), the
+            # cluster's price that of its nodes' GPUs and NICs
+            found = []
             for key in ordered:
-                if layout_of[key] not in bounds:
-                    bounds[layout_of[key]] = closed_form_metrics(plans[key], job.catalog)
-            found = [{**bounds[layout_of[key]], "status": "ok", "feasible": True}
-                     for key in ordered]
+                plan = plans[key]
+                seconds = lower_bounds.get(layout_of[key])
+                if seconds is None:
+                    seconds = lower_bounds[layout_of[key]] = iteration_lower_bound(
+                        plan, job.catalog)
+                nodes = (cost, tuple((n.gpu, n.num_gpus, n.nic) for n in plan.cluster.nodes))
+                if nodes not in prices:
+                    prices[nodes] = cluster_rates_of(plan, job.catalog, cost)
+                found.append({**closed_form_metrics(plan, job.catalog, cost, seconds,
+                                                    prices[nodes]),
+                              "status": "ok", "feasible": True})
         else:
             found = session.results(job, {key: plans[key] for key in ordered}, cost, level,
                                      timings, progress)

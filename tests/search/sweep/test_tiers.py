@@ -61,6 +61,8 @@ def test_the_closed_form_spares_lowering(runs):
     assert stopped.sum() == tiers["closed_form"] - tiers["bound"]
     assert set(ds["status"].values.reshape(-1)[stopped]) == {"pruned"}
     assert ds.attrs["tier_bound"] == tiers["bound"]
-    # a point stopped at the closed form keeps a lower bound on its time, no other metric
-    assert np.isfinite(ds["iteration_time_s"].values.reshape(-1)[stopped]).all()
-    assert np.isnan(ds["cost_per_run_usd"].values.reshape(-1)[stopped]).all()
+    # a point stopped at the closed form keeps lower bounds on its time and costs, and no
+    # metric without a closed form
+    for name in ("iteration_time_s", "cost_per_run_usd"):
+        assert np.isfinite(ds[name].values.reshape(-1)[stopped]).all(), name
+    assert np.isnan(ds["mfu"].values.reshape(-1)[stopped]).all()

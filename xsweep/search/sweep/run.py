@@ -329,7 +329,7 @@ class Funnels:
 
 def first_level(sweep) -> str:
     """The level a sweep's chunks are planned to: the closed form where it bounds every
-    objective (``iteration_time_s``, ``tokens_per_s``), else the bound level, as every
+    objective (:data:`xsweep.search.closed_form.METRICS`), else the bound level, as every
     point would be lowered anyway (a NaN closed form prunes nothing)."""
     known = set(CLOSED_FORM_METRICS)
     return CLOSED_FORM if all(name in known for name in sweep.objectives) else BOUND
