@@ -77,12 +77,14 @@ def cli_sweep(space: Path, out: Path, env: dict) -> tuple[float, dict]:
 def quickstart(work: Path, env: dict) -> None:
     cold_s, summary = cli_sweep(QUICKSTART, work / "cold", env)
     warm_s, again = cli_sweep(QUICKSTART, work / "warm", env)
-    assert again["front"] == summary["front"]
-    bounded = sum(n for level, n in summary["level"].items() if level != "none")
-    print(f"quickstart: {summary['points']} points, {bounded} bounded, "
+    fronts = [[r["point"] for r in g["front"]] for g in summary["groups"]]
+    assert fronts == [[r["point"] for r in g["front"]] for g in again["groups"]]
+    tiers = summary["tiers"]
+    print(f"quickstart: {summary['points']} points, {tiers['closed_form']} planned, "
+          f"{tiers['bound']} lowered and bounded, "
           f"{summary['evaluated_exactly']} evaluated exactly "
           f"({summary['exact_share_of_bounded']:.1%} of the bounded), "
-          f"{len(summary['front'])} on the front")
+          f"{sum(len(f) for f in fronts)} on the fronts")
     print(f"  cold (empty compile cache): {cold_s:7.1f} s   goal {GOALS['cold_s']:.0f} s   "
           f"ratio {cold_s / GOALS['cold_s']:.2f}")
     print(f"  warm (cache filled)       : {warm_s:7.1f} s   goal {GOALS['warm_s']:.0f} s   "
