@@ -1,6 +1,7 @@
 """End-to-end cost of ``xsweep sweep``: the quickstart cold and warm, and the large space.
 
-Run: ``python benchmarks/bench_sweep.py [--large-budget-s 1800] [--large-runs 2] [--skip-large]``.
+Run: ``python benchmarks/bench_sweep.py [--large-budget-s 1800] [--large-runs 2] [--skip-large]
+[--skip-arrays] [--skip-gpt3] [--calculon PATH]``.
 
 1. ``spaces/quickstart.yaml`` through the real CLI, twice, each time in a new process
    and a new output folder: first with an empty persistent compilation cache (cold),
@@ -14,6 +15,21 @@ Run: ``python benchmarks/bench_sweep.py [--large-budget-s 1800] [--large-runs 2]
    is interrupted and the rate so far is printed instead, marked as partial. With
    ``--large-runs 2`` it runs again in a new process and a new folder: nothing is kept
    in memory, the kernels the first run compiled come from the disk cache (warm).
+
+3. The grid's arrays on ``spaces/gpt3-175b-64.yaml`` and the large space, in this
+   process: microseconds a point and the share of points they decide (goal: an
+   infeasible point in 5 us or less, 200,000 points/s), then the whole planning of the
+   GPT-3 space to the closed form, points per second.
+4. ``spaces/gpt3-175b-64.yaml`` (issue 39's question: GPT-3 175B on 64 A100-80GB, the
+   fastest iteration) through the real CLI, cold (a new process, an empty compilation
+   cache in a folder of its own) and warm (a new process, that cache filled): time to the
+   answer, the points each tier took (planned by the grid's arrays and the planner, bounded
+   in closed form, lowered and bounded, evaluated exactly) and its points per second of
+   the stage's time, lowering time per plan, and peak memory. With ``--calculon PATH`` (a
+   checkout of Calculon, never installed or vendored) it runs Calculon's
+   ``llm-optimal-execution`` search on the same question in the same run and prints the
+   ratio of the two times; without it, or when Calculon fails, it says the ratio is
+   unmeasured.
 
 Goals on a 2-core machine: quickstart under 60 s cold and 15 s warm; the large space at
 1,000 points/s or more with a peak memory under 4 GB. Ratios to the goals are printed;
@@ -37,7 +53,13 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = REPO_ROOT / "spaces" / "quickstart.yaml"
 LARGE = REPO_ROOT / "spaces" / "llama3-70b-512gpu.yaml"
-GOALS = {"cold_s": 60.0, "warm_s": 15.0, "points_per_s": 1000.0, "peak_gb": 4.0}
+GPT3 = REPO_ROOT / "spaces" / "gpt3-175b-64.yaml"
+GOALS = {"cold_s": 60.0, "warm_s": 15.0, "points_per_s": 1000.0, "peak_gb": 4.0,
+         "gpt3_cold_s": 10.0, "gpt3_warm_s": 2.0, "calculon_ratio": 10.0}
+#: Calculon's search for the same question, relative to its checkout: the model, GPUs,
+#: maximum batch, datatype, system, output file and worker count (its command line).
+CALCULON_ARGS = ("llm-optimal-execution", "models/gpt3-175B.json", "64", "64", "bfloat16",
+                 "systems/a100_80g.json", "{output}", "-c", "2")
 
 
 def cli_sweep(space: Path, out: Path, env: dict) -> tuple[float, dict]:
@@ -55,18 +77,127 @@ def cli_sweep(space: Path, out: Path, env: dict) -> tuple[float, dict]:
 def quickstart(work: Path, env: dict) -> None:
     cold_s, summary = cli_sweep(QUICKSTART, work / "cold", env)
     warm_s, again = cli_sweep(QUICKSTART, work / "warm", env)
-    assert again["front"] == summary["front"]
-    bounded = sum(n for level, n in summary["level"].items() if level != "none")
-    print(f"quickstart: {summary['points']} points, {bounded} bounded, "
+    fronts = [[r["point"] for r in g["front"]] for g in summary["groups"]]
+    assert fronts == [[r["point"] for r in g["front"]] for g in again["groups"]]
+    tiers = summary["tiers"]
+    print(f"quickstart: {summary['points']} points, {tiers['closed_form']} planned, "
+          f"{tiers['bound']} lowered and bounded, "
           f"{summary['evaluated_exactly']} evaluated exactly "
           f"({summary['exact_share_of_bounded']:.1%} of the bounded), "
-          f"{len(summary['front'])} on the front")
+          f"{sum(len(f) for f in fronts)} on the fronts")
     print(f"  cold (empty compile cache): {cold_s:7.1f} s   goal {GOALS['cold_s']:.0f} s   "
           f"ratio {cold_s / GOALS['cold_s']:.2f}")
     print(f"  warm (cache filled)       : {warm_s:7.1f} s   goal {GOALS['warm_s']:.0f} s   "
           f"ratio {warm_s / GOALS['warm_s']:.2f}")
     print(f"  cold / warm: {cold_s / warm_s:.1f}x; stages of the warm run (s): "
           + ", ".join(f"{k} {v:.2f}" for k, v in again["timings"].items() if k.endswith("_s")))
+
+
+def timed_sweep(space: Path, out: Path, env: dict) -> tuple[float, dict, float]:
+    """:func:`cli_sweep` with the peak resident memory of its process tree (GB)."""
+    with TreeMemory() as memory:
+        wall_s, summary = cli_sweep(space, out, env)
+    return wall_s, summary, memory.peak_bytes / 1e9
+
+
+def gpt3(work: Path, env: dict, calculon: Path | None) -> None:
+    """Issue 39's space, cold and warm, and Calculon's search when given its checkout."""
+    env = env | {"XSWEEP_CACHE_DIR": str(work / "gpt3-cache")}  # empty: cold
+    cold_s, summary, cold_gb = timed_sweep(GPT3, work / "gpt3-cold", env)
+    warm_s, again, warm_gb = timed_sweep(GPT3, work / "gpt3-warm", env)
+    (group,), (same,) = summary["groups"], again["groups"]
+    assert [r["point"] for r in group["front"]] == [r["point"] for r in same["front"]]
+    tiers, timings = again["tiers"], again["timings"]
+    best = group["front"][0]
+    print(f"gpt3-175b-64: {tiers['planned']:,} points, {tiers['closed_form']:,} planned to a "
+          f"closed form, {tiers['bound']:,} lowered and bounded, {tiers['exact']:,} evaluated "
+          f"exactly; best point {best['point']} at {best['iteration_time_s']:.3f} s")
+    for name, seconds, goal in (("cold", cold_s, GOALS["gpt3_cold_s"]),
+                                ("warm", warm_s, GOALS["gpt3_warm_s"])):
+        print(f"  {name}: {seconds:6.1f} s to the answer   goal {goal:.0f} s   "
+              f"ratio {seconds / goal:.2f}   peak memory "
+              f"{cold_gb if name == 'cold' else warm_gb:.2f} GB")
+    rates = (("planned (arrays and planner, closed form)", tiers["planned"],
+              timings.get("planning_s", 0.0)),
+             ("lowered and bounded", tiers["bound"], timings.get("bound_s", 0.0)),
+             ("evaluated exactly", tiers["exact"], timings.get("exact_s", 0.0)))
+    for name, points, seconds in rates:
+        rate = f"{points / seconds:,.0f} points/s" if seconds else "-"
+        print(f"  warm, {name}: {points:,} points in {seconds:.2f} s of the stage: {rate}")
+    lowered = timings.get("points_lowered", 0)
+    if lowered:
+        print(f"  warm, lowering: {timings.get('bound_prepare_s', 0.0) / lowered * 1e3:.1f} ms "
+              "a plan (validation, analysis and lowering, per plan lowered)")
+    print("  warm stages (s): " + ", ".join(f"{k} {v:.2f}" for k, v in timings.items()
+                                           if k.endswith("_s")))
+    peer_s = run_calculon(calculon, work) if calculon else None
+    if peer_s is None:
+        print("  Calculon: unmeasured" + ("" if calculon else " (no --calculon PATH)"))
+        return
+    print(f"  Calculon llm-optimal-execution: {peer_s:.1f} s; xsweep is {peer_s / cold_s:.1f}x "
+          f"faster cold, {peer_s / warm_s:.1f}x warm   goal {GOALS['calculon_ratio']:.0f}x")
+
+
+def arrays() -> None:
+    """The grid's arrays alone (:mod:`xsweep.search.space.screen`), in this process, in the
+    sweep's chunks of 1,024 points: microseconds a point (columns and rules) and the share
+    they decide; then the whole planning of issue 39's space to the closed form (arrays,
+    per-point planner for the rest, closed form per layout), points per second."""
+
+    from xsweep.search.evaluation import Job, Session
+    from xsweep.search.levels import CLOSED_FORM
+    from xsweep.search.space.grid import Grid
+    from xsweep.search.space.screen import columns_of_grid, screen
+    from xsweep.search.sweep.units import bound_chunk, bound_walk
+    from xsweep.spec import load_catalog, load_sweep
+
+    catalog = load_catalog()
+    for space in (GPT3, LARGE):
+        sweep = load_sweep(space, catalog)
+        grid, walk = Grid(sweep), bound_walk(sweep)
+        chunks = walk.chunks(1024)
+        screen(sweep, catalog, columns_of_grid(grid, walk.points(*chunks[0])))  # warm up
+        began, decided = time.perf_counter(), 0
+        for start, stop in chunks:
+            decided += int(screen(sweep, catalog,
+                                  columns_of_grid(grid, walk.points(start, stop))).infeasible.sum())
+        seconds = time.perf_counter() - began
+        print(f"grid arrays, {space.name}: {grid.size / seconds * 1e-3:,.0f} thousand points/s, "
+              f"{seconds / grid.size * 1e6:.1f} us a point; {decided:,} of {grid.size:,} "
+              f"({decided / grid.size:.1%}) proved infeasible without the planner")
+    sweep = load_sweep(GPT3, catalog)
+    job, session = Job(sweep, catalog), Session()
+    walk = bound_walk(sweep)
+    began = time.perf_counter()
+    for start, stop in walk.chunks(1024):
+        bound_chunk(session, job, start, stop, CLOSED_FORM)
+    seconds = time.perf_counter() - began
+    print(f"planning {GPT3.name} to the closed form (one process, first time): "
+          f"{walk.size / seconds:,.0f} points/s ({seconds:.2f} s)")
+
+
+def run_calculon(checkout: Path, work: Path) -> float | None:
+    """Seconds Calculon's search takes on the question (a new process, its own checkout
+    on the path, logging at WARNING), or None, saying why, when it cannot run."""
+    checkout = checkout.expanduser().resolve()
+    if not (checkout / "calculon").is_dir():
+        print(f"  Calculon: {checkout} holds no calculon package; skipped")
+        return None
+    args = [a.format(output=work / "calculon.json") for a in CALCULON_ARGS]
+    env = dict(os.environ) | {"PYTHONPATH": str(checkout)}
+    began = time.perf_counter()
+    try:
+        result = subprocess.run([sys.executable, "-m", "calculon", *args], cwd=checkout, env=env,
+                                capture_output=True, text=True, check=False, timeout=3600)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        print(f"  Calculon: could not run ({error})")
+        return None
+    seconds = time.perf_counter() - began
+    if result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
+        print(f"  Calculon: exited {result.returncode}: " + " | ".join(tail))
+        return None
+    return seconds
 
 
 class TreeMemory:
@@ -175,6 +306,10 @@ def main() -> None:
                         help="run the large space this many times, each into a new folder "
                              "(the second finds the kernels the first compiled; default 1)")
     parser.add_argument("--skip-quickstart", action="store_true")
+    parser.add_argument("--skip-gpt3", action="store_true")
+    parser.add_argument("--skip-arrays", action="store_true")
+    parser.add_argument("--calculon", type=Path, metavar="PATH",
+                        help="a checkout of Calculon: run its search on the GPT-3 question too")
     parser.add_argument("--large-run", type=int, help=argparse.SUPPRESS)  # a later run, in
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)  # a process of its own
     args = parser.parse_args()
@@ -190,6 +325,10 @@ def main() -> None:
         env = dict(os.environ)
         if not args.skip_quickstart:
             quickstart(work, env)
+        if not args.skip_arrays:
+            arrays()
+        if not args.skip_gpt3:
+            gpt3(work, env, args.calculon)
         if not args.skip_large:
             large(work, args.large_budget_s, 1)
             for run in range(2, args.large_runs + 1):  # a new process, nothing kept in memory

@@ -40,3 +40,50 @@ parallelism:
   pipeline_mix: [separate, mixed]
 objectives: [iteration_time_s, cost_per_run_usd]
 """
+
+
+def _some(draw, st, values: list, most: int = 2):
+    """One value or a list of up to ``most`` distinct ``values`` (an axis)."""
+    chosen = draw(st.lists(st.sampled_from(values), min_size=1, max_size=most, unique=True))
+    return chosen[0] if len(chosen) == 1 else chosen
+
+
+def random_sweeps():
+    """A hypothesis strategy of sweep documents that reach every rule of the grid planner:
+    one or two pools (some of 0 nodes), TP degrees that do not fit a node or the heads,
+    stages beyond the layers, batches that do not split, interleaving, recompute, sequence
+    parallelism, flash attention, ZeRO 0, 1 and 3, both pipeline mixes and layer splits.
+    Each axis takes one or two values, so a grid has at most a few thousand points."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def documents(draw):
+        gpus = draw(st.lists(st.sampled_from(["H100-SXM", "A100-40GB", "A100-80GB"]),
+                             min_size=1, max_size=2, unique=True))
+        pools = [{"gpu": gpu, "nodes": _some(draw, st, [0, 1, 2, 4]),
+                  "gpus_per_node": _some(draw, st, [4, 8], 1)} for gpu in gpus]
+        return {
+            "name": "random",
+            "model": draw(st.sampled_from(["llama2-7b", "llama3-8b", "llama2-70b",
+                                           "gpt3-175b"])),
+            "training": {
+                "global_batch_size": _some(draw, st, [1, 4, 16, 64, 66, 96]),
+                "schedule": _some(draw, st, ["gpipe", "1f1b"]),
+                "recompute": _some(draw, st, ["none", "selective", "full"]),
+                "sequence_parallel": _some(draw, st, [False, True]),
+                "flash_attention": _some(draw, st, [False, True]),
+                "virtual_pipeline_stages": _some(draw, st, [1, 2, 3, 4, 32]),
+                "zero_stage": _some(draw, st, [0, 1, 3]),
+                "total_tokens": 1e9,
+            },
+            "cluster": {"pools": pools},
+            "parallelism": {
+                "tp": {gpu: _some(draw, st, [1, 2, 3, 4, 8, 16]) for gpu in gpus},
+                "pp": _some(draw, st, [1, 2, 3, 4, 8, 33]),
+                "micro_batch_size": _some(draw, st, [1, 2, 3, 4, 8]),
+                "pipeline_mix": _some(draw, st, ["separate", "mixed"]),
+                "layer_split": _some(draw, st, ["proportional", "even"]),
+            },
+        }
+
+    return documents()

@@ -33,8 +33,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from xsweep import metrics
+from xsweep.search.closed_form import (
+    closed_form_metrics,
+    cluster_rates_of,
+    iteration_lower_bound,
+)
+from xsweep.search.levels import CLOSED_FORM
 from xsweep.search.space.grid import Point
 from xsweep.search.space.planner import Built, Planner
+from xsweep.search.space.screen import Screened
 from xsweep.search.table import Table, blank, from_rows
 from xsweep.spec.catalog import Catalog
 from xsweep.spec.sweep import Sweep
@@ -142,11 +149,17 @@ def _blank_metrics(n: int) -> dict[str, np.ndarray]:
 
 def evaluate_points(session: Session, job: Job, numbers: np.ndarray, points: Iterable[Point],
                     names: Sequence[str], level: str, planner: Planner | None = None,
-                    progress=None) -> tuple[Table, dict[str, float]]:
+                    progress=None,
+                    screened: Screened | None = None) -> tuple[Table, dict[str, float]]:
     """Plan ``points`` (one row each, column ``point`` = ``numbers``, plans named ``names``)
     and evaluate the buildable ones at ``level`` in ``session``, each distinct plan once;
     ``planner`` (one of ``job``'s sweep) keeps its layouts between calls; ``progress`` is
-    called as the evaluator's is, ``progress(done, total)``, per pricing of the points."""
+    called as the evaluator's is, ``progress(done, total)``, per pricing of the points.
+
+    ``screened``: the verdicts of the grid's arrays on these points
+    (:func:`xsweep.search.space.screen.screen`); the points they prove infeasible take
+    their reason and memory, and ``points`` and ``names`` then hold only the others
+    (``screened.to_plan``, in order)."""
     began = time.perf_counter()
     planner = planner or Planner(job.sweep, job.catalog)
     n = len(numbers)
@@ -160,7 +173,12 @@ def evaluate_points(session: Session, job: Job, numbers: np.ndarray, points: Ite
     layouts: dict[tuple, int] = {}  # the rank of each layout's first point
     layout_of: dict[bytes, int] = {}
     known: dict[tuple, tuple[bytes, float]] = {}  # a variant's plan key and memory
-    for row, (point, name) in enumerate(zip(points, names, strict=True)):
+    planned_rows: Iterable[int] = range(n)
+    if screened is not None:
+        rows["reason"][screened.infeasible] = screened.reason[screened.infeasible]
+        rows[MEMORY_METRIC][:] = screened.memory_gib
+        planned_rows = screened.to_plan.tolist()
+    for row, point, name in zip(planned_rows, points, names, strict=True):
         variant = planner.variant(point)
         if variant in known:  # the same plan as an earlier point's: not built again
             key, rows[MEMORY_METRIC][row] = known[variant]
@@ -182,13 +200,32 @@ def evaluate_points(session: Session, job: Job, numbers: np.ndarray, points: Ite
     planned = time.perf_counter()
     timings = {"planning_s": planned - began, f"{level}_s": 0.0}
     columns: dict[str, np.ndarray] = {}
+    lower_bounds: dict[int, float] = {}  # the closed form's, by layout
+    prices: dict[tuple, tuple[float, float]] = {}
     for cost, by_plan in groups.items():
         # Plans of one layout side by side: those that differ only in numbers (NICs, say)
         # then share a worker process, which lowers their structure once.
         ordered = sorted(by_plan, key=layout_of.__getitem__)
         members = [by_plan[key] for key in ordered]
-        found = session.results(job, {key: plans[key] for key in ordered}, cost, level,
-                                 timings, progress)
+        if level == CLOSED_FORM:  # arithmetic on each plan: nothing lowered
+            # its iteration bound is the layout's (per-point fields leave it unchanged), the
+            # cluster's price that of its nodes' GPUs and NICs
+            found = []
+            for key in ordered:
+                plan = plans[key]
+                seconds = lower_bounds.get(layout_of[key])
+                if seconds is None:
+                    seconds = lower_bounds[layout_of[key]] = iteration_lower_bound(
+                        plan, job.catalog)
+                nodes = (cost, tuple((n.gpu, n.num_gpus, n.nic) for n in plan.cluster.nodes))
+                if nodes not in prices:
+                    prices[nodes] = cluster_rates_of(plan, job.catalog, cost)
+                found.append({**closed_form_metrics(plan, job.catalog, cost, seconds,
+                                                    prices[nodes]),
+                              "status": "ok", "feasible": True})
+        else:
+            found = session.results(job, {key: plans[key] for key in ordered}, cost, level,
+                                     timings, progress)
         take = np.concatenate([np.full(len(m), i) for i, m in enumerate(members)])
         where = np.concatenate([np.asarray(m) for m in members])
         for name in found[0]:  # per-stream detail stays with single-plan evaluation

@@ -52,11 +52,15 @@ class Funnel:
       groups: ``int[n]``, each point's group (default: one group).
       plans: ``int[n]``, an id per point, equal for points of one plan (default: every
         point a plan of its own).
+      pick_top: how many best plans of each objective a round picks (default ``top``):
+        more, where a round's cost is mostly fixed (the closed-form tier's rounds lower
+        and bound their points, then evaluate them exactly), so that fewer rounds run.
     """
 
     def __init__(self, bounds: np.ndarray, candidates: np.ndarray, top: int, max_round: int,
                  exhaustive: bool = False, groups: np.ndarray | None = None,
-                 plans: np.ndarray | None = None):
+                 plans: np.ndarray | None = None, pick_top: int | None = None):
+        self.pick_top = top if pick_top is None else max(pick_top, top)
         self.optimistic = bounds - BOUND_SLACK * np.abs(bounds)
         self.top = top
         self.max_round = max_round
@@ -97,7 +101,7 @@ class Funnel:
         pick = non_dominated(values) | np.isnan(values).any(axis=1)  # no bound: no reasoning
         plans = self.plans[left]
         for j in range(values.shape[1]):
-            pick[top_points(values[:, j], self.top, plans)] = True
+            pick[top_points(values[:, j], self.pick_top, plans)] = True
         pick |= np.isin(plans, plans[pick])  # a plan's points together: evaluated once
         return left[pick]
 

@@ -63,9 +63,11 @@ VARIABLES = {
                    "`xsweep sweep SPACE.yaml --emit-plan INDEX` prints its plan"),
     "feasible": ("bool", "the point has a plan that fits in GPU memory and its evaluation "
                          "converged"),
-    "status": ("", "ok, pruned (bound-level values kept: lower bounds on times and costs), "
-                   "infeasible, not_converged or overflow"),
-    "level": ("", "the level of the point's values: exact, bound, or none (no plan)"),
+    "status": ("", "ok, pruned (the values of the level it stopped at kept: lower bounds on "
+                   "times), infeasible, not_converged or overflow"),
+    "level": ("", "the level of the point's values: exact, bound, closed_form (a lower bound "
+                  "on the iteration time by arithmetic on the plan; NaN for metrics without "
+                  "one), or none (no plan)"),
     "reason": ("", "why the point is infeasible, one line (empty when it is feasible)"),
     PLAN_DIGEST: ("", "digest of the point's plan (its bytes without its name) and pricing: "
                       "points with equal digests build the same plan and have the same "

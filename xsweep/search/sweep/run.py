@@ -32,9 +32,11 @@ from xsweep.errors import InputError
 from xsweep.metrics import jsonable
 from xsweep.runtime import accelerator_possible, usable_cores
 from xsweep.search import report
+from xsweep.search.closed_form import METRICS as CLOSED_FORM_METRICS
 from xsweep.search.evaluation import PLAN_DIGEST, Job, Session, exact_feasible
 from xsweep.search.folders import sweep_folder
 from xsweep.search.funnel import Funnel
+from xsweep.search.levels import BOUND, CLOSED_FORM, EXACT, NONE
 from xsweep.search.locks import FolderLock, command_line
 from xsweep.search.pareto import objective_matrix
 from xsweep.search.progress import Progress, eta
@@ -46,7 +48,7 @@ from xsweep.search.sweep.processes import ProcessExecutor
 from xsweep.search.sweep.results import answers, plan_ids, to_dataset
 from xsweep.search.sweep.store import SweepFolder
 from xsweep.search.sweep.summary import infeasible_lines, report_text, summary_of, work_label
-from xsweep.search.sweep.units import bound_chunk, bound_walk, exact_batch
+from xsweep.search.sweep.units import bound_batch, bound_chunk, bound_walk, exact_batch
 from xsweep.search.table import Table, concat, update
 from xsweep.spec import load_catalog, load_sweep, plan_to_text
 from xsweep.spec.catalog import Catalog
@@ -61,7 +63,9 @@ class Options:
     overwrite: bool = False
     scheduler: str | None = None  # a Dask scheduler address
     chunk_size: int | None = None  # points planned and bounded per unit (default below)
-    max_round: int = 256  # points evaluated exactly per funnel round at most
+    max_round: int = 256  # points evaluated exactly (or lowered) per funnel round at most
+    lowered_top: int = 16  # best plans by closed form lowered per round of that tier
+    bound_batch: int = 64  # points per unit of the closed-form tier's rounds
     exact_batch: int = 64  # points per exact unit
     exhaustive: bool = False  # evaluate every bounded point exactly (no pruning)
     dtype: str = "float32"
@@ -70,8 +74,9 @@ class Options:
 
 
 #: The layout of a sweep folder's work files: a folder of another format is another
-#: run's (3: every table holds cost_per_million_tokens_usd), refused unless --overwrite.
-FOLDER_FORMAT = 3
+#: run's (4: chunks hold the closed-form tier; lowered points come in rounds of their own),
+#: refused unless --overwrite.
+FOLDER_FORMAT = 4
 #: Points planned and bounded per unit by default: on a CPU host a unit is a worker
 #: process's work; on an accelerator host units are planned here and their plans
 #: prepared by worker processes for the device, whose kernel calls want thousands of
@@ -185,18 +190,19 @@ def _run_sweep(path: str | Path, options: Options, progress: Progress | None,
             "catalog_version": job.catalog_version, "xsweep_version": xsweep.__version__,
             "chunk_size": options.chunk_size, "max_round": options.max_round,
             "exact_batch": options.exact_batch, "exhaustive": options.exhaustive,
+            "lowered_top": options.lowered_top, "bound_batch": options.bound_batch,
             "dtype": options.dtype,
         }
         resumed = folder.claim(manifest, options.overwrite)
         timings = timings if timings is not None else {}
-        for key in ("planning_s", "bound_s", "exact_s", "writing_s", "points_bounded",
-                    "points_exact"):
+        for key in ("planning_s", "closed_form_s", "bound_s", "exact_s", "writing_s",
+                    "points_bounded", "points_lowered", "points_exact"):
             timings.setdefault(key, 0)
         executor = (DaskExecutor(options.scheduler) if options.scheduler
                     else LocalExecutor(session))
         try:
             table = _bound_phase(grid, folder, job, executor, options, timings, show)
-            funnel = _exact_phase(table, grid, folder, job, executor, options, timings, show)
+            funnel = _funnel_phase(table, grid, folder, job, executor, options, timings, show)
         finally:
             executor.close()
     finally:
@@ -211,8 +217,9 @@ def _run_sweep(path: str | Path, options: Options, progress: Progress | None,
     timings["writing_s"] += time.perf_counter() - finishing
     timings["total_s"] = time.perf_counter() - began
     summary["timings"] = {k: round(v, 3) for k, v in timings.items()}
-    show(f"done: {grid.size:,} points, {summary['evaluated_exactly']:,} evaluated exactly "
-         f"({summary['exact_share_of_bounded']:.1%} of the bounded), "
+    tiers = summary["tiers"]
+    show(f"done: {grid.size:,} points, {tiers['closed_form']:,} planned, {tiers['bound']:,} "
+         f"lowered and bounded, {tiers['exact']:,} evaluated exactly; "
          f"{int(funnel.pruned.sum()):,} pruned, in {timings['total_s']:.1f} s; "
          f"results in {folder.root}", final=True)
     empty = [g for g in summary["groups"] if not g["front"]]
@@ -222,14 +229,14 @@ def _run_sweep(path: str | Path, options: Options, progress: Progress | None,
                    report_text(summary, tables), problem)
 
 
-def _publish(table: Table, funnel: Funnel, sweep, catalog: Catalog, grid: Grid,
+def _publish(table: Table, funnel: Funnels, sweep, catalog: Catalog, grid: Grid,
              folder: SweepFolder, attrs: dict) -> tuple[dict, list[str]]:
     """Mark the pruned points, find the answer of each work group and write every output;
     return the summary and each group's front table as text."""
     table["status"][funnel.pruned] = "pruned"
     found = answers(table, grid, sweep.objectives, sweep.validation.top)
     summary = {"sweep": sweep.name, **summary_of(table, grid, sweep, found),
-               "rounds": funnel.rounds,
+               "rounds": funnel.rounds, "closed_form_rounds": funnel.closed_form_rounds,
                "outputs": {name: str(folder.path(name)) for name in
                            ("sweep.zarr", "pareto.png", "pareto.csv", "summary.json", "plans")}}
     planner = Planner(sweep, catalog)
@@ -246,6 +253,7 @@ def _publish(table: Table, funnel: Funnel, sweep, catalog: Catalog, grid: Grid,
     rows = [row for g in summary["groups"] for row in g["front"]]
     png = pareto_png(table, grid, sweep.objectives, found, sweep.name)
     attrs = attrs | {"evaluated_exactly": summary["evaluated_exactly"], "fronts": sweep.fronts,
+                     **{f"tier_{name}": count for name, count in summary["tiers"].items()},
                      "work_axes": [grid.names[path] for path in grid.work]}
     folder.publish(to_dataset(grid, table, attrs),
                    {"pareto.csv": report.csv_text(rows, [key for key, _ in axes],
@@ -267,13 +275,14 @@ def _bound_phase(grid: Grid, folder: SweepFolder, job: Job, executor, options: O
     walk = bound_walk(job.sweep)
     chunks = walk.chunks(options.chunk_size)
     found = {c: _current(folder.load_bound(*c, walk.points(*c))) for c in chunks}
-    todo = [(c, c) for c in chunks if found[c] is None]
+    level = first_level(job.sweep)
+    todo = [(c, (*c, level)) for c in chunks if found[c] is None]
     reused = len(chunks) - len(todo)
     if reused:
         show(f"resuming: {reused} of {len(chunks)} chunks already planned and bounded", final=True)
     started, done_points = time.perf_counter(), 0
     left = sum(stop - start for (start, stop), _ in todo)
-    buildable = sum(int(np.sum(t["level"] != "none")) for t in found.values() if t is not None)
+    buildable = sum(int(np.sum(t["level"] != NONE)) for t in found.values() if t is not None)
     units = executor
     processes = min(len(todo), options.processes or usable_cores())
     if isinstance(executor, LocalExecutor) and processes > 1 and options.platform == "cpu":
@@ -289,9 +298,11 @@ def _bound_phase(grid: Grid, folder: SweepFolder, job: Job, executor, options: O
                                    "points_bounded": stop - start})
             done_points += stop - start
             elapsed = time.perf_counter() - started
-            buildable += int(np.sum(table["level"] != "none"))
-            show(f"planned and bounded {grid.size - left + done_points:,}/{grid.size:,} "
-                 f"points ({buildable:,} buildable), {done_points / elapsed:,.0f} points/s, "
+            buildable += int(np.sum(table["level"] != NONE))
+            show(f"planned {grid.size - left + done_points:,}/{grid.size:,} points "
+                 f"({buildable:,} buildable, bounded "
+                 f"{'in closed form' if level == CLOSED_FORM else 'by the kernels'}), "
+                 f"{done_points / elapsed:,.0f} points/s, "
                  f"ETA {eta(done_points, left, elapsed)}", final=done_points == left)
     finally:
         if units is not executor:
@@ -306,24 +317,98 @@ def _current(table: Table | None) -> Table | None:
     return table if table is not None and PLAN_DIGEST in table else None
 
 
-def _exact_phase(table: Table, grid: Grid, folder: SweepFolder, job: Job, executor,
-                 options: Options, timings: dict, show: Callable) -> Funnel:
-    """The exact funnel, one per work group (:mod:`xsweep.search.funnel`), each plan once
-    among the top points."""
+@dataclass
+class Funnels:
+    """How the tiers' funnels ended: the points they pruned (at the closed form or at the
+    bound level) and the rounds each ran."""
+
+    pruned: np.ndarray
+    rounds: int = 0  # exact rounds
+    closed_form_rounds: int = 0
+
+
+def first_level(sweep) -> str:
+    """The level a sweep's chunks are planned to: the closed form where it bounds every
+    objective (:data:`xsweep.search.closed_form.METRICS`), else the bound level, as every
+    point would be lowered anyway (a NaN closed form prunes nothing)."""
+    known = set(CLOSED_FORM_METRICS)
+    return CLOSED_FORM if all(name in known for name in sweep.objectives) else BOUND
+
+
+def _funnel_phase(table: Table, grid: Grid, folder: SweepFolder, job: Job, executor,
+                  options: Options, timings: dict, show: Callable) -> Funnels:
+    """The closed-form tier's funnel around the exact one (:mod:`xsweep.search.funnel`).
+
+    Each round lowers and bounds the points whose closed form could still reach the
+    answer (the front of their closed-form values and their ``lowered_top`` best plans,
+    per work group), then runs the exact funnel over every bounded point to its end; the
+    exact results prune the points still at the closed form, as they prune bounded ones.
+    The closed form is a lower bound on the bound level and so on the exact one: a point
+    pruned at either tier can change no front and no top point."""
     sweep = job.sweep
-    candidates = (table["level"] == "bound") & (table["status"] == "ok")
+    groups, plans = grid.group_of(table["point"]), plan_ids(table)
+    cheap = Funnel(objective_matrix(table, sweep.objectives),
+                   (table["level"] == CLOSED_FORM) & (table["status"] == "ok"),
+                   sweep.validation.top, options.max_round, options.exhaustive,
+                   groups=groups, plans=plans, pick_top=options.lowered_top)
+    out = Funnels(np.zeros(len(table["point"]), bool))
+    bound_pruned = out.pruned
+    if first_level(sweep) == BOUND:  # every point bounded already: the exact funnel alone
+        out.pruned = _exact_phase(table, grid, folder, job, executor, options, timings, show,
+                                  out)
+        return out
+    while len(picks := cheap.next_round()):
+        batches = [picks[i: i + options.bound_batch]
+                   for i in range(0, len(picks), options.bound_batch)]
+        found = {b: _current(folder.load_exact(cheap.rounds, b, points, "lowered"))
+                 for b, points in enumerate(batches)}
+        todo = [(b, (batches[b],)) for b, got in found.items() if got is None]
+        for b, (rows, spent) in executor.run(bound_batch, job, todo):
+            saving = time.perf_counter()
+            folder.save_exact(cheap.rounds, b, rows, "lowered")
+            found[b] = rows
+            _add(timings, spent | {"writing_s": time.perf_counter() - saving,
+                                   "points_lowered": len(rows["point"])})
+        for b in range(len(batches)):
+            update(table, found[b])
+        bound_pruned = _exact_phase(table, grid, folder, job, executor, options, timings, show,
+                                    out)
+        done = exact_feasible(table)[picks]
+        values = objective_matrix(table, sweep.objectives)[picks]
+        cheap.record(picks, values, done)
+        cheap.prune()
+        show(f"closed-form round {cheap.rounds}: {len(picks):,} points lowered and bounded; "
+             f"{int(cheap.evaluated.sum()):,} lowered, {int(cheap.pruned.sum()):,} pruned "
+             f"at the closed form, {int(cheap.remaining.sum()):,} left", final=True)
+    out.closed_form_rounds = cheap.rounds
+    out.pruned = cheap.pruned | bound_pruned
+    return out
+
+
+def _exact_phase(table: Table, grid: Grid, folder: SweepFolder, job: Job, executor,
+                 options: Options, timings: dict, show: Callable, out: Funnels) -> np.ndarray:
+    """The exact funnel, one per work group (:mod:`xsweep.search.funnel`), each plan once
+    among the top points, over every bounded point, the exact results so far recorded;
+    its rounds are numbered on from ``out.rounds``. Returns the points it pruned."""
+    sweep = job.sweep
+    done = table["level"] == EXACT
+    candidates = ((table["level"] == BOUND) & (table["status"] == "ok")) | done
     funnel = Funnel(objective_matrix(table, sweep.objectives), candidates,
                     sweep.validation.top, options.max_round, options.exhaustive,
                     groups=grid.group_of(table["point"]), plans=plan_ids(table))
+    known = np.flatnonzero(done)
+    funnel.record(known, objective_matrix(table, sweep.objectives)[known],
+                  exact_feasible(table)[known])
     while len(picks := funnel.next_round()):
+        out.rounds += 1
         batches = [picks[i: i + options.exact_batch]
                    for i in range(0, len(picks), options.exact_batch)]
-        found = {b: _current(folder.load_exact(funnel.rounds, b, points))
+        found = {b: _current(folder.load_exact(out.rounds, b, points))
                  for b, points in enumerate(batches)}
         todo = [(b, (batches[b],)) for b, got in found.items() if got is None]
         for b, (rows, spent) in executor.run(exact_batch, job, todo):
             saving = time.perf_counter()
-            folder.save_exact(funnel.rounds, b, rows)
+            folder.save_exact(out.rounds, b, rows)
             found[b] = rows
             _add(timings, spent | {"writing_s": time.perf_counter() - saving,
                                    "points_exact": len(rows["point"])})
@@ -333,8 +418,8 @@ def _exact_phase(table: Table, grid: Grid, folder: SweepFolder, job: Job, execut
             funnel.record(rows["point"], objective_matrix(rows, sweep.objectives),
                           exact_feasible(rows))
         funnel.prune()
-        show(f"exact round {funnel.rounds}: {len(picks):,} points "
+        show(f"exact round {out.rounds}: {len(picks):,} points "
              f"({len(todo)} of {len(batches)} batches computed); "
              f"{int(funnel.evaluated.sum()):,} exact, {int(funnel.pruned.sum()):,} pruned, "
              f"{int(funnel.remaining.sum()):,} left", final=True)
-    return funnel
+    return funnel.pruned

@@ -81,6 +81,7 @@ class SweepFolder:
             _remove(self.path(name))
         (self.work / "bound").mkdir(parents=True, exist_ok=True)
         (self.work / "exact").mkdir(parents=True, exist_ok=True)
+        (self.work / "lowered").mkdir(parents=True, exist_ok=True)
         _write_text(self.work / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True))
         return False
 
@@ -92,15 +93,16 @@ class SweepFolder:
 
     def _sweep_partials(self) -> None:
         """Remove what a killed run was writing when it died."""
-        for folder in (self.root, self.work / "bound", self.work / "exact"):
+        for folder in (self.root, self.work / "bound", self.work / "lowered",
+                       self.work / "exact"):
             for leftover in folder.glob(f"*{_PARTIAL}*"):
                 _remove(leftover)
 
     def _bound_file(self, start: int, stop: int) -> Path:
         return self.work / "bound" / f"{start:012d}-{stop:012d}.npz"
 
-    def _exact_file(self, round_: int, batch: int) -> Path:
-        return self.work / "exact" / f"r{round_:05d}-b{batch:05d}.npz"
+    def _exact_file(self, round_: int, batch: int, kind: str = "exact") -> Path:
+        return self.work / kind / f"r{round_:05d}-b{batch:05d}.npz"
 
     def load_bound(self, start: int, stop: int, points: np.ndarray | None = None) -> Table | None:
         """The finished chunk ``start .. stop-1`` if it holds ``points`` (by default the
@@ -111,12 +113,14 @@ class SweepFolder:
     def save_bound(self, start: int, stop: int, table: Table) -> None:
         tables.save(table, self._bound_file(start, stop))
 
-    def load_exact(self, round_: int, batch: int, points: np.ndarray) -> Table | None:
-        """The finished batch ``batch`` of round ``round_`` if it holds ``points``, or None."""
-        return _load(self._exact_file(round_, batch), points)
+    def load_exact(self, round_: int, batch: int, points: np.ndarray,
+                   kind: str = "exact") -> Table | None:
+        """The finished batch ``batch`` of round ``round_`` if it holds ``points``, or None;
+        ``kind`` "lowered": a batch of the closed-form tier's rounds (bound level)."""
+        return _load(self._exact_file(round_, batch, kind), points)
 
-    def save_exact(self, round_: int, batch: int, table: Table) -> None:
-        tables.save(table, self._exact_file(round_, batch))
+    def save_exact(self, round_: int, batch: int, table: Table, kind: str = "exact") -> None:
+        tables.save(table, self._exact_file(round_, batch, kind))
 
     def publish(self, dataset, files: dict[str, bytes], plans: dict[str, str]) -> None:
         """Write the results: ``files`` (name -> content) and ``plans`` (file name -> text)

@@ -13,6 +13,7 @@ import numpy as np
 from xsweep import metrics
 from xsweep.search import report
 from xsweep.search.evaluation import MEMORY_METRIC, PLAN_DIGEST, exact_feasible
+from xsweep.search.levels import BOUND, CLOSED_FORM, EXACT, NONE
 from xsweep.search.space.grid import Grid
 from xsweep.search.space.planner import MEMORY_NUMBERS, REASON_KINDS, reason_kind, unused_axes
 from xsweep.search.sweep.results import Answer, axis_attrs
@@ -51,8 +52,9 @@ def summary_of(table: Table, grid: Grid, sweep: Sweep, found: list[Answer]) -> d
     """The summary document (JSON-ready): counts, the axes and metrics it names (with their
     units), and one entry per work group with its front, top plans and infeasible points."""
     objectives = list(sweep.objectives)
-    bounded = int(np.sum(table["level"] != "none"))
-    exact = int(np.sum(table["level"] == "exact"))
+    level = table["level"]
+    bounded = int(np.sum((level == BOUND) | (level == EXACT)))
+    exact = int(np.sum(level == EXACT))
     groups = grid.group_of(table["point"])
     entries = [_group(table, grid, sweep, answer, groups == answer.group) for answer in found]
     shown = [name for name, _, _ in report.columns(objectives) if name in table]
@@ -62,6 +64,8 @@ def summary_of(table: Table, grid: Grid, sweep: Sweep, found: list[Answer]) -> d
         "status": _counts(table["status"]),
         "level": _counts(table["level"]),
         "evaluated_exactly": exact,
+        "tiers": {"planned": grid.size, CLOSED_FORM: int(np.sum(level != NONE)),
+                  BOUND: bounded, EXACT: exact},
         "exact_share_of_bounded": exact / bounded if bounded else 0.0,
         "objectives": objectives,
         "fronts": sweep.fronts,

@@ -9,11 +9,15 @@ and evaluating.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from xsweep.search.evaluation import Job, Session, evaluate_points
+from xsweep.search.levels import BOUND, EXACT
 from xsweep.search.space.grid import Grid, Walk
 from xsweep.search.space.planner import plan_name, varies_fast
+from xsweep.search.space.screen import columns_of_grid, screen
 from xsweep.search.table import Table
 from xsweep.spec.sweep import Sweep
 
@@ -26,20 +30,36 @@ def bound_walk(sweep: Sweep) -> Walk:
     return Grid(sweep).walk(varies_fast)
 
 
-def bound_chunk(session: Session, job: Job, start: int,
-                stop: int) -> tuple[Table, dict[str, float]]:
+def bound_chunk(session: Session, job: Job, start: int, stop: int,
+                level: str = BOUND) -> tuple[Table, dict[str, float]]:
     """Plan the points at positions ``start .. stop-1`` of :func:`bound_walk` and evaluate
-    the buildable ones at the bound level (rows in that order)."""
-    return _evaluate(session, job, bound_walk(job.sweep).points(start, stop), "bound")
+    the buildable ones at ``level``, the bound level or the closed form (rows in that
+    order)."""
+    return _evaluate(session, job, bound_walk(job.sweep).points(start, stop), level)
+
+
+def bound_batch(session: Session, job: Job,
+                indices: np.ndarray) -> tuple[Table, dict[str, float]]:
+    """Plan ``indices`` again and evaluate them at the bound level (the closed-form tier's
+    rounds: lowered only when their closed form could still reach the answer)."""
+    return _evaluate(session, job, np.asarray(indices), BOUND)
 
 
 def exact_batch(session: Session, job: Job,
                 indices: np.ndarray) -> tuple[Table, dict[str, float]]:
     """Plan ``indices`` again and evaluate them at the exact level."""
-    return _evaluate(session, job, np.asarray(indices), "exact")
+    return _evaluate(session, job, np.asarray(indices), EXACT)
 
 
 def _evaluate(session: Session, job: Job, indices: np.ndarray,
               level: str) -> tuple[Table, dict[str, float]]:
-    names = [plan_name(job.sweep, index) for index in indices.tolist()]
-    return evaluate_points(session, job, indices, Grid(job.sweep).points(indices), names, level)
+    began = time.perf_counter()
+    grid = Grid(job.sweep)
+    screened = screen(job.sweep, job.catalog, columns_of_grid(grid, indices))
+    rest = indices[screened.to_plan]
+    names = [plan_name(job.sweep, index) for index in rest.tolist()]
+    screening = time.perf_counter() - began
+    table, timings = evaluate_points(session, job, indices, grid.points(rest), names, level,
+                                     screened=screened)
+    timings["planning_s"] += screening
+    return table, timings

@@ -1,0 +1,144 @@
+"""The closed-form tier: a lower bound on a plan's iteration time, before it is lowered.
+
+The bound level (``kernels/bound.py``) runs every task of the program at its uncontended
+duration, each starting when its last predecessor ends, and the program spells the
+order of the tasks on a device group's compute stream out as dependencies. So on the
+bound level, and hence on the exact level and in the simulator, an iteration lasts at
+least, for every device group:
+
+- the compute of all its passes: ``m x (forward + backward)`` of one micro-batch on its
+  stage (:func:`xsweep.plan.workload.stage_cost`, the numbers the lowering's compute
+  tasks sum to), plus the TP all-reduces of those passes, which block the stream too. A
+  TP ring inside one node runs over the scale-up links only (out of one GPU, into the
+  next: :meth:`xsweep.plan.topology.Topology.paths`), so each of its tasks lasts at least
+  its flows' hop latencies and NCCL launches plus their bytes over the bus efficiency and
+  the capacity of those links (:mod:`xsweep.plan.transport`); the hops, launches and bytes
+  of a pass's pieces add up to those of one ring of all the pass's all-reduces
+  (:func:`xsweep.plan.collectives.pipelined_ring_flow` is linear in the count). The
+  optimizer's step and other communication only add to it; and, without interleaving,
+- the pipeline's fill and drain: every forward pass of a model chunk on a stage waits
+  for that chunk's forward on every earlier stage of its replica, and every backward pass
+  is followed by that chunk's backward on every earlier stage; the first of a stage's
+  passes is a forward and its last a backward (each forward has its backward after it),
+  so the compute of one chunk's forward and backward on each earlier stage adds to the
+  stage's own. A chunk holds ``1/v`` of a stage's layers (``v`` virtual stages; the whole
+  stage without interleaving), so it lasts at least the sum of the stage's ``n/v``
+  fastest layers.
+
+The largest of these, shrunk by :data:`MARGIN` for the float32 rounding of the batched
+kernels, is the point's ``iteration_time_s`` at the ``closed_form`` level. Its
+``tokens_per_s`` is the matching upper bound (tokens of an iteration over that time), its
+training time and costs per run and per million tokens the matching lower bounds (the
+cluster's capex and hourly rate, as the evaluator prices them, times the bound); every
+other metric has no closed form and stays NaN, which the funnel never prunes on.
+The bound reads no per-point field of the plan (NICs, fabric, resharding, DP overlap,
+gradient buckets): points of one layout share it.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from xsweep.cost import DEFAULT_COST, CostModel, node_rates, run_costs
+from xsweep.plan.collectives import pipelined_ring_flow
+from xsweep.plan.stack import Stack
+from xsweep.plan.workload import stage_cost
+from xsweep.spec import xsweep_pb2 as pb
+from xsweep.spec.catalog import Catalog, GpuSpec, ModelSpec
+from xsweep.spec.resolve import resolve_model, resolve_nodes
+
+#: The bound shrunk by this share: below the batched kernels' float32 rounding, so that
+#: it stays under the bound level's time whatever the dtype.
+MARGIN = 1e-4
+#: The metrics the tier gives (the others have no closed form: NaN). The times and costs
+#: grow with the iteration time and ``tokens_per_s`` falls with it, so at the closed form
+#: each is as good as it can be: never worse than at the bound or exact level.
+METRICS = ("iteration_time_s", "tokens_per_s", "training_time_s", "cost_per_run_usd",
+           "cost_per_million_tokens_usd")
+
+
+def stack_of(plan: pb.DeploymentPlan) -> Stack:
+    """The training-stack options of ``plan`` that set its stages' compute."""
+    t = plan.training
+    names = {pb.NO_RECOMPUTE: "none", pb.SELECTIVE: "selective", pb.FULL: "full"}
+    return Stack(sequence_parallel=t.sequence_parallel, flash_attention=t.flash_attention,
+                 recompute=names.get(t.recompute, "none"), zero_stage=t.zero_stage,
+                 virtual_pipeline_stages=t.virtual_pipeline_stages or 1)
+
+
+def iteration_lower_bound(plan: pb.DeploymentPlan, catalog: Catalog) -> float:
+    """A lower bound on ``plan``'s iteration time in seconds (see the module docstring)."""
+    model = resolve_model(plan, catalog)
+    stack = stack_of(plan)
+    node_of_rank = []
+    nodes = resolve_nodes(plan.cluster, catalog)
+    for index, node in enumerate(nodes):
+        node_of_rank += [index] * node.num_gpus
+    stages: dict[int, dict[int, tuple[float, float, float, float, int]]] = {}
+    for group in plan.device_groups:
+        ranks = list(group.ranks)
+        node = nodes[node_of_rank[ranks[0]]]
+        forward, backward, ring, chunk = _pass_times(
+            model, node.gpu, len(ranks), group.micro_batch_size, group.first_layer,
+            group.last_layer, stack)
+        tp_s = 0.0
+        if len({node_of_rank[r] for r in ranks}) == 1:  # a ring inside one node
+            link = node.scale_up_link
+            ring_bytes, hops, launches = ring
+            tp_s = (ring_bytes / link.bus_efficiency / (node.scale_up_gbps * 1e9 / 8)
+                    + hops * 2 * node.scale_up_latency_ns * 1e-9
+                    + launches * link.launch_latency_us * 1e-6)
+        stages.setdefault(group.dp_replica, {})[group.pp_stage] = (
+            forward, backward, tp_s, chunk, group.num_micro_batches)
+    best = 0.0
+    for replica in stages.values():
+        before = 0.0  # a chunk's forward and backward on every earlier stage
+        for index in sorted(replica):
+            forward, backward, tp_s, chunk, m = replica[index]
+            best = max(best, before + m * (forward + backward + tp_s))
+            before += chunk
+    return best * (1.0 - MARGIN)
+
+
+@functools.lru_cache(maxsize=65536)
+def _pass_times(model: ModelSpec, gpu: GpuSpec, tp: int, b: int, first: int, last: int,
+                stack: Stack) -> tuple[float, float, tuple[float, float, float], float]:
+    """Forward and backward compute of one micro-batch, the bytes, hops and launches each
+    flow of its TP rings waits for (forward and backward together; 0 without TP), and the
+    least forward plus backward compute of one model chunk (its stage's fastest layers)."""
+    c = stage_cost(model, gpu, tp, b, first, last, stack=stack)
+    size = (last - first + 1) // max(stack.virtual_pipeline_stages, 1)
+    chunk = (sum(sorted(c.layer_forward_time_s)[:size])
+             + sum(sorted(c.layer_backward_time_s)[:size]))
+    ring = (0.0, 0.0, 0.0)
+    if tp > 1:
+        counts = (c.tp_allreduces_forward, c.tp_allreduces_backward)
+        flows = [pipelined_ring_flow(tp, c.tp_allreduce_bytes, count) for count in counts]
+        ring = (sum(f[0] for f in flows), sum(f[1] for f in flows),
+                sum(counts) * c.tp_ops_per_allreduce)
+    return c.forward_time_s, c.backward_time_s, ring, chunk
+
+
+def cluster_rates_of(plan: pb.DeploymentPlan, catalog: Catalog,
+                     cost: CostModel = DEFAULT_COST) -> tuple[float, float]:
+    """The capex and hourly rate of ``plan``'s whole cluster priced by ``cost``, as the
+    evaluator gives them (every GPU and NIC port of every node)."""
+    rates = node_rates(resolve_nodes(plan.cluster, catalog), cost)
+    return rates["capex_usd"], rates["cost_rate_usd_per_hour"]
+
+
+def closed_form_metrics(plan: pb.DeploymentPlan, catalog: Catalog,
+                        cost: CostModel = DEFAULT_COST, seconds: float | None = None,
+                        rates: tuple[float, float] | None = None) -> dict[str, float]:
+    """The tier's metrics of ``plan`` priced by ``cost`` (:data:`METRICS`, with the capex
+    and hourly rate of the cluster, which need no time); ``seconds`` and ``rates``, where
+    given, are the plan's :func:`iteration_lower_bound` and :func:`cluster_rates_of`."""
+    seconds = iteration_lower_bound(plan, catalog) if seconds is None else seconds
+    capex, rate = cluster_rates_of(plan, catalog, cost) if rates is None else rates
+    model = resolve_model(plan, catalog)
+    tokens = float(plan.training.global_batch_size * model.seq_length)
+    runs = run_costs(seconds, tokens, plan.training.total_tokens, capex, rate)
+    return {"iteration_time_s": seconds,
+            "tokens_per_s": tokens / seconds if seconds > 0 else float("inf"),
+            **{name: float(runs[name]) for name in METRICS[2:]},
+            "capex_usd": capex, "cost_rate_usd_per_hour": rate}
