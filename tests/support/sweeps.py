@@ -52,13 +52,14 @@ def random_sweeps():
     """A hypothesis strategy of sweep documents that reach every rule of the grid planner:
     one or two pools (some of 0 nodes), TP degrees that do not fit a node or the heads,
     stages beyond the layers, batches that do not split, interleaving, recompute, sequence
-    parallelism, flash attention, ZeRO 0, 1 and 3, both pipeline mixes and layer splits.
+    parallelism, flash attention, ZeRO 0, 1 and 3, BF16 and FP8, TP overlap, both pipeline
+    mixes and layer splits.
     Each axis takes one or two values, so a grid has at most a few thousand points."""
     from hypothesis import strategies as st
 
     @st.composite
     def documents(draw):
-        gpus = draw(st.lists(st.sampled_from(["H100-SXM", "A100-40GB", "A100-80GB"]),
+        gpus = draw(st.lists(st.sampled_from(["H100-SXM", "A100-40GB", "A100-80GB", "B200"]),
                              min_size=1, max_size=2, unique=True))
         pools = [{"gpu": gpu, "nodes": _some(draw, st, [0, 1, 2, 4]),
                   "gpus_per_node": _some(draw, st, [4, 8], 1)} for gpu in gpus]
@@ -74,6 +75,8 @@ def random_sweeps():
                 "flash_attention": _some(draw, st, [False, True]),
                 "virtual_pipeline_stages": _some(draw, st, [1, 2, 3, 4, 32]),
                 "zero_stage": _some(draw, st, [0, 1, 3]),
+                "precision": _some(draw, st, ["bf16", "fp8"]),
+                "tp_comm_overlap": _some(draw, st, [False, True]),
                 "total_tokens": 1e9,
             },
             "cluster": {"pools": pools},

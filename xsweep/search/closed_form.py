@@ -8,7 +8,9 @@ least, for every device group:
 
 - the compute of all its passes: ``m x (forward + backward)`` of one micro-batch on its
   stage (:func:`xsweep.plan.workload.stage_cost`, the numbers the lowering's compute
-  tasks sum to), plus the TP all-reduces of those passes, which block the stream too. A
+  tasks sum to), plus the TP all-reduces of those passes, which block the stream too
+  (with ``tp_comm_overlap`` a piece takes the longer of its compute and its ring, so the
+  group takes at least the longer of the two sums). A
   TP ring inside one node runs over the scale-up links only (out of one GPU, into the
   next: :meth:`xsweep.plan.topology.Topology.paths`), so each of its tasks lasts at least
   its flows' hop latencies and NCCL launches plus their bytes over the bus efficiency and
@@ -45,7 +47,7 @@ from xsweep.plan.stack import Stack
 from xsweep.plan.workload import stage_cost
 from xsweep.spec import xsweep_pb2 as pb
 from xsweep.spec.catalog import Catalog, GpuSpec, ModelSpec
-from xsweep.spec.resolve import resolve_model, resolve_nodes
+from xsweep.spec.resolve import resolve_model, resolve_nodes, resolve_training
 
 #: The bound shrunk by this share: below the batched kernels' float32 rounding, so that
 #: it stays under the bound level's time whatever the dtype.
@@ -58,12 +60,10 @@ METRICS = ("iteration_time_s", "tokens_per_s", "training_time_s", "cost_per_run_
 
 
 def stack_of(plan: pb.DeploymentPlan) -> Stack:
-    """The training-stack options of ``plan`` that set its stages' compute."""
-    t = plan.training
-    names = {pb.NO_RECOMPUTE: "none", pb.SELECTIVE: "selective", pb.FULL: "full"}
-    return Stack(sequence_parallel=t.sequence_parallel, flash_attention=t.flash_attention,
-                 recompute=names.get(t.recompute, "none"), zero_stage=t.zero_stage,
-                 virtual_pipeline_stages=t.virtual_pipeline_stages or 1)
+    """The training-stack options of ``plan`` (those that set its stages' compute, its
+    precision among them, and whether its TP communication overlaps the compute), as the
+    plan's validation reads them, unset options at their defaults."""
+    return resolve_training(plan.training).stack
 
 
 def iteration_lower_bound(plan: pb.DeploymentPlan, catalog: Catalog) -> float:
@@ -95,7 +95,11 @@ def iteration_lower_bound(plan: pb.DeploymentPlan, catalog: Catalog) -> float:
         before = 0.0  # a chunk's forward and backward on every earlier stage
         for index in sorted(replica):
             forward, backward, tp_s, chunk, m = replica[index]
-            best = max(best, before + m * (forward + backward + tp_s))
+            # overlapped, each piece takes the longer of its compute and its TP ring: at
+            # least the longer of their sums
+            own = (max(forward + backward, tp_s) if stack.tp_comm_overlap
+                   else forward + backward + tp_s)
+            best = max(best, before + m * own)
             before += chunk
     return best * (1.0 - MARGIN)
 

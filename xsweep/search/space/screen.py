@@ -13,7 +13,7 @@ A point the arrays prove infeasible gets the planner's reason, word for word, it
 reason, the planner's memory per GPU. Every other point is left to the per-point
 planner: those the arrays find feasible (the planner builds their plan) and those whose
 rules are too intricate for them (several pools with nodes, FSDP with uneven replicas,
-a device-group or micro-batch limit reached, an unknown schedule). The arrays never
+a device-group or micro-batch limit reached, an unknown schedule, FP8's memory). The arrays never
 call a point infeasible that the planner would build.
 """
 
@@ -183,6 +183,20 @@ def _screen_model(sweep: Sweep, catalog: Catalog, model, columns, v: _Verdicts,
     v.fail(batch % b != 0, "batch",
            lambda g, m: f"global batch {g} is not a multiple of micro-batch size {m}", batch, b)
     micro = batch // b
+    # _check_precision: the first pool with nodes without FP8 tensor cores
+    precision = _col(columns, "training.precision", n, "bf16")
+    fp8 = precision == "fp8"
+    for i, pool in enumerate(pools):
+        gpu = catalog.gpu(pool.gpu)
+        if not gpu.has_fp8:
+            v.fail(fp8 & active[i], "precision",
+                   lambda name=pool.gpu, canonical=gpu.name: f"FP8 needs FP8 tensor cores, "
+                   f"and pool {name} ({canonical}) has none")
+    # _check_tp_overlap
+    overlap = _col(columns, "training.tp_comm_overlap", n, False).astype(bool)
+    sequence_parallel = _col(columns, "training.sequence_parallel", n, True).astype(bool)
+    v.fail(overlap & ~sequence_parallel, "tp_overlap",
+           lambda: "TP communication overlap needs sequence parallelism")
     # _check_interleaving
     inter = virtual != 1
     for name in np.unique(schedule):
@@ -247,7 +261,8 @@ def _screen_model(sweep: Sweep, catalog: Catalog, model, columns, v: _Verdicts,
     chunks = micro // unit
     uneven = chunks % np.maximum(replicas, 1) != 0
     known = np.isin(schedule, ("gpipe", "1f1b"))
-    v.defer((count != 1) | ((zero == 3) & uneven) | ~known
+    # FP8's memory (weight copies, 1-byte saved inputs) is the planner's to count
+    v.defer((count != 1) | ((zero == 3) & uneven) | ~known | fp8
             | (total > limits.device_groups))
     for i, pool in enumerate(pools):
         rows_i = np.flatnonzero(v.open & active[i])
