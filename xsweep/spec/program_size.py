@@ -56,7 +56,7 @@ def estimate_program_size(plan: xsweep_pb2.DeploymentPlan) -> int:
     """
     t = plan.training
     key = (groups_bytes(plan), t.virtual_pipeline_stages, t.zero_stage, t.dp_overlap,
-           t.resharding)
+           t.resharding, t.tp_comm_overlap)
     return _SIZES.get(key, lambda: _estimate(plan))
 
 

@@ -154,7 +154,8 @@ def _checked(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str | None
     groups = groups_bytes(plan)
     key = (groups, cluster.gpus_per_node, model.num_attention_heads, model.num_layers,
            training.global_batch_size, training.virtual_pipeline_stages, training.schedule,
-           training.zero_stage, training.dp_overlap, training.resharding, limits)
+           training.zero_stage, training.dp_overlap, training.resharding,
+           training.tp_comm_overlap, limits)
     typed, size = _GROUPS.get(key, lambda: _check_structure(plan, groups, model, cluster,
                                                             file, limits))
     entries = (*((("models", plan.model.preset, preset),) if preset is not None else ()),
