@@ -208,21 +208,8 @@ def evaluate_points(session: Session, job: Job, numbers: np.ndarray, points: Ite
         ordered = sorted(by_plan, key=layout_of.__getitem__)
         members = [by_plan[key] for key in ordered]
         if level == CLOSED_FORM:  # arithmetic on each plan: nothing lowered
-            # its iteration bound is the layout's (per-point fields leave it unchanged), the
-            # cluster's price that of its nodes' GPUs and NICs
-            found = []
-            for key in ordered:
-                plan = plans[key]
-                seconds = lower_bounds.get(layout_of[key])
-                if seconds is None:
-                    seconds = lower_bounds[layout_of[key]] = iteration_lower_bound(
-                        plan, job.catalog)
-                nodes = (cost, tuple((n.gpu, n.num_gpus, n.nic) for n in plan.cluster.nodes))
-                if nodes not in prices:
-                    prices[nodes] = cluster_rates_of(plan, job.catalog, cost)
-                found.append({**closed_form_metrics(plan, job.catalog, cost, seconds,
-                                                    prices[nodes]),
-                              "status": "ok", "feasible": True})
+            found = [_closed_form_row(job, plans[key], layout_of[key], cost, lower_bounds,
+                                      prices) for key in ordered]
         else:
             found = session.results(job, {key: plans[key] for key in ordered}, cost, level,
                                      timings, progress)
@@ -242,6 +229,21 @@ def evaluate_points(session: Session, job: Job, numbers: np.ndarray, points: Ite
             rows[name] = values
     timings[f"{level}_s"] = time.perf_counter() - planned
     return from_rows(rows), timings
+
+
+def _closed_form_row(job: Job, plan, layout: int, cost, lower_bounds: dict[int, float],
+                     prices: dict[tuple, tuple[float, float]]) -> dict:
+    """A plan's closed-form metrics: its iteration bound is its layout's (per-point fields
+    leave it unchanged: ``lower_bounds`` keeps it by layout), its cluster's price that of
+    its nodes' GPUs and NICs (``prices`` keeps it by pricing and nodes)."""
+    seconds = lower_bounds.get(layout)
+    if seconds is None:
+        seconds = lower_bounds[layout] = iteration_lower_bound(plan, job.catalog)
+    nodes = (cost, tuple((n.gpu, n.num_gpus, n.nic) for n in plan.cluster.nodes))
+    if nodes not in prices:
+        prices[nodes] = cluster_rates_of(plan, job.catalog, cost)
+    return {**closed_form_metrics(plan, job.catalog, cost, seconds, prices[nodes]),
+            "status": "ok", "feasible": True}
 
 
 def plan_digest(key: bytes, cost) -> str:

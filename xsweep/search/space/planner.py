@@ -226,35 +226,19 @@ class Planner:
         b, batch = point["parallelism.micro_batch_size"], point["training.global_batch_size"]
         p, mix = point["parallelism.pp"], point["parallelism.pipeline_mix"]
         stack = layout_stack(point)
-        v = stack.virtual_pipeline_stages
-        reason = (_check(pools, model, p, b, batch)
-                  or _check_precision(pools, stack.precision)
-                  or _check_tp_overlap(point)
-                  or _check_interleaving(model, p, v, batch // b, point["training.schedule"]))
-        if reason:
-            return Infeasible(reason)
         # Arithmetic first: nothing per GPU, TP group or replica exists until the point is
         # known to have a layout within the GPU limit.
-        replicas = _replica_count(pools, p, mix)
-        if isinstance(replicas, str):
-            return Infeasible(replicas)
-        micro_batches = batch // b
-        unit = p if v > 1 else 1  # interleaving: each replica's count a multiple of pp
-        if micro_batches // unit < replicas:
-            per = f" in multiples of the {p} stages" if unit > 1 else ""
-            return Infeasible(f"{micro_batches} micro-batches (global batch {batch} / "
-                              f"micro-batch {b}) cannot feed {replicas} replicas{per}")
-        gpus = sum(pool.nodes * pool.gpus_per_node for pool in pools)
-        reason = over_limit(gpus, self._limits, "gpus", f"the cluster's GPU count ({gpus:,})")
+        reason = self._arithmetic(point, pools, model, stack)
         if reason:
             return Infeasible(reason)
+        unit = p if stack.virtual_pipeline_stages > 1 else 1  # interleaving: multiples of pp
         layout = _replicas_separate(pools, p) if mix == "separate" else _replicas_mixed(pools, p)
         shapes = [self._split(model, pools, stages, b, stack,
                               point["parallelism.layer_split"]) for stages in layout.kinds]
         times = [max(self._stage_time_s(model, pools[s.pool], b, s, stack) for s in shape)
                  for shape in shapes]
         counts = [unit * c for c in
-                  apportion(micro_batches // unit, [1.0 / times[k] for k in layout.kind_of])]
+                  apportion(batch // b // unit, [1.0 / times[k] for k in layout.kind_of])]
         if stack.zero_stage == 3:
             reason = _check_fsdp(pools, shapes, layout.kind_of, counts)
             if reason:
@@ -263,15 +247,45 @@ class Planner:
                                          stack)
         if worst:
             return Infeasible(worst, memory_gib)
-        groups, most = sum(pool.tp_groups for pool in pools), max(counts)
-        reason = (over_limit(groups, self._limits, "device_groups",
-                             f"the number of device groups ({groups:,} TP groups)")
-                  or over_limit(most, self._limits, "micro_batches",
-                                f"the micro-batches of one replica ({most:,})"))
+        reason = self._size_limits(pools, counts)
         if reason:
             return Infeasible(reason, memory_gib)
         return _Template(_build(point, pools, shapes, layout, counts, b, self.sweep),
                          tuple(p.index for p in pools for _ in range(p.nodes)), memory_gib)
+
+    def _arithmetic(self, point: Point, pools: list[_Pool], model: ModelSpec,
+                    stack: Stack) -> str:
+        """Why the point has no layout, by arithmetic on its axes alone ("" if it may have
+        one): the pools, model and batch, the precision, TP overlap and interleaving, the
+        replicas its TP groups form and the micro-batches they get, the GPU limit."""
+        b, batch = point["parallelism.micro_batch_size"], point["training.global_batch_size"]
+        p, v = point["parallelism.pp"], stack.virtual_pipeline_stages
+        reason = (_check(pools, model, p, b, batch)
+                  or _check_precision(pools, stack.precision)
+                  or _check_tp_overlap(point)
+                  or _check_interleaving(model, p, v, batch // b, point["training.schedule"]))
+        if reason:
+            return reason
+        replicas = _replica_count(pools, p, point["parallelism.pipeline_mix"])
+        if isinstance(replicas, str):
+            return replicas
+        micro_batches = batch // b
+        unit = p if v > 1 else 1  # interleaving: each replica's count a multiple of pp
+        if micro_batches // unit < replicas:
+            per = f" in multiples of the {p} stages" if unit > 1 else ""
+            return (f"{micro_batches} micro-batches (global batch {batch} / micro-batch {b}) "
+                    f"cannot feed {replicas} replicas{per}")
+        gpus = sum(pool.nodes * pool.gpus_per_node for pool in pools)
+        return over_limit(gpus, self._limits, "gpus", f"the cluster's GPU count ({gpus:,})")
+
+    def _size_limits(self, pools: list[_Pool], counts: list[int]) -> str:
+        """Why the layout is too large to evaluate ("" if it is not): its device groups or
+        one replica's micro-batches over their limits."""
+        groups, most = sum(pool.tp_groups for pool in pools), max(counts)
+        return (over_limit(groups, self._limits, "device_groups",
+                           f"the number of device groups ({groups:,} TP groups)")
+                or over_limit(most, self._limits, "micro_batches",
+                              f"the micro-batches of one replica ({most:,})"))
 
     def _pools(self, point: Point) -> list[_Pool]:
         active = []
