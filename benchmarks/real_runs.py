@@ -62,22 +62,28 @@ def check(catalog, path: Path) -> dict:
     }
 
 
+def candidate_catalogs(field: str, gpus: tuple[str, ...], fractions: tuple[float, ...]):
+    """(fraction, the shipped catalog with ``field`` of ``gpus`` set to it) for each
+    candidate, through a user catalog file as a user would override it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for fraction in fractions:
+            mine = Path(tmp) / f"{field}-{fraction}.yaml"
+            mine.write_text("gpus:\n" + "".join(f"  {gpu}: {{{field}: {fraction}}}\n"
+                                                 for gpu in gpus), encoding="utf-8")
+            yield fraction, load_catalog([mine])
+
+
 def calibration_sweep() -> None:
     """The largest error over the Megatron runs for each candidate A100 GEMM fraction."""
     print("A100 sustained GEMM fraction: largest error over the five runs")
-    with tempfile.TemporaryDirectory() as tmp:
-        for fraction in A100_CANDIDATES:
-            mine = Path(tmp) / f"a100-{fraction}.yaml"
-            mine.write_text("gpus:\n" + "".join(
-                f"  {gpu}: {{gemm_efficiency: {fraction}}}\n"
-                for gpu in ("A100-40GB", "A100-80GB")), encoding="utf-8")
-            catalog = load_catalog([mine])
-            errors = []
-            for run in RUNS:
-                r = check(catalog, MEGATRON_DIR / f"{run}.pbtxt")
-                errors.append(r["tflops"] / r["published"] - 1)
-            print(f"  {fraction:<6} {max(errors, key=abs):+.1%}   ("
-                  + ", ".join(f"{e:+.1%}" for e in errors) + ")")
+    for fraction, catalog in candidate_catalogs("gemm_efficiency", ("A100-40GB", "A100-80GB"),
+                                                A100_CANDIDATES):
+        errors = []
+        for run in RUNS:
+            r = check(catalog, MEGATRON_DIR / f"{run}.pbtxt")
+            errors.append(r["tflops"] / r["published"] - 1)
+        print(f"  {fraction:<6} {max(errors, key=abs):+.1%}   ("
+              + ", ".join(f"{e:+.1%}" for e in errors) + ")")
 
 
 # published.md: tokens/s per GPU (None: not published) and MFU as the project reports it.
@@ -140,20 +146,15 @@ def hopper_fp8(catalog) -> None:
               f"{tokens:>10,}{per_gpu / tokens - 1:>+8.1%}")
     print("\nHopper sustained FP8 GEMM fraction: largest error over the calibration rows "
           "(held-out rows after |)")
-    with tempfile.TemporaryDirectory() as tmp:
-        for fraction in FP8_CANDIDATES:
-            mine = Path(tmp) / f"fp8-{fraction}.yaml"
-            mine.write_text("gpus:\n" + "".join(
-                f"  {gpu}: {{fp8_gemm_efficiency: {fraction}}}\n"
-                for gpu in ("H100-SXM", "H200")), encoding="utf-8")
-            candidate = load_catalog([mine])
-            errors = {name: tokens_per_gpu(candidate, name)[0] / tokens - 1
-                      for name, (tokens, _) in NEMO_RUNS.items()}
-            fit = [e for name, e in errors.items() if NEMO_RUNS[name][1]]
-            held = [e for name, e in errors.items() if not NEMO_RUNS[name][1]]
-            print(f"  {fraction:<6} {max(fit, key=abs):+.1%}   ("
-                  + ", ".join(f"{e:+.1%}" for e in fit) + " | "
-                  + ", ".join(f"{e:+.1%}" for e in held) + ")")
+    for fraction, candidate in candidate_catalogs("fp8_gemm_efficiency", ("H100-SXM", "H200"),
+                                                  FP8_CANDIDATES):
+        errors = {name: tokens_per_gpu(candidate, name)[0] / tokens - 1
+                  for name, (tokens, _) in NEMO_RUNS.items()}
+        fit = [e for name, e in errors.items() if NEMO_RUNS[name][1]]
+        held = [e for name, e in errors.items() if not NEMO_RUNS[name][1]]
+        print(f"  {fraction:<6} {max(fit, key=abs):+.1%}   ("
+              + ", ".join(f"{e:+.1%}" for e in fit) + " | "
+              + ", ".join(f"{e:+.1%}" for e in held) + ")")
 
 
 def main() -> None:
