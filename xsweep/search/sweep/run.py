@@ -358,6 +358,8 @@ def _funnel_phase(table: Table, grid: Grid, folder: SweepFolder, job: Job, execu
                                   out)
         return out
     while len(picks := cheap.next_round()):
+        show(f"closed-form round {cheap.rounds}: lowering and bounding {len(picks):,} "
+             "points")
         batches = [picks[i: i + options.bound_batch]
                    for i in range(0, len(picks), options.bound_batch)]
         found = {b: _current(folder.load_exact(cheap.rounds, b, points, "lowered"))
@@ -377,7 +379,8 @@ def _funnel_phase(table: Table, grid: Grid, folder: SweepFolder, job: Job, execu
         values = objective_matrix(table, sweep.objectives)[picks]
         cheap.record(picks, values, done)
         cheap.prune()
-        show(f"closed-form round {cheap.rounds}: {len(picks):,} points lowered and bounded; "
+        show(f"closed-form round {cheap.rounds} done (its points' exact rounds above): "
+             f"{len(picks):,} points lowered and bounded; "
              f"{int(cheap.evaluated.sum()):,} lowered, {int(cheap.pruned.sum()):,} pruned "
              f"at the closed form, {int(cheap.remaining.sum()):,} left", final=True)
     out.closed_form_rounds = cheap.rounds
