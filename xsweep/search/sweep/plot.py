@@ -10,6 +10,7 @@ import warnings
 import numpy as np
 
 from xsweep.metrics import metric_of
+from xsweep.report.charts import use_log
 from xsweep.search.evaluation import exact_feasible
 from xsweep.search.space.grid import Grid
 from xsweep.search.sweep.results import Answer
@@ -24,8 +25,6 @@ def label(name: str) -> str:
 
 #: Colours of the work groups' fronts, in order (then again).
 FRONT_COLOURS = ("#d1495b", "#00798c", "#edae49", "#66a182", "#2e4057", "#8d96a3")
-#: A positive axis whose values span at least a decade (this ratio) is drawn on a log scale.
-LOG_SPAN = 10.0
 #: Fronts of more plans than this have only their ends and every few points labelled.
 MOST_LABELS = 12
 
@@ -77,8 +76,7 @@ def pareto_png(table: Table, grid: Grid, objectives: list[str], found: list[Answ
                               fontsize=7, color=colour)
     shown = exact | pruned
     for values, scale in ((x[shown], axes.set_xscale), (y[shown], axes.set_yscale)):
-        finite = values[np.isfinite(values)]
-        if len(finite) and finite.min() > 0 and finite.max() / finite.min() >= LOG_SPAN:
+        if use_log(values.tolist()):  # the report's rule, so the page and the PNG agree
             scale("log")
     axes.set_xlabel(label(x_name))
     axes.set_ylabel(label(y_name))
