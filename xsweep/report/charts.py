@@ -171,14 +171,17 @@ def _finite(px: float, py: float, x: Axis, y: Axis) -> bool:
     return ok and not (x.log and px <= 0) and not (y.log and py <= 0)
 
 
+def _x_ticks(x: Axis, top: float, bottom: float) -> list[str]:
+    """A grid line from ``top`` to ``bottom`` at each tick of ``x``, its value below."""
+    return [f'<line x1="{x(t):.1f}" y1="{top}" x2="{x(t):.1f}" y2="{bottom}" stroke="{GRID}"/>'
+            f'<text x="{x(t):.1f}" y="{bottom + 15}" text-anchor="middle" font-size="11" '
+            f'fill="{INK}">{esc(fmt(t))}</text>' for t in x.ticks()]
+
+
 def _grid(x: Axis, y: Axis, left: float, right: float, top: float, bottom: float) -> list[str]:
     out = [f'<rect x="{left}" y="{top}" width="{right - left}" height="{bottom - top}" '
            f'fill="none" stroke="#999"/>']
-    for t in x.ticks():
-        px = x(t)
-        out.append(f'<line x1="{px:.1f}" y1="{top}" x2="{px:.1f}" y2="{bottom}" stroke="{GRID}"/>'
-                   f'<text x="{px:.1f}" y="{bottom + 15}" text-anchor="middle" font-size="11" '
-                   f'fill="{INK}">{esc(fmt(t))}</text>')
+    out += _x_ticks(x, top, bottom)
     for t in y.ticks():
         py = y(t)
         out.append(f'<line x1="{left}" y1="{py:.1f}" x2="{right}" y2="{py:.1f}" stroke="{GRID}"/>'
@@ -220,11 +223,7 @@ def stacked_bars(bars: Sequence[Bar], colours: dict[str, str], unit: str, title:
     x = Axis.over(ends or [1.0], left, right, log=False, zero=True)
     body = [f'<text x="{WIDTH / 2:.0f}" y="20" text-anchor="middle" font-size="14" '
             f'font-weight="600" fill="{INK}">{esc(title)}</text>']
-    for t in x.ticks():
-        px = x(t)
-        body.append(f'<line x1="{px:.1f}" y1="{top}" x2="{px:.1f}" y2="{bottom}" '
-                    f'stroke="{GRID}"/><text x="{px:.1f}" y="{bottom + 14}" '
-                    f'text-anchor="middle" font-size="11" fill="{INK}">{esc(fmt(t))}</text>')
+    body += _x_ticks(x, top, bottom)
     body.append(f'<text x="{(left + right) / 2:.0f}" y="{bottom + 30}" text-anchor="middle" '
                 f'fill="{INK}">{esc(unit)}</text>')
     for k, bar in enumerate(bars):

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -283,26 +282,10 @@ def read_validation(folder: Path) -> dict | None:
 
 
 def _table(store: Path, objectives: tuple[str, ...], catalog) -> dict[str, np.ndarray]:
-    import xarray as xr
+    from xsweep.search.dataset import open_sweep_dataset
 
-    from xsweep.search.evaluation import catalog_version
-
-    try:
-        with warnings.catch_warnings():  # zarr's notes on (missing) consolidated metadata
-            warnings.simplefilter("ignore")
-            ds = xr.open_zarr(store)
-    except (OSError, ValueError, KeyError) as error:
-        raise InputError(str(store), None, None, f"cannot be read as a dataset: {error}") from None
-    version = catalog_version(catalog)
-    if ds.attrs.get("catalog_version", version) != version:
-        raise InputError(str(store), "catalog_version", ds.attrs["catalog_version"],
-                         f"the sweep ran with another catalog than this one ({version}); "
-                         "pass the --catalog files it used")
     wanted = tuple(dict.fromkeys((*COLUMNS, *objectives)))
-    missing = [name for name in wanted if name not in ds.data_vars]
-    if missing:
-        raise InputError(str(store), None, None, f"lacks {', '.join(missing)}: not the dataset "
-                         "of a sweep written by xsweep sweep")
+    ds = open_sweep_dataset(store, catalog, wanted)
     points = ds["point"].values.ravel()
     order = np.argsort(points, kind="stable")
     if not np.array_equal(points[order], np.arange(len(points))):

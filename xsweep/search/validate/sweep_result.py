@@ -7,14 +7,14 @@ long as the catalog is the same: a folder written with another catalog is refuse
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from xsweep.errors import InputError
-from xsweep.search.evaluation import PLAN_DIGEST, catalog_version, exact_feasible, plan_ids
+from xsweep.search.dataset import open_sweep_dataset
+from xsweep.search.evaluation import PLAN_DIGEST, exact_feasible, plan_ids
 from xsweep.search.pareto import objective_matrix
 from xsweep.search.space.grid import Grid
 from xsweep.search.space.planner import Built, Planner, plan_name
@@ -85,25 +85,8 @@ def open_sweep_result(folder: Path, catalog: Catalog) -> SweepResult:
       InputError: the dataset cannot be read or lacks what a sweep writes, or another
         catalog made it.
     """
-    import xarray as xr
-
     store = folder / DATASET
-    try:
-        with warnings.catch_warnings():  # zarr's notes on (missing) consolidated metadata
-            warnings.simplefilter("ignore")
-            ds = xr.open_zarr(store)
-    except (OSError, ValueError, KeyError) as error:
-        raise InputError(str(store), None, None, f"cannot be read as a dataset: {error}") from None
-    missing = [name for name in _ATTRS if name not in ds.attrs]
-    missing += [name for name in (*_COLUMNS, *COMPARED) if name not in ds.data_vars]
-    if missing:
-        raise InputError(str(store), None, None, f"lacks {', '.join(missing)}: not the dataset "
-                         "of a sweep written by xsweep sweep")
-    version = catalog_version(catalog)
-    if ds.attrs["catalog_version"] != version:
-        raise InputError(str(store), "catalog_version", ds.attrs["catalog_version"],
-                         f"the sweep ran with another catalog than this one ({version}); "
-                         "pass the --catalog files it used, or run the sweep again")
+    ds = open_sweep_dataset(store, catalog, (*_COLUMNS, *COMPARED), _ATTRS)
     sweep = sweep_from_text(ds.attrs["sweep_yaml"], f"{store} (attribute sweep_yaml)", catalog)
     points = ds["point"].values.ravel()
     order = np.argsort(points)
