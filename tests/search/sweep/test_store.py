@@ -101,6 +101,19 @@ def test_a_folder_with_foreign_results_is_refused(tmp_path):
         SweepFolder(tmp_path).claim(MANIFEST, overwrite=False)
 
 
+def test_a_run_killed_before_it_wrote_anything_leaves_a_folder_the_next_takes(tmp_path):
+    # killed between making its empty work folders and writing its manifest
+    for name in ("bound", "exact", "lowered"):
+        (tmp_path / "work" / name).mkdir(parents=True)
+    (tmp_path / "work" / "manifest.json.partial-123").write_text("{")
+    assert SweepFolder(tmp_path).claim(MANIFEST, overwrite=False) is False
+    assert SweepFolder(tmp_path).claim(MANIFEST, overwrite=False) is True  # now it is ours
+    (tmp_path / "work" / "manifest.json").unlink()  # a finished chunk without its manifest
+    (tmp_path / "work" / "bound" / "chunk-0.npz").write_bytes(b"x")
+    with pytest.raises(InputError, match="holds results this run did not write"):
+        SweepFolder(tmp_path).claim(MANIFEST, overwrite=False)
+
+
 def test_publish_replaces_outputs_whole(tmp_path):
     folder = SweepFolder(tmp_path)
     folder.claim(MANIFEST, overwrite=False)

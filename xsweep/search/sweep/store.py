@@ -69,7 +69,7 @@ class SweepFolder:
         """
         refuse_foreign(self.root, "sweep")
         found = self._manifest()
-        ours = any(self.path(name).exists() for name in OUTPUTS) or self.work.exists()
+        ours = any(self.path(name).exists() for name in OUTPUTS) or self._work_done()
         if found == manifest and not overwrite:
             self._sweep_partials()
             return True
@@ -84,6 +84,12 @@ class SweepFolder:
         (self.work / "lowered").mkdir(parents=True, exist_ok=True)
         _write_text(self.work / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True))
         return False
+
+    def _work_done(self) -> bool:
+        """Whether ``work/`` holds anything a run wrote (a finished chunk, a manifest): a run
+        killed as it made its empty folders left nothing to protect."""
+        return self.work.exists() and any(p.is_file() and _PARTIAL not in p.name
+                                          for p in self.work.rglob("*"))
 
     def _manifest(self) -> dict | None:
         try:
