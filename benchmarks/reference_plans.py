@@ -190,6 +190,7 @@ class MegatronRun:
     micro_batch: int
     tflops_per_gpu: float  # achieved teraFLOP/s per GPU, with recompute FLOPs (eq. 3)
     ddp: str  # "torch": PyTorch DDP (overlapped buckets); "local": Megatron's, after backward
+    vp: int = 1  # model chunks per stage (--num-layers-per-virtual-pipeline-stage)
 
 
 MEGATRON_RUNS = (
@@ -199,23 +200,36 @@ MEGATRON_RUNS = (
     MegatronRun("gpt-18.4b", 40, 6144, 48, 8, 1, 256, 1024, 8, 135, "torch"),
     MegatronRun("gpt-39.1b", 48, 8192, 64, 8, 2, 512, 1536, 4, 138, "local"),
 )
+#: The deeper rows of the same table, held out: no number of the model was set with them.
+#: Interleaved as the run script runs them (layers per virtual stage 5, 5, 3, 1; none for 1T).
+MEGATRON_HELD_OUT = (
+    MegatronRun("gpt-76.1b", 60, 10240, 80, 8, 4, 1024, 1792, 2, 140, "local", vp=3),
+    MegatronRun("gpt-145.6b", 80, 12288, 96, 8, 8, 1536, 2304, 2, 148, "local", vp=2),
+    MegatronRun("gpt-310.1b", 96, 16384, 128, 8, 16, 1920, 2160, 1, 155, "local", vp=2),
+    MegatronRun("gpt-529.6b", 105, 20480, 128, 8, 35, 2520, 2520, 1, 163, "local", vp=3),
+    MegatronRun("gpt-1008b", 128, 25600, 160, 8, 64, 3072, 3072, 1, 163, "local"),
+)
 #: PyTorch DDP's default bucket, bucket_cap_mb = 25 (MiB), in fp16 parameters.
 TORCH_DDP_BUCKET_PARAMS = 25 * 2**20 // 2
 
 MEGATRON_HEADER = """\
-# Calibration run: Narayanan et al. (2021), "Efficient Large-Scale Language Model Training
+# {role}: Narayanan et al. (2021), "Efficient Large-Scale Language Model Training
 # on GPU Clusters Using Megatron-LM", Table 1: GPT {params}, {gpus} A100-80GB GPUs (DGX
 # A100 nodes of 8 on Selene), TP {tp}, PP {pp}, global batch {batch}: {tflops} achieved
 # teraFLOP/s per GPU, counted with the recompute FLOPs of the paper's eq. 3.
 # Micro-batch {micro} and data parallelism {ddp_text}:
-#   NVIDIA/Megatron-LM examples/sc21/run_table_1.sh.
+#   NVIDIA/Megatron-LM examples/sc21/run_table_1.sh.{vp_text}
 # Stated by the paper: vocabulary 51,200, sequence 2048, mixed precision (fp16; the
 #   same peak as bf16), activation recompute of every layer ("--recompute-method
 #   uniform"), 8 x 200 Gb/s InfiniBand HDR per node (ConnectX-6, one per GPU).
 # Stack of 2021: no sequence parallelism, no fused (flash) attention, 1F1B.
 # Assumed: GPT blocks with a 4h GELU FFN, dropout (0.1 in Megatron's GPT recipe),
-#   rail-optimized fabric. These runs set the A100's sustained GEMM rate (gpus.yaml).
+#   rail-optimized fabric. {role_text}
 """
+MEGATRON_ROLE = {
+    True: ("Calibration run", "These runs set the A100's sustained GEMM rate (gpus.yaml)."),
+    False: ("Held-out run", "Held out: no number of the model was set with this run."),
+}
 DDP_TEXT = {
     "torch": ("PyTorch DDP (DDP_impl torch):\n#   gradient all-reduce in buckets of "
               "25 MiB (its default, 13,107,200 fp16 parameters)\n#   overlapped with the "
@@ -230,7 +244,8 @@ def megatron_plan(run: MegatronRun) -> pb.DeploymentPlan:
     replica = ReplicaReq(stages, run.micro_batch, run.batch // dp // run.micro_batch)
     torch_ddp = run.ddp == "torch"
     stack = Stack(sequence_parallel=False, flash_attention=False, recompute="full",
-                  dp_overlap=torch_ddp, dp_bucket_params=TORCH_DDP_BUCKET_PARAMS if torch_ddp else 0)
+                  dp_overlap=torch_ddp, dp_bucket_params=TORCH_DDP_BUCKET_PARAMS if torch_ddp else 0,
+                  virtual_pipeline_stages=run.vp)
     plan = build_plan(run.name, "", [NodeReq("A100-80GB", 8, "cx6")] * (run.gpus // 8),
                       [replica] * dp, stack=stack)
     _explicit_gpt(plan.model, run.layers, run.hidden, run.heads, vocab=51200, seq=2048,
@@ -405,11 +420,15 @@ def main() -> None:
                                          split_text=SPLIT_TEXT[balanced])
             _write(SPACES / "paper" / f"{config.name.lower()}-{regime}.pbtxt", header,
                    paper_plan(config, regime, catalog))
-    for run in MEGATRON_RUNS:
+    for run in MEGATRON_RUNS + MEGATRON_HELD_OUT:
+        role, role_text = MEGATRON_ROLE[run in MEGATRON_RUNS]
         header = MEGATRON_HEADER.format(
             params=run.name.removeprefix("gpt-").upper(), gpus=run.gpus, tp=run.tp, pp=run.pp,
             batch=run.batch, tflops=run.tflops_per_gpu, micro=run.micro_batch,
-            ddp_text=DDP_TEXT[run.ddp])
+            ddp_text=DDP_TEXT[run.ddp], role=role, role_text=role_text,
+            vp_text=(f"\n# Interleaved 1F1B, {run.vp} model chunks per stage (the script's "
+                     f"--num-layers-per-virtual-pipeline-stage {run.layers // run.pp // run.vp})."
+                     if run.vp > 1 else ""))
         _write(SPACES / "megatron" / f"{run.name}.pbtxt", header, megatron_plan(run))
     for name, (tp, pp, dp, nodes, stack, stack_text) in PEER_PLANS.items():
         header = PEER_HEADER.format(

@@ -37,9 +37,10 @@ class Limits:
     device_groups: int = 65_536  # device groups of one plan (one per GPU at most)
     micro_batches: int = 65_536  # micro-batches of one replica per iteration
     # tasks + flows of one plan's lowered program: what a plan costs to evaluate grows
-    # with it (xsweep.spec.program_size.program_cost), about 8 GB and a minute and a half
-    # at this default, which every real configuration up to 65,536 GPUs stays below
-    program_size: int = 10_000_000
+    # with it (xsweep.spec.program_size.program_cost), about 14 GB and three minutes at
+    # this default. The largest published configuration we know, Megatron-LM's 530B GPT
+    # (2,520 GPUs, 280 micro-batches of 35 stages of 3 chunks), is 10.0 million
+    program_size: int = 20_000_000
 
     @staticmethod
     def env_name(name: str) -> str:
