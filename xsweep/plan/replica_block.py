@@ -17,9 +17,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from xsweep.plan.collectives import all_to_all_pairs
 from xsweep.plan.pieces import Piece, piece_name
 from xsweep.plan.program import Category, TaskColumns, TaskKind
-from xsweep.plan.collectives import all_to_all_pairs
 from xsweep.plan.values import KeyTable, PassTime, ep_keys, tp_ring_keys
 from xsweep.ragged import owners_and_places, run_starts
 
