@@ -99,6 +99,11 @@ def test_routed_activations_grow_with_the_imbalance(catalog):
             for x in (1.0, 2.0)]
     assert held[1].activations_gib > held[0].activations_gib
     assert held[1].weights_gib == held[0].weights_gib
+    # at EP 1 every rank holds a slice of every expert and takes every token
+    gpu = catalog.gpu("H100-SXM")
+    even, skewed = (workload.stage_cost(m, gpu, 8, 1, 1, 8, stack=Stack(moe_imbalance=x))
+                    for x in (1.0, 2.0))
+    assert dataclasses.astuple(even) == dataclasses.astuple(skewed)
 
 
 def test_all_to_all_flows_are_pairwise():

@@ -342,8 +342,12 @@ def _block_ops(model: ModelSpec, micro_batch_size: int, shard: TpShard, tp: int,
 
 
 def moe_load(model: ModelSpec, stack: Stack) -> float:
-    """Token copies the busiest expert takes over the mean: the assumed imbalance
-    (``stack.moe_imbalance``), capped by the capacity factor when tokens are dropped."""
+    """Token copies the busiest rank of experts takes over the mean: the assumed imbalance
+    (``stack.moe_imbalance``, the busiest expert's load over the mean, taken for the whole
+    rank that holds it), capped by the capacity factor when tokens are dropped; 1 at EP 1,
+    where every rank holds a slice of every expert and so takes every token."""
+    if stack.expert_parallel == 1:
+        return 1.0
     cap = model.moe_capacity_factor
     return min(stack.moe_imbalance, cap) if cap > 0 else stack.moe_imbalance
 

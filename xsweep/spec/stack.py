@@ -56,7 +56,7 @@ class Stack:
             (:mod:`xsweep.plan.workload`). 1 for dense models.
         moe_imbalance: the assumed load of the busiest expert over the mean (1.0: tokens
             spread evenly); the busiest rank's expert work and all-to-all traffic scale by
-            it (by the capacity factor when that is lower).
+            it (by the capacity factor when that is lower); none at EP 1.
     """
 
     sequence_parallel: bool = True
