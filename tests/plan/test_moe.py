@@ -29,6 +29,7 @@ from xsweep.sim import simulate
 from xsweep.spec import validate_plan
 from xsweep.spec import xsweep_pb2 as pb
 from xsweep.spec.catalog import GIB
+from xsweep.spec.program_size import estimate_program_size
 
 MOE_MODELS = ("mixtral-8x7b", "deepseek-v3")
 
@@ -258,3 +259,14 @@ def test_a_dense_model_keeps_its_numbers(catalog):
     assert math.isclose(workload.iteration_model_flops(m, 1),
                         3 * (32 * workload.block_forward_flops(m, 1)
                              + workload.head_forward_flops(m, 1)))
+
+
+@pytest.mark.parametrize("model", MOE_MODELS)
+def test_program_size_bounds_the_all_to_alls(catalog, model):
+    """Validation's estimate of the program stays at or above the lowered program with
+    the all-to-alls' flows, and within the factor the dense plans keep (4)."""
+    for seed in range(8):
+        plan = random_plan(seed, max_gpus=64, model=model)
+        program = lower(analyze(plan, catalog))
+        actual = program.num_tasks + program.num_flows
+        assert actual <= estimate_program_size(plan) <= 4 * actual, seed
