@@ -13,7 +13,9 @@ Semantics (what one task stands for):
   and gradient-bucket boundaries; with ZeRO-1 and overlap the first forward of each
   chunk is cut the same way and each piece waits for its bucket's parameter
   all-gather; under FSDP every pass is cut into layers;
-* the TP all-reduces of a piece are one pipelined ring: each rank sends
+* the TP all-reduces of a piece (its layers' where layers differ: at EP = TP without
+  shared experts a MoE layer keeps only the attention's) are one pipelined ring: each
+  rank sends
   ``2(k-1)/k x n x S`` bytes to its successor after ``2(k-1) n`` hop latencies and
   ``n`` NCCL launches per operation (two per all-reduce under sequence parallelism);
 * with expert parallelism (EP above 1), the TP task of a piece with MoE layers also
@@ -153,8 +155,10 @@ class _Lowering:
             name += f" L{lo}-{hi - 1}"
         category = Category.FORWARD if kind == "F" else Category.BACKWARD
         a2a = cost.a2a_forward if kind == "F" else cost.a2a_backward
-        return self._on_stream(gi, category, sum(times[i0:i1]), deps, total * (i1 - i0) / n,
-                               mb, name, sum(a2a[i0:i1]))
+        per_layer = cost.tp_layer_forward if kind == "F" else cost.tp_layer_backward
+        tp_count = sum(per_layer[i0:i1]) if per_layer else total * (i1 - i0) / n
+        return self._on_stream(gi, category, sum(times[i0:i1]), deps, tp_count, mb, name,
+                               sum(a2a[i0:i1]))
 
     def _transfer(self, src: GroupInfo, dst: GroupInfo, mb, c, after, backward):
         """Move one micro-batch's activations (or their gradients) between virtual stages."""

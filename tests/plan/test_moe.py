@@ -270,3 +270,30 @@ def test_program_size_bounds_the_all_to_alls(catalog, model):
         program = lower(analyze(plan, catalog))
         actual = program.num_tasks + program.num_flows
         assert actual <= estimate_program_size(plan) <= 4 * actual, seed
+
+
+def test_moe_layers_at_ep_equal_tp_keep_only_the_attention_collective(catalog):
+    """At EP = TP without shared experts (Mixtral), under sequence parallelism, a MoE
+    layer's tokens move by all-to-all alone: one TP all-reduce per layer and pass (two
+    backward under full recompute) against a dense layer's two; DeepSeek-V3's shared
+    expert keeps its collective, and so does expert TP (EP below TP)."""
+    gpu = catalog.gpu("H100-SXM")
+    mixtral, deepseek = catalog.model("mixtral-8x7b"), catalog.model("deepseek-v3")
+    for recompute, backward in (("none", 1), ("full", 2)):
+        c = workload.stage_cost(mixtral, gpu, 8, 1, 1, 4,
+                                stack=Stack(expert_parallel=8, recompute=recompute))
+        assert c.tp_layer_forward == (1,) * 4 and c.tp_layer_backward == (backward,) * 4
+        assert (c.tp_allreduces_forward, c.tp_allreduces_backward) == (4, 4 * backward)
+    for model, ep, sp in ((deepseek, 8, True), (mixtral, 4, True), (mixtral, 8, False)):
+        c = workload.stage_cost(model, gpu, 8, 1, 1, 4,
+                                stack=Stack(expert_parallel=ep, sequence_parallel=sp))
+        assert c.tp_layer_forward == () and c.tp_allreduces_forward == 8
+    # in the program: each TP task's ring carries half the bytes it carries at EP 1
+    rings = []
+    for ep in (1, 8):
+        a = analyze(_mixtral_plan(ep), catalog)
+        program = lower(a)
+        assert_identical(program, reference_lower(a))
+        first_tp = int(np.flatnonzero(program.task_category == int(Category.TP))[0])
+        rings.append(program.flow_bytes[program.flow_ptr[first_tp]:][:8])
+    np.testing.assert_allclose(rings[1], rings[0] / 2, rtol=1e-12)

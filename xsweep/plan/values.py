@@ -85,8 +85,12 @@ class PassTime(NamedTuple):
 
 
 def _tp_count(a: PlanAnalysis, group: int, kind: str, first: int, end: int) -> float:
-    """TP all-reduces of a piece: the pass's, in proportion to its layers."""
+    """TP all-reduces of a piece: its layers' where they differ, else the pass's in
+    proportion to its layers."""
     cost = a.groups[group].cost
+    per_layer = cost.tp_layer_forward if kind == "F" else cost.tp_layer_backward
+    if per_layer:
+        return float(sum(per_layer[first:end]))
     total = cost.tp_allreduces_forward if kind == "F" else cost.tp_allreduces_backward
     return total * (end - first) / len(cost.layer_forward_time_s)
 

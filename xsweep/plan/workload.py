@@ -555,6 +555,10 @@ class StageCost:
     a2a_forward: tuple[int, ...] = ()
     a2a_backward: tuple[int, ...] = ()
     a2a_pair_bytes: float = 0.0
+    # TP all-reduces per layer (forward, backward) where layers differ (MoE layers whose
+    # tokens move by all-to-all alone); empty: the totals above, spread evenly
+    tp_layer_forward: tuple[int, ...] = ()
+    tp_layer_backward: tuple[int, ...] = ()
 
 
 def _block_times_s(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
@@ -614,6 +618,21 @@ def _a2a_counts(model: ModelSpec, first: int, last: int,
     return tuple(2 * m for m in moe), tuple(backward * m for m in moe)
 
 
+def _tp_counts(model: ModelSpec, tp: int, first: int, last: int,
+               stack: Stack) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """TP all-reduces per layer (forward, backward) when some layers have fewer: at EP =
+    TP without shared experts, under sequence parallelism, a MoE layer's FFN needs no TP
+    collective (each rank dispatches its own sequence-parallel tokens and gets them back
+    whole), so it keeps the attention's one; else () (two per layer, four backward under
+    full recompute)."""
+    if (not model.is_moe or stack.expert_parallel != tp or tp == 1 or model.num_shared_experts
+            or not stack.sequence_parallel):
+        return (), ()
+    full = stack.recompute == "full"
+    per = [1 if model.moe_layer(layer) else 2 for layer in range(first, last + 1)]
+    return tuple(per), tuple(2 * n if full else n for n in per)
+
+
 def stage_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
                first_layer: int, last_layer: int, *, stack: Stack = DEFAULT_STACK,
                profile: Profile | None = None) -> StageCost:
@@ -659,6 +678,7 @@ def stage_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
     activation_bytes = float(BF16_BYTES * micro_batch_size * model.seq_length
                              * model.hidden_size)
     a2a_forward, a2a_backward = _a2a_counts(model, first_layer, last_layer, stack)
+    tp_forward, tp_backward = _tp_counts(model, tp, first_layer, last_layer, stack)
     return StageCost(
         forward_flops=forward_flops,
         backward_flops=backward_flops,
@@ -667,8 +687,9 @@ def stage_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
         layer_forward_time_s=tuple(fwd_s),
         layer_backward_time_s=tuple(bwd_s),
         tp_allreduce_bytes=activation_bytes,
-        tp_allreduces_forward=2 * num_blocks,
-        tp_allreduces_backward=(4 if stack.recompute == "full" else 2) * num_blocks,
+        tp_allreduces_forward=sum(tp_forward) if tp_forward else 2 * num_blocks,
+        tp_allreduces_backward=(sum(tp_backward) if tp_backward
+                                else (4 if stack.recompute == "full" else 2) * num_blocks),
         tp_ops_per_allreduce=2 if stack.sequence_parallel else 1,
         activation_bytes=activation_bytes,
         grad_bytes=float(BF16_BYTES * rank_params(model, tp, first_layer, last_layer)),
@@ -677,6 +698,8 @@ def stage_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
         a2a_backward=a2a_backward,
         a2a_pair_bytes=(a2a_pair_bytes(model, micro_batch_size, tp, stack) if a2a_forward
                         else 0.0),
+        tp_layer_forward=tp_forward,
+        tp_layer_backward=tp_backward,
     )
 
 
