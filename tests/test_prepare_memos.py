@@ -224,3 +224,37 @@ def test_bound_durations_by_class_equal_those_flow_by_flow(catalog):
         alone = dataclasses.replace(program, structure=None)
         np.testing.assert_array_equal(contention_free_durations(program),
                                       contention_free_durations(alone))
+
+
+#: One number each of a plan with experts: the assumed imbalance, the expert parallelism,
+#: the capacity factor, the shared experts.
+MOE_CHANGES = {
+    "imbalance": set_path("training.moe_imbalance", 1.7),
+    "expert_parallel": lambda plan: set_path(
+        "training.expert_parallel", 1 if plan.training.expert_parallel > 1 else 2)(plan),
+    "capacity": set_path("model.moe_capacity_factor", 1.1),
+    "shared_experts": set_path("model.num_shared_experts", 2),
+}
+
+
+def test_one_moe_number_apart_as_in_a_fresh_process(catalog):
+    moved = dict.fromkeys(MOE_CHANGES, False)
+    for seed in (1, 3, 4):  # Mixtral plans with expert parallelism 2 (random_plan's draw)
+        base = random_plan(seed, max_gpus=32, model="mixtral-8x7b")
+        base.training.moe_imbalance = 1.3
+        assert base.training.expert_parallel == 2
+        pairs = []
+        for change in MOE_CHANGES.values():
+            other = pb.DeploymentPlan()
+            other.CopyFrom(base)
+            change(other)
+            pairs.append((base, other))
+        warm = TemplateCache()
+        kept = [(prepare(a, catalog, warm), prepare(b, catalog, warm)) for a, b in pairs]
+        for name, (a, b), (got_a, got_b) in zip(MOE_CHANGES, pairs, kept, strict=True):
+            clear_memos()
+            assert_same(got_b, prepare(b, catalog, TemplateCache()))
+            clear_memos()
+            assert_same(got_a, prepare(a, catalog, TemplateCache()))
+            moved[name] |= _numbers(got_a) != _numbers(got_b)
+    assert all(moved.values()), moved

@@ -30,6 +30,12 @@ def outcome(prepared: Prepared, result: SimResult, cost: CostModel = DEFAULT_COS
                         **{name: r[name] for name in metrics.STREAM_METRICS}}
                        for r in rank_metrics(program, result)]
     doc["events"] = result.num_events
+    if a.model.is_moe:  # what the figures of a model with experts assume, stated with them
+        doc["moe"] = {"experts": a.model.num_experts, "top_k": a.model.moe_top_k,
+                      "expert_parallel": a.stack.expert_parallel,
+                      "experts_per_gpu": a.model.num_experts // a.stack.expert_parallel,
+                      "assumed_imbalance": a.stack.moe_imbalance,
+                      "capacity_factor": a.model.moe_capacity_factor}
     return doc
 
 
@@ -54,6 +60,15 @@ def format_outcome(doc: dict) -> str:
         "",
         "time per rank (mean / max over ranks, seconds):",
     ]
+    if "moe" in doc:
+        moe = doc["moe"]
+        capacity = moe["capacity_factor"]
+        lines[3:3] = [
+            f"experts: {moe['experts']} routed, top {moe['top_k']}, EP {moe['expert_parallel']} "
+            f"({moe['experts_per_gpu']} experts per GPU), "
+            + (f"capacity factor {capacity:g}" if capacity else "dropless"),
+            f"assumed: the busiest expert takes {moe['assumed_imbalance']:g}x the mean tokens "
+            "(moe_imbalance)"]
     labels = {"busy_s": "compute", "idle_s": "idle", "bubble_s": "pipeline bubble",
               "straggler_wait_s": "straggler wait"}
     for name in metrics.STREAM_METRICS:

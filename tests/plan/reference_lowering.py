@@ -13,9 +13,16 @@ Semantics (what one task stands for):
   and gradient-bucket boundaries; with ZeRO-1 and overlap the first forward of each
   chunk is cut the same way and each piece waits for its bucket's parameter
   all-gather; under FSDP every pass is cut into layers;
-* the TP all-reduces of a piece are one pipelined ring: each rank sends
+* the TP all-reduces of a piece (its layers' where layers differ: at EP = TP without
+  shared experts a MoE layer keeps only the attention's) are one pipelined ring: each
+  rank sends
   ``2(k-1)/k x n x S`` bytes to its successor after ``2(k-1) n`` hop latencies and
   ``n`` NCCL launches per operation (two per all-reduce under sequence parallelism);
+* with expert parallelism (EP above 1), the TP task of a piece with MoE layers also
+  carries their all-to-alls (dispatch and combine, twice more under full recompute):
+  every rank of the group sends every other rank ``n x P`` bytes after ``n`` hop
+  latencies and ``n`` NCCL launches, ``n`` the piece's all-to-alls and ``P`` the
+  stage cost's ``a2a_pair_bytes``;
 * activations and gradients move between consecutive virtual stages (chunk ``c`` of
   the last stage feeds chunk ``c + 1`` of the first), one COMM task per phase;
 * per DP group and bucket: a barrier on the member pieces that complete the bucket,
@@ -38,7 +45,13 @@ from __future__ import annotations
 
 from xsweep.plan import reshard as reshard_mod
 from xsweep.plan.analysis import GroupInfo, PlanAnalysis
-from xsweep.plan.collectives import ALLGATHER, ALLREDUCE, REDUCE_SCATTER, pipelined_ring
+from xsweep.plan.collectives import (
+    ALLGATHER,
+    ALLREDUCE,
+    REDUCE_SCATTER,
+    all_to_all,
+    pipelined_ring,
+)
 from xsweep.plan.groups import chunk_bytes_per_rank
 from xsweep.plan.program import Category, Program, ProgramBuilder
 from xsweep.plan.schedule import stage_order
@@ -105,7 +118,7 @@ class _Lowering:
             out += [(kind, mb, c, x, y, j, len(spans), role) for j, (x, y) in enumerate(spans)]
         return out
 
-    def _on_stream(self, gi: int, category, duration, deps, tp_count, mb, name, phase=-1):
+    def _on_stream(self, gi: int, category, duration, deps, tp_count, mb, name, a2a_count=0):
         g = self.a.groups[gi]
         labels = dict(stage=g.stage, micro_batch=mb, device_group=g.id, replica=g.replica)
         deps = [d for d in [self.last[gi], *deps] if d is not None]
@@ -116,6 +129,9 @@ class _Lowering:
                             launches=tp_count * g.cost.tp_ops_per_allreduce)
                  for src, dst, nbytes, hops in pipelined_ring(g.ranks, g.cost.tp_allreduce_bytes,
                                                               tp_count)]
+        flows += [self._flow(src, dst, nbytes, hops=hops, launches=a2a_count)
+                  for src, dst, nbytes, hops in all_to_all(g.ranks, g.cost.a2a_pair_bytes,
+                                                           a2a_count)]
         if flows and self.a.stack.tp_comm_overlap:  # beside the compute, then a join
             beside = self.b.add_comm(Category.TP_BESIDE, flows, deps, stream=-1,
                                      name=f"tp {name}", **labels)
@@ -138,8 +154,11 @@ class _Lowering:
         if role:
             name += f" L{lo}-{hi - 1}"
         category = Category.FORWARD if kind == "F" else Category.BACKWARD
-        return self._on_stream(gi, category, sum(times[i0:i1]), deps, total * (i1 - i0) / n,
-                               mb, name)
+        a2a = cost.a2a_forward if kind == "F" else cost.a2a_backward
+        per_layer = cost.tp_layer_forward if kind == "F" else cost.tp_layer_backward
+        tp_count = sum(per_layer[i0:i1]) if per_layer else total * (i1 - i0) / n
+        return self._on_stream(gi, category, sum(times[i0:i1]), deps, tp_count, mb, name,
+                               sum(a2a[i0:i1]))
 
     def _transfer(self, src: GroupInfo, dst: GroupInfo, mb, c, after, backward):
         """Move one micro-batch's activations (or their gradients) between virtual stages."""

@@ -1,6 +1,6 @@
 """The closed-form tier is a lower bound: closed form <= bound <= exact, on the seeded
 catalogue of heterogeneous plans (the agreement catalogue's generator, every training-stack
-option) and on random plans drawn by hypothesis."""
+option) and on random plans drawn by hypothesis, models with experts among them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xsweep.evaluator import default_evaluator
-from xsweep.plan.builder import random_plan
+from xsweep.plan.builder import MOE_PRESETS, random_plan
 from xsweep.search.closed_form import (
     MARGIN,
     METRICS,
@@ -49,6 +49,15 @@ def test_the_catalogue(catalog):
 @given(seeds=st.lists(st.integers(0, 10**6), min_size=4, max_size=4, unique=True))
 def test_random_plans(catalog, seeds):
     check([random_plan(seed, max_gpus=32) for seed in seeds], catalog)
+
+
+@settings(max_examples=4)
+@given(seeds=st.lists(st.integers(0, 10**6), min_size=4, max_size=4, unique=True),
+       model=st.sampled_from(sorted(MOE_PRESETS)))
+def test_random_plans_with_experts(catalog, seeds, model):
+    """Models with experts, expert parallelism (whose all-to-alls the bound counts) drawn
+    with them."""
+    check([random_plan(seed, max_gpus=32, model=model) for seed in seeds], catalog)
 
 
 def test_the_margin_is_what_keeps_the_fill_and_drain_of_a_pipeline_below_the_bound(catalog):

@@ -43,7 +43,12 @@ def test_catalog_numbers_outside_their_range_are_refused(tmp_path, section, name
         assert error.value.field == f"{section}.{ENTRY[section]}.{name}", value
     # the bound itself is accepted, with what a model's own rules then ask of the others
     others = {"num_attention_heads": ", hidden_size: 1048576",
-              "num_kv_heads": ", num_attention_heads: 16384, hidden_size: 1048576"}
+              "num_kv_heads": ", num_attention_heads: 16384, hidden_size: 1048576",
+              # a model with experts names its top-k and expert width too
+              "num_experts": ", moe_top_k: 1, expert_ffn_hidden_size: 1",
+              "moe_top_k": ", num_experts: 65536, expert_ffn_hidden_size: 1",
+              "expert_ffn_hidden_size": ", num_experts: 1, moe_top_k: 1",
+              "num_shared_experts": ", num_experts: 1, moe_top_k: 1, expert_ffn_hidden_size: 1"}
     extra = others.get(name, "") if section == "models" else ""
     path.write_text(f"{section}:\n  {ENTRY[section]}: {{{name}: {bounds.high}{extra}}}\n")
     load_catalog([path])

@@ -8,6 +8,7 @@ valid heterogeneous plans for agreement tests and benchmarks.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -57,6 +58,10 @@ def build_plan(name: str, model: str, nodes, replicas, *, schedule="1f1b", resha
     t.dp_bucket_params = stack.dp_bucket_params
     t.precision = PRECISION.value(stack.precision)
     t.tp_comm_overlap = stack.tp_comm_overlap
+    if stack.expert_parallel > 1:  # dense plans keep their bytes
+        t.expert_parallel = stack.expert_parallel
+    if stack.moe_imbalance != 1.0:
+        t.moe_imbalance = stack.moe_imbalance
     t.global_batch_size = sum(r.micro_batch_size * r.num_micro_batches for r in replicas)
     plan.cluster.fabric.kind = FABRIC.value(fabric)
     plan.cluster.fabric.oversubscription = oversubscription
@@ -102,6 +107,8 @@ GPU_TYPES = ("A100-40GB", "A100-80GB", "H100-SXM", "H200", "B200")
 #: The GPU types of the built-in catalog with FP8 tensor cores.
 FP8_GPU_TYPES = ("H100-SXM", "H200", "B200")
 NICS = ("cx5", "cx6", "cx7", "cx8")
+#: The mixture-of-experts presets of the built-in catalog and their routed experts.
+MOE_PRESETS = {"mixtral-8x7b": 8, "deepseek-v3": 256}
 
 
 def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers: int = 8,
@@ -114,6 +121,8 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
     constrain the shape come first: interleaving (1F1B, two or more stages per replica,
     layers and micro-batches in multiples) and FSDP (every replica with the first one's
     stages and micro-batches; TP degrees, GPUs and micro-batch sizes still differ).
+    A mixture-of-experts ``model`` (:data:`MOE_PRESETS`) also draws its expert parallelism
+    (a divisor of every TP degree and of the experts) and token imbalance, and stays BF16.
     """
     rng = random.Random(seed)
     # the shape-constraining options, from a stream of their own
@@ -126,10 +135,12 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
     nodes = [NodeReq(kinds[i % len(kinds)], gpus_per_node, rng.choice(NICS))
              for i in range(total_nodes)]
     free = {}
+    # with experts, TP degrees that expert parallelism can divide
+    tps = (2, 4, 8) if model in MOE_PRESETS else (1, 2, 3, 4, 8)
 
     def place():
         """A random (GPU kind, TP degree) with room left, taken; None if none has room."""
-        options = [(k, tp) for k in kinds for tp in (1, 2, 3, 4, 8)
+        options = [(k, tp) for k in kinds for tp in tps
                    if tp <= gpus_per_node and any(f >= tp for f in free[k])]
         if not options:
             return None
@@ -178,17 +189,20 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
         replicas = draw_replicas(v)
     # FP8 where every GPU kind has FP8 tensor cores, from a stream of its own (the other
     # draws stay as they were)
-    fp8 = (all(k in FP8_GPU_TYPES for k in kinds)
+    fp8 = (all(k in FP8_GPU_TYPES for k in kinds) and model not in MOE_PRESETS
            and random.Random(f"precision-{seed}").random() < 0.5)
     sequence_parallel = rng.random() < 0.7
     # TP overlap from a stream of its own too (it needs sequence parallelism)
     overlap = sequence_parallel and random.Random(f"tp-overlap-{seed}").random() < 0.5
+    ep, imbalance = _draw_experts(seed, model, replicas)
+    overlap = overlap and ep == 1  # TP overlap is not modelled with expert parallelism
     stack = Stack(sequence_parallel=sequence_parallel, flash_attention=rng.random() < 0.7,
                   recompute=rng.choice(("none", "none", "selective", "full")),
                   zero_stage=zero_stage, virtual_pipeline_stages=v,
                   dp_overlap=rng.random() < 0.5,
                   dp_bucket_params=rng.choice((0, 30_000_000, 100_000_000, 10**12)),
-                  precision="fp8" if fp8 else "bf16", tp_comm_overlap=overlap)
+                  precision="fp8" if fp8 else "bf16", tp_comm_overlap=overlap,
+                  expert_parallel=ep, moe_imbalance=imbalance)
     schedule = "1f1b" if v > 1 else rng.choice(SCHEDULE.known())
     return build_plan(
         f"random-{seed}", model, nodes, replicas,
@@ -196,3 +210,15 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
         fabric=rng.choice(FABRIC.known()), oversubscription=rng.choice((1.0, 1.0, 2.0, 4.0)),
         stack=stack, seq_length=seq_length, num_layers=num_layers,
     )
+
+
+def _draw_experts(seed: int, model: str, replicas) -> tuple[int, float]:
+    """(EP, token imbalance) of a random plan, from a stream of their own: (1, 1.0) for a
+    dense model."""
+    experts = MOE_PRESETS.get(model)
+    if experts is None:
+        return 1, 1.0
+    rng = random.Random(f"experts-{seed}")
+    tp = math.gcd(*(s.tp for r in replicas for s in r.stages))
+    ep = rng.choice([d for d in range(1, tp + 1) if tp % d == 0 and experts % d == 0])
+    return ep, rng.choice((1.0, 1.0, 1.25, 2.0))

@@ -132,13 +132,20 @@ def structure_key(a: PlanAnalysis) -> tuple:
 
     The device groups (ranks, stage, replica, layers, micro-batches), the schedule and its
     virtual stages, the resharding scheme, the ZeRO stage, gradient overlap and buckets,
-    the cluster's shape (``Topology.shape_key``), and whether TP communication overlaps
-    the compute.
+    the cluster's shape (``Topology.shape_key``), whether TP communication overlaps
+    the compute, and the expert parallelism (whose all-to-alls add flows to TP tasks).
     """
     s = a.stack
     return (a.schedule, a.resharding, a.topology.shape_key(), a.structure_groups,
             s.virtual_pipeline_stages, s.zero_stage, s.dp_overlap, a.dp_buckets,
-            s.tp_comm_overlap)
+            s.tp_comm_overlap, expert_layout(a))
+
+
+def expert_layout(a: PlanAnalysis) -> tuple[int, int]:
+    """(EP, first MoE layer) when all-to-alls add flows to TP tasks (EP above 1), else
+    (1, 0): a dense plan's structure."""
+    ep = a.stack.expert_parallel
+    return (ep, a.model.moe_first_dense_layers + 1) if ep > 1 else (1, 0)
 
 
 def _cut_points(a: PlanAnalysis) -> tuple[int, ...]:
@@ -290,8 +297,8 @@ def _add_block(out: _Builder, a: PlanAnalysis, replicas: list[tuple[int, ...]], 
                          groups[gi].num_micro_batches) for gi in rep) for rep in replicas)
     args = (a.schedule, a.resharding, a.stack.virtual_pipeline_stages, shape, cuts,
             bool(gather), orders)
-    overlap = a.stack.tp_comm_overlap
-    block = cached_block(*args, False, overlap)  # names, for traces only, when asked for
+    overlap, experts = a.stack.tp_comm_overlap, expert_layout(a)
+    block = cached_block(*args, False, overlap, *experts)  # names, for traces only, when asked
     base = out.num_tasks
     ids = np.array([groups[gi].id for gi in members], np.int64)
     # the block's keys -> the program's keys
@@ -303,7 +310,7 @@ def _add_block(out: _Builder, a: PlanAnalysis, replicas: list[tuple[int, ...]], 
     flows = block.flows
     out.extend(_placed_tasks(block.tasks, members, ids, [groups[gi].replica for gi in members],
                              remap), dep_counts, dep,
-               (block.names if block.names is not None else _BlockNames((args, overlap)),
+               (block.names if block.names is not None else _BlockNames((args, overlap, experts)),
                 tuple(ids.tolist())), block.flow_task + base,
                rank_table[offset[flows.src_stream] + flows.src_index],
                rank_table[offset[flows.dst_stream] + flows.dst_index],
@@ -494,8 +501,8 @@ class Template:
         names = []
         for formats, ids in self._names:
             if isinstance(formats, _BlockNames):
-                args, overlap = formats.args
-                formats = cached_block(*args, True, overlap).names
+                args, overlap, experts = formats.args
+                formats = cached_block(*args, True, overlap, *experts).names
             fill = {f"dg{st}": gid for st, gid in enumerate(ids)}
             names += [n.format(**fill) for n in formats] if ids else formats
         return tuple(names)

@@ -62,9 +62,13 @@ from xsweep.plan.workload import (
     MASK_BYTES,
     block_gemm_params,
     block_params,
+    expert_width,
     mlp_matrices,
+    moe_layers_in,
     rank_gemm_params,
     rank_params,
+    routed_rows,
+    shared_width,
     tp_shard,
 )
 from xsweep.spec.catalog import GIB, GpuSpec, ModelSpec
@@ -117,6 +121,25 @@ def layer_activation_bytes(model: ModelSpec, tp: int, micro_batch_size: int,
     return float(unsplit + attention + ffn)
 
 
+def moe_layer_activation_bytes(model: ModelSpec, tp: int, micro_batch_size: int,
+                               stack: Stack = DEFAULT_STACK) -> float:
+    """Bytes one MoE block keeps for the backward pass, per micro-batch, on one rank: a
+    dense block's without its FFN, plus the router's logits (``s b / t x experts``, fp32),
+    the routed token copies' expert inputs, their input matrices' outputs and the output
+    matrix's input (:func:`xsweep.plan.workload.routed_rows` rows of the rank's expert
+    width), and the shared experts' FFN as a dense one's."""
+    dense_ffn = ((mlp_matrices(model) - 1) * BF16_BYTES + BF16_BYTES)
+    s, b, mats = model.seq_length, micro_batch_size, mlp_matrices(model)
+    without_ffn = (layer_activation_bytes(model, tp, micro_batch_size, stack)
+                   - dense_ffn * s * b * tp_shard(model, tp).ffn)
+    rows = routed_rows(model, micro_batch_size, tp, stack)
+    width = expert_width(model, tp, stack.expert_parallel)
+    router = 4 * s * b / (tp if stack.sequence_parallel else 1) * model.num_experts
+    routed = rows * BF16_BYTES * (model.hidden_size + mats * width)
+    shared = mats * BF16_BYTES * s * b * shared_width(model, tp)
+    return float(without_ffn + router + routed + shared)
+
+
 def _held_activation_bytes(model: ModelSpec, tp: int, micro_batch_size: int, first_layer: int,
                            last_layer: int, in_flight: float, stack: Stack) -> float:
     """Activation bytes one rank holds with ``in_flight`` micro-batches in flight."""
@@ -124,7 +147,15 @@ def _held_activation_bytes(model: ModelSpec, tp: int, micro_batch_size: int, fir
     split = tp if stack.sequence_parallel else 1
     per_block = layer_activation_bytes(model, tp, b, stack)
     blocks = last_layer - first_layer + 1
-    if stack.recompute == "full":
+    moe = moe_layers_in(model, first_layer, last_layer)
+    if moe:
+        per_moe = moe_layer_activation_bytes(model, tp, b, stack)
+        if stack.recompute == "full":
+            held = (blocks * in_flight * BF16_BYTES * s * b * h / split
+                    + max(per_moe, per_block if moe < blocks else 0.0))
+        else:
+            held = in_flight * ((blocks - moe) * per_block + moe * per_moe)
+    elif stack.recompute == "full":
         held = blocks * in_flight * BF16_BYTES * s * b * h / split + per_block
     else:
         held = blocks * in_flight * per_block

@@ -50,7 +50,14 @@ from xsweep.memo import cached
 from xsweep.plan.collectives import ALLGATHER, REDUCE_SCATTER
 from xsweep.plan.pieces import Stage, needs_input, next_stage, piece_name, pieces, transfer_pairs
 from xsweep.plan.program import Category, TaskColumns, TaskRow
-from xsweep.plan.replica_block import COMM, COMPUTE, FlowGroup, plain_block, tp_rings
+from xsweep.plan.replica_block import (
+    COMM,
+    COMPUTE,
+    FlowGroup,
+    plain_block,
+    tp_rings,
+    with_all_to_alls,
+)
 from xsweep.plan.reshard import reshard
 from xsweep.plan.values import (
     ONE,
@@ -61,6 +68,7 @@ from xsweep.plan.values import (
     RingBytes,
     RingHops,
     TransferBytes,
+    ep_keys,
     tp_ring_keys,
 )
 from xsweep.ragged import run_starts
@@ -106,11 +114,16 @@ class Tasks:
                          np.full(n, hop, np.int64), np.full(n, launch, np.int64),
                          np.full(n, p2p))
 
-    def tp_ring(self, stream: int, tp: int, span: tuple) -> FlowGroup:
+    def tp_ring(self, stream: int, tp: int, span: tuple, a2a: bool = False) -> FlowGroup:
         """The ring of a stream's TP collective over one piece ``span`` (kind, layers):
-        rank ``i`` sends to rank ``i + 1``, every flow with the same three value keys."""
+        rank ``i`` sends to rank ``i + 1``, every flow with the same three value keys; with
+        ``a2a``, followed by the piece's all-to-alls over the stream's ranks."""
         nbytes, hops, launches = ([self.keys.index(key)] for key in tp_ring_keys(stream, *span))
-        return tp_rings([stream], [tp], nbytes, hops, launches)
+        ring = tp_rings([stream], [tp], nbytes, hops, launches)
+        if a2a:
+            keys = [[self.keys.index(key)] for key in ep_keys(stream, *span)]
+            return with_all_to_alls(ring, [stream], [tp], [True], *keys)
+        return ring
 
     def add(self, row: TaskRow, name: str, deps: list[int], flows: FlowGroup | None = None) -> int:
         """Append a task (its value an index into :attr:`keys`); return its id."""
@@ -177,7 +190,8 @@ def ring_ends(tps: tuple[int, ...]) -> tuple[list[tuple[int, int]], list[tuple[i
 
 def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage, ...], ...],
                 cuts: tuple[int, ...], gather: bool, fsdp: tuple[tuple[int, ...], ...],
-                names: bool = True, overlap_tp: bool = False) -> Block:
+                names: bool = True, overlap_tp: bool = False, ep: int = 1,
+                moe_from: int = 0) -> Block:
     """Every task of ``replicas`` (see the module's description).
 
     Args:
@@ -189,6 +203,9 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
         (under FSDP they are always made).
       overlap_tp: a piece's TP traffic runs beside its compute (see the module's
         description), not after it.
+      ep, moe_from: expert parallelism and the first MoE layer: with EP above 1 the TP task
+        of each piece with layers from ``moe_from`` on also carries their all-to-alls (MoE
+        dispatch and combine), over the stream's ranks.
     """
     streams = [spec for rep in replicas for spec in rep]
     where = [(r, s) for r, rep in enumerate(replicas) for s in range(len(rep))]
@@ -203,9 +220,9 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
              for st, (r, s) in enumerate(where)]
     if not fsdp:  # each task waits for its stream and its input only: laid out by arrays
         return Block(**plain_block(tasks.keys, streams, where, first_stream, plans, phases, v,
-                                   names, overlap_tp))
+                                   names, overlap_tp, ep, moe_from))
     return _FsdpBlock(tasks, streams, where, first_stream, plans, phases, v, fsdp,
-                      overlap_tp).build()
+                      overlap_tp, (ep, moe_from)).build()
 
 
 def _transfer_phases(tasks: Tasks, scheme: str, a: int, b: int, tp_a: int,
@@ -250,9 +267,10 @@ class _FsdpBlock:
 
     def __init__(self, tasks: Tasks, streams: list, where: list[tuple[int, int]],
                  first_stream: list[int], plans: list[list[tuple]], phases: dict, v: int,
-                 fsdp: tuple[tuple[int, ...], ...], overlap_tp: bool = False):
+                 fsdp: tuple[tuple[int, ...], ...], overlap_tp: bool = False,
+                 experts: tuple[int, int] = (1, 0)):
         self.tasks, self.streams, self.where = tasks, streams, where
-        self.overlap_tp = overlap_tp
+        self.overlap_tp, self.experts = overlap_tp, experts  # (EP, first MoE layer)
         self.first_stream, self.plans, self.phases, self.v = first_stream, plans, phases, v
         self.group_of: dict[int, _DpGroup] = {}  # stream -> its DP group
         for s, order in enumerate(fsdp):
@@ -333,7 +351,9 @@ class _FsdpBlock:
         if made is None:
             tp, first = self.streams[st][0], self.streams[st][1]
             span = (kind, lo - first, hi - first)
-            ring = self.tasks.tp_ring(st, tp, span) if tp > 1 else None
+            ep, moe_from = self.experts
+            ring = (self.tasks.tp_ring(st, tp, span, ep > 1 and hi > moe_from) if tp > 1
+                    else None)
             made = self.made[st, kind, lo, hi] = (self.tasks.key(PassTime(st, *span)), ring)
         duration, ring = made
         stage = self.where[st][1]

@@ -17,9 +17,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from xsweep.plan.collectives import all_to_all_pairs
 from xsweep.plan.pieces import Piece, piece_name
 from xsweep.plan.program import Category, TaskColumns, TaskKind
-from xsweep.plan.values import KeyTable, PassTime, tp_ring_keys
+from xsweep.plan.values import KeyTable, PassTime, ep_keys, tp_ring_keys
 from xsweep.ragged import owners_and_places, run_starts
 
 COMPUTE, COMM = int(TaskKind.COMPUTE), int(TaskKind.COMM)
@@ -68,6 +69,28 @@ def tp_rings(stream: np.ndarray, tp: np.ndarray, nbytes: np.ndarray, hops: np.nd
                      per_flow(hops), per_flow(launches), np.zeros(len(ring), bool))
 
 
+def with_all_to_alls(rings: FlowGroup, stream, tp, has, nbytes, hops, launches) -> FlowGroup:
+    """TP rings (as :func:`tp_rings` gives them, ring ``r`` on stream ``stream[r]`` of
+    ``tp[r]`` ranks), each where ``has[r]`` followed by its stream's all-to-all flows: rank
+    ``i`` to every rank ``j != i`` (:func:`xsweep.plan.collectives.all_to_all_pairs`), each
+    with the keys ``nbytes[r]``, ``hops[r]``, ``launches[r]``; the flows of the TP tasks of
+    pieces with MoE layers under expert parallelism."""
+    parts, at = [], 0
+    for r, (on, k) in enumerate(zip(np.asarray(stream).tolist(), np.asarray(tp).tolist(),
+                                    strict=True)):
+        parts.append(rings.take(np.arange(at, at + k)))
+        at += k
+        if not has[r]:
+            continue
+        pairs = np.array(all_to_all_pairs(k), np.int64).reshape(-1, 2)
+        n = len(pairs)
+        parts.append(FlowGroup(np.full(n, on, np.int64), pairs[:, 0], np.full(n, on, np.int64),
+                               pairs[:, 1], np.full(n, nbytes[r], np.int64),
+                               np.full(n, hops[r], np.int64), np.full(n, launches[r], np.int64),
+                               np.zeros(n, bool)))
+    return FlowGroup.concat(parts) if parts else rings
+
+
 def emission_order(need: list[int], send: list[int], bounds: list[tuple[int, int]]) -> np.ndarray:
     """The order in which the round-robin visit emits pieces (indices into ``need``).
 
@@ -106,7 +129,7 @@ def emission_order(need: list[int], send: list[int], bounds: list[tuple[int, int
 
 def plain_block(keys: KeyTable, streams: list, where: list[tuple[int, int]],
                 first_stream: list[int], plans: list[list[tuple]], phases: dict, v: int,
-                names: bool, overlap_tp: bool = False) -> dict:
+                names: bool, overlap_tp: bool = False, ep: int = 1, moe_from: int = 0) -> dict:
     """The fields of a :class:`~xsweep.plan.passes.Block` without FSDP.
 
     Args:
@@ -118,13 +141,15 @@ def plain_block(keys: KeyTable, streams: list, where: list[tuple[int, int]],
       names: give every task its readable name (else ``names`` is None).
       overlap_tp: each piece's TP task runs beside its compute, joined by a zero-length TP
         task on the stream (:func:`xsweep.plan.passes.build_block`).
+      ep, moe_from: expert parallelism and the first MoE layer; with EP above 1 the TP
+        task of a piece with MoE layers also carries their all-to-alls.
     """
     tp = np.array([spec[0] for spec in streams], np.int64)
     p = _piece_arrays(streams, where, first_stream, plans, v)
     order = emission_order(p.need.tolist(), p.send.tolist(), list(zip(
         p.begins[:-1].tolist(), p.begins[1:].tolist(), strict=True)))
     lay = _layout(p, order, phases, tp, overlap_tp)
-    piece_keys = _piece_keys(keys, p, order, streams, tp)
+    piece_keys = _piece_keys(keys, p, order, streams, tp, ep, moe_from)
     dep_ptr, dep_idx = _dependencies(p, lay)
     flow_task, flows = _flows(lay, piece_keys, phases)
     roles = p.fields.role
@@ -294,9 +319,10 @@ class _PieceKeys(NamedTuple):
 
 
 def _piece_keys(keys: KeyTable, p: _Pieces, order: np.ndarray, streams: list,
-                tp: np.ndarray) -> _PieceKeys:
-    """Per distinct piece, in the order pieces first appear, its TP ring's keys then its
-    duration's key (as the task-by-task build numbers them)."""
+                tp: np.ndarray, ep: int = 1, moe_from: int = 0) -> _PieceKeys:
+    """Per distinct piece, in the order pieces first appear, its TP ring's keys, its
+    all-to-alls' keys (EP above 1, layers from ``moe_from``), then its duration's key (as the task-by-task build
+    numbers them)."""
     span = int(p.end.max(initial=0)) + 1
     piece_code = ((p.stream * 2 + p.backward) * span + p.first) * span + p.end
     codes, first_at, piece_kind = np.unique(piece_code[order], return_index=True,
@@ -304,6 +330,8 @@ def _piece_keys(keys: KeyTable, p: _Pieces, order: np.ndarray, streams: list,
     kind_of = np.empty(len(p.stream), np.int64)
     kind_of[order] = piece_kind.reshape(-1)
     duration, nbytes, hops, launches = (np.zeros(len(codes), np.int64) for _ in range(4))
+    a2a = np.zeros((3, len(codes)), np.int64)  # the all-to-alls' keys (EP above 1)...
+    moe = np.zeros(len(codes), bool)  # ... of the pieces with MoE layers
     for k in np.argsort(first_at).tolist():
         g = int(order[first_at[k]])
         s = int(p.stream[g])
@@ -312,13 +340,21 @@ def _piece_keys(keys: KeyTable, p: _Pieces, order: np.ndarray, streams: list,
         if streams[s][0] > 1:
             nbytes[k], hops[k], launches[k] = (keys.index(key)
                                                for key in tp_ring_keys(s, *span_of))
+            if ep > 1 and int(p.end[g]) > moe_from:
+                a2a[:, k] = [keys.index(key) for key in ep_keys(s, *span_of)]
+                moe[k] = True
         duration[k] = keys.index(PassTime(s, *span_of))
     # every piece's TP ring at once (Tasks.tp_ring's flows): rank i sends to rank i + 1
     ring_of = np.flatnonzero((tp > 1)[p.stream[order[first_at]]])
     ring_stream = p.stream[order[first_at[ring_of]]]
-    return _PieceKeys(kind_of, duration, ring_of, tp[ring_stream],
-                      tp_rings(ring_stream, tp[ring_stream], nbytes[ring_of], hops[ring_of],
-                               launches[ring_of]))
+    rings = tp_rings(ring_stream, tp[ring_stream], nbytes[ring_of], hops[ring_of],
+                     launches[ring_of])
+    if ep > 1:
+        size = tp[ring_stream]
+        return _PieceKeys(kind_of, duration, ring_of, np.where(moe[ring_of], size * size, size),
+                          with_all_to_alls(rings, ring_stream, size, moe[ring_of],
+                                           *a2a[:, ring_of]))
+    return _PieceKeys(kind_of, duration, ring_of, tp[ring_stream], rings)
 
 
 def _task_columns(p: _Pieces, lay: _Layout, duration: np.ndarray, tp: np.ndarray) -> TaskColumns:

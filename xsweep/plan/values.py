@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
-from xsweep.plan.collectives import pipelined_ring_flow
+from xsweep.plan.collectives import all_to_all_flow, pipelined_ring_flow
 from xsweep.plan.groups import chunk_bytes_per_rank
 
 if TYPE_CHECKING:
@@ -85,8 +85,12 @@ class PassTime(NamedTuple):
 
 
 def _tp_count(a: PlanAnalysis, group: int, kind: str, first: int, end: int) -> float:
-    """TP all-reduces of a piece: the pass's, in proportion to its layers."""
+    """TP all-reduces of a piece: its layers' where they differ, else the pass's in
+    proportion to its layers."""
     cost = a.groups[group].cost
+    per_layer = cost.tp_layer_forward if kind == "F" else cost.tp_layer_backward
+    if per_layer:
+        return float(sum(per_layer[first:end]))
     total = cost.tp_allreduces_forward if kind == "F" else cost.tp_allreduces_backward
     return total * (end - first) / len(cost.layer_forward_time_s)
 
@@ -138,6 +142,59 @@ class TpLaunches(NamedTuple):
     @staticmethod
     def number(a: PlanAnalysis, group: int, *span) -> float:
         return _tp_count(a, group, *span) * a.groups[group].cost.tp_ops_per_allreduce
+
+    placed = staticmethod(_piece_placed)
+
+
+def _a2a_count(a: PlanAnalysis, group: int, kind: str, first: int, end: int) -> float:
+    """All-to-alls of a piece (MoE dispatch and combine): those of its layers."""
+    cost = a.groups[group].cost
+    counts = cost.a2a_forward if kind == "F" else cost.a2a_backward
+    return float(sum(counts[first:end]))
+
+
+class EpBytes(NamedTuple):
+    """The payload of each flow of a piece's expert-parallel all-to-alls: what one rank
+    sends each other rank of its group (fields as :class:`PassTime`'s)."""
+
+    group: int
+    kind: str
+    first: int
+    end: int
+
+    @staticmethod
+    def number(a: PlanAnalysis, group: int, *span) -> float:
+        return all_to_all_flow(a.groups[group].cost.a2a_pair_bytes, _a2a_count(a, group, *span))[0]
+
+    placed = staticmethod(_piece_placed)
+
+
+class EpHops(NamedTuple):
+    """The hop latencies (one per all-to-all) each flow of a piece's all-to-alls waits for."""
+
+    group: int
+    kind: str
+    first: int
+    end: int
+
+    @staticmethod
+    def number(a: PlanAnalysis, group: int, *span) -> float:
+        return all_to_all_flow(0.0, _a2a_count(a, group, *span))[1]
+
+    placed = staticmethod(_piece_placed)
+
+
+class EpLaunches(NamedTuple):
+    """The NCCL launches (one per all-to-all) each flow of a piece's all-to-alls waits for."""
+
+    group: int
+    kind: str
+    first: int
+    end: int
+
+    @staticmethod
+    def number(a: PlanAnalysis, group: int, *span) -> float:
+        return _a2a_count(a, group, *span)
 
     placed = staticmethod(_piece_placed)
 
@@ -216,13 +273,13 @@ ZERO, ONE = Zero(), One()
 
 #: Every kind; a kept key names its kind by its index here.
 KINDS = (Zero, One, PassTime, TpBytes, TpHops, TpLaunches, OptimizerTime, TransferBytes,
-         RingBytes, RingHops)
+         RingBytes, RingHops, EpBytes, EpHops, EpLaunches)
 _CODE = {kind: code for code, kind in enumerate(KINDS)}
 
 #: Kinds whose number depends only on the group's stage cost and the span (their fields:
 #: group, kind, first, end): replicas of a stage share their cost object, so one number
 #: serves them all.
-BY_COST = frozenset({PassTime, TpBytes, TpHops, TpLaunches})
+BY_COST = frozenset({PassTime, TpBytes, TpHops, TpLaunches, EpBytes, EpHops, EpLaunches})
 
 
 def tp_ring_keys(group: int, kind: str, first: int,
@@ -230,6 +287,13 @@ def tp_ring_keys(group: int, kind: str, first: int,
     """The payload, hops and launches keys of every flow of a piece's TP ring."""
     return (TpBytes(group, kind, first, end), TpHops(group, kind, first, end),
             TpLaunches(group, kind, first, end))
+
+
+def ep_keys(group: int, kind: str, first: int,
+            end: int) -> tuple[EpBytes, EpHops, EpLaunches]:
+    """The payload, hops and launches keys of every flow of a piece's all-to-alls."""
+    return (EpBytes(group, kind, first, end), EpHops(group, kind, first, end),
+            EpLaunches(group, kind, first, end))
 
 
 class Keys(NamedTuple):

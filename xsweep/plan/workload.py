@@ -73,11 +73,28 @@ history):
   and their reduction, the optimizer (FP32 master weights and states), the TP and
   pipeline traffic, and the parameter all-gathers of ZeRO-1 and FSDP (FP8 parameter
   all-gathers, Megatron-LM's ``--fp8-param-gather``, are not modelled).
+
+**Mixture of experts** (``model.num_experts > 0``; ``docs/model.md``): the layers after
+the first ``moe_first_dense_layers`` replace the FFN by a router (an ``h x experts`` GEMM
+on the rank's tokens, ``1/t`` of them under sequence parallelism), the routed experts and
+the shared experts. Experts are split over ``EP = stack.expert_parallel`` ranks of the
+TP group (``experts / EP`` per rank) and each expert's FFN over the other ``t / EP``
+(expert TP). A rank runs its experts as grouped GEMMs (one GEMM per expert, the tiles of
+all of them in one launch) over ``b s x top_k x load / EP`` token copies (every rank of an
+expert's ``t / EP`` takes all its tokens), ``load`` the assumed imbalance of the busiest
+expert (1 at EP 1; capped by a capacity factor), with a memory-bound permutation of the
+copies before and after; the shared experts run as one dense FFN of ``num_shared_experts``
+times their width, split over TP. Per MoE layer and pass, EP above 1 adds a dispatch and a
+combine all-to-all (:func:`a2a_pair_bytes`; twice more in the backward under full
+recompute), which the lowering puts on the wire. Parameters: the routed experts count
+``experts x ceil(f_e / t)`` FFN widths per rank whatever EP (exact when ``t`` divides
+``f_e``), the router is replicated.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from xsweep.errors import InputError
 from xsweep.plan.stack import DEFAULT_STACK, ZERO_STAGES, Stack
@@ -134,9 +151,47 @@ def _block_weights(model: ModelSpec, shard: TpShard) -> int:
     return attention + ffn + 2 * h  # two norm gains, replicated on every rank
 
 
+def _ceil(n: float, d: int) -> int:
+    return -(-int(n) // d)
+
+
+def expert_width(model: ModelSpec, tp: int, ep: int) -> int:
+    """FFN width of one routed expert on one rank: split over the ``tp / ep`` ranks that
+    share the expert (expert TP)."""
+    return _ceil(model.expert_ffn_hidden_size, max(tp // ep, 1))
+
+
+def shared_width(model: ModelSpec, tp: int) -> int:
+    """FFN width of the shared experts (as one dense FFN) on the largest TP shard."""
+    width = model.shared_expert_ffn_hidden_size or model.expert_ffn_hidden_size
+    return _ceil(model.num_shared_experts * width, tp)
+
+
+def _moe_block_weights(model: ModelSpec, shard: TpShard, tp: int) -> int:
+    """A MoE block on one rank: attention, the router (``h x experts``, replicated), the
+    routed experts (every expert's FFN split over TP: ``experts / EP`` experts of
+    ``1 / (TP / EP)`` of the width each, whatever EP dividing TP) and the shared experts."""
+    h, d, mats = model.hidden_size, _head_dim(model), mlp_matrices(model)
+    attention = h * d * (2 * shard.heads + 2 * shard.kv_heads)
+    routed = model.num_experts * mats * h * _ceil(model.expert_ffn_hidden_size, tp)
+    shared = mats * h * shared_width(model, tp)
+    return attention + h * model.num_experts + routed + shared + 2 * h
+
+
 def block_params(model: ModelSpec, tp: int = 1) -> int:
-    """Parameters of one transformer block (on the largest shard at TP ``tp``)."""
-    return _block_weights(model, tp_shard(model, tp))
+    """Parameters of one transformer block (on the largest shard at TP ``tp``); with
+    experts, of the larger of a dense and a MoE block."""
+    shard = tp_shard(model, tp)
+    if model.is_moe:
+        return max(_block_weights(model, shard), _moe_block_weights(model, shard, tp))
+    return _block_weights(model, shard)
+
+
+def moe_layers_in(model: ModelSpec, first: int, last: int) -> int:
+    """MoE layers among 1-based layers first..last."""
+    if not model.is_moe:
+        return 0
+    return max(0, last - max(first, model.moe_first_dense_layers + 1) + 1)
 
 
 def embedding_params(model: ModelSpec) -> int:
@@ -157,9 +212,12 @@ def _check_layers(model: ModelSpec, first: int, last: int, num_layers: int | Non
 
 
 def _segment_params(model: ModelSpec, shard: TpShard, first: int, last: int,
-                    total: int) -> int:
+                    total: int, tp: int = 1) -> int:
     h = model.hidden_size
-    params = (last - first + 1) * _block_weights(model, shard)
+    moe = moe_layers_in(model, first, last)
+    params = (last - first + 1 - moe) * _block_weights(model, shard)
+    if moe:
+        params += moe * _moe_block_weights(model, shard, tp)
     if first == 1:
         params += shard.vocab * h  # embedding
     if last == total:
@@ -173,7 +231,7 @@ def rank_params(model: ModelSpec, tp: int, first_layer: int, last_layer: int) ->
     The embedding belongs to layer 1 and the LM head to layer L.
     """
     total = _check_layers(model, first_layer, last_layer)
-    return _segment_params(model, tp_shard(model, tp), first_layer, last_layer, total)
+    return _segment_params(model, tp_shard(model, tp), first_layer, last_layer, total, tp)
 
 
 def segment_grad_bytes(model: ModelSpec, first: int, last: int,
@@ -299,6 +357,74 @@ def _block_ops(model: ModelSpec, micro_batch_size: int, shard: TpShard, tp: int,
             gemms + _pointwise_ops(model, micro_batch_size, shard, tp, stack))
 
 
+def moe_load(model: ModelSpec, stack: Stack) -> float:
+    """Token copies the busiest rank of experts takes over the mean: the assumed imbalance
+    (``stack.moe_imbalance``, the busiest expert's load over the mean, taken for the whole
+    rank that holds it), capped by the capacity factor when tokens are dropped; 1 at EP 1,
+    where every rank holds a slice of every expert and so takes every token."""
+    if stack.expert_parallel == 1:
+        return 1.0
+    cap = model.moe_capacity_factor
+    return min(stack.moe_imbalance, cap) if cap > 0 else stack.moe_imbalance
+
+
+def routed_rows(model: ModelSpec, micro_batch_size: int, tp: int, stack: Stack) -> float:
+    """Token copies one rank's routed experts process per micro-batch: the group's
+    ``b s`` tokens, ``top_k`` copies each, spread over the ``EP`` ranks of experts at the
+    busiest expert's load (every rank of an expert's ``TP / EP`` ranks takes them all)."""
+    tokens = micro_batch_size * model.seq_length
+    return tokens * model.moe_top_k * moe_load(model, stack) / stack.expert_parallel
+
+
+def a2a_pair_bytes(model: ModelSpec, micro_batch_size: int, tp: int, stack: Stack) -> float:
+    """Bytes one rank sends each other rank of its group in one all-to-all (dispatch or
+    combine) of one MoE layer: its ``b s / tp`` tokens' hidden vectors, ``top_k`` copies,
+    the share routed to one EP rank of experts, at the busiest expert's load."""
+    tokens = micro_batch_size * model.seq_length / tp
+    return (BF16_BYTES * model.hidden_size * tokens * model.moe_top_k * moe_load(model, stack)
+            / stack.expert_parallel)
+
+
+def _grouped_gemm(rows: float, k: int, n: int, experts: int) -> _Op:
+    """``experts`` GEMMs of ``rows / experts`` tokens each (a grouped GEMM): ``k x n``
+    weights per expert, read once."""
+    return _Op("gemm", 2.0 * rows * k * n, BF16_BYTES * (experts * k * n + rows * (k + n)),
+               tiles=gemm_tiles(rows / experts, n, experts))
+
+
+def _moe_ffn_ops(model: ModelSpec, micro_batch_size: int, tp: int,
+                 stack: Stack) -> tuple[_Op, ...]:
+    """A MoE layer's FFN on one rank: router, permutation, routed experts (grouped GEMMs
+    and their activation), unpermutation, shared experts."""
+    h, mats = model.hidden_size, mlp_matrices(model)
+    tokens = micro_batch_size * model.seq_length
+    shared_tokens = tokens / tp if stack.sequence_parallel else tokens
+    ep = stack.expert_parallel
+    local, width = model.num_experts // ep, expert_width(model, tp, ep)
+    rows = routed_rows(model, micro_batch_size, tp, stack)
+    permute = _memory(2 * BF16_BYTES * h * rows)  # read each token copy, write it in place
+    ops = [_gemm(shared_tokens, h, model.num_experts), permute,
+           _grouped_gemm(rows, h, (mats - 1) * width, local),
+           _memory(mats * BF16_BYTES * width * rows),
+           _grouped_gemm(rows, width, h, local), permute]
+    shared = shared_width(model, tp)
+    if shared:
+        ops += [_gemm(tokens, h, (mats - 1) * shared), _memory(mats * BF16_BYTES * shared * tokens),
+                _gemm(tokens, shared, h)]
+    return tuple(ops)
+
+
+def _moe_block_ops(model: ModelSpec, micro_batch_size: int, shard: TpShard, tp: int,
+                   stack: Stack) -> tuple[tuple[_Op, ...], tuple[_Op, ...]]:
+    """The kernels of one MoE block's forward pass: (attention core, everything else):
+    QKV and projection GEMMs, norms and residuals as a dense block's, the MoE FFN."""
+    tokens = micro_batch_size * model.seq_length
+    gemms = tuple(_gemm(tokens, k, n) for k, n in _block_gemm_shapes(model, shard)[:2])
+    pointwise = _pointwise_ops(model, micro_batch_size, shard, tp, stack)[:4]  # no dense act
+    return (_attention_ops(model, micro_batch_size, shard, stack.flash_attention),
+            gemms + pointwise + _moe_ffn_ops(model, micro_batch_size, tp, stack))
+
+
 def fp8_cast_bytes(model: ModelSpec, micro_batch_size: int, tp: int = 1) -> tuple[float, float]:
     """HBM bytes of one block's casts to FP8 for one micro-batch on one rank (the largest
     TP shard): (forward: each GEMM's input, backward: each GEMM's output gradient), at
@@ -366,6 +492,15 @@ def block_forward_flops(model: ModelSpec, micro_batch_size: int) -> float:
     return _flops(attention + rest)
 
 
+def moe_block_forward_flops(model: ModelSpec, micro_batch_size: int) -> float:
+    """Forward FLOPs of one MoE block for one micro-batch (no parallelism, tokens spread
+    evenly): attention, router, ``top_k`` routed experts and the shared experts per token,
+    the block's active parameters."""
+    attention, rest = _moe_block_ops(model, micro_batch_size, tp_shard(model, 1), 1,
+                                     DEFAULT_STACK)
+    return _flops(attention + rest)
+
+
 def block_forward_bytes(model: ModelSpec, micro_batch_size: int,
                         stack: Stack = DEFAULT_STACK) -> float:
     """HBM bytes one block's forward pass moves for one micro-batch (no parallelism)."""
@@ -385,7 +520,10 @@ def iteration_model_flops(model: ModelSpec, global_batch: int, recompute: bool =
     ``recompute`` one more forward of the blocks (Megatron's hardware FLOPs under full
     recompute, the figure its papers report throughput in).
     """
-    blocks = model.num_layers * block_forward_flops(model, global_batch)
+    moe = moe_layers_in(model, 1, model.num_layers)
+    blocks = (model.num_layers - moe) * block_forward_flops(model, global_batch)
+    if moe:
+        blocks += moe * moe_block_forward_flops(model, global_batch)
     head = head_forward_flops(model, global_batch)
     return 3.0 * (blocks + head) + (blocks if recompute else 0.0)
 
@@ -412,6 +550,15 @@ class StageCost:
     activation_bytes: float  # sent to the next stage per micro-batch (gradient back: same)
     grad_bytes: float  # bf16 gradients held by one rank for its layers
     profiled: bool  # block times come from a measured profile, not the roofline
+    # MoE with EP > 1: all-to-alls per layer (forward, backward) and the bytes one rank
+    # sends each other rank of its group in one of them
+    a2a_forward: tuple[int, ...] = ()
+    a2a_backward: tuple[int, ...] = ()
+    a2a_pair_bytes: float = 0.0
+    # TP all-reduces per layer (forward, backward) where layers differ (MoE layers whose
+    # tokens move by all-to-all alone); empty: the totals above, spread evenly
+    tp_layer_forward: tuple[int, ...] = ()
+    tp_layer_backward: tuple[int, ...] = ()
 
 
 def _block_times_s(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
@@ -428,22 +575,21 @@ def _block_times_s(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: in
     return forward_s, 2.0 * forward_s, False
 
 
-def stage_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
-               first_layer: int, last_layer: int, *, stack: Stack = DEFAULT_STACK,
-               profile: Profile | None = None) -> StageCost:
-    """Cost of one micro-batch on a device group running layers first..last (1-based).
+class _BlockCost(NamedTuple):
+    """One kind of block (dense or MoE) for one micro-batch on one rank."""
 
-    Args:
-        stack: training-stack options (sequence parallelism, flash attention, recompute).
-        profile: measured block times; where it has no entry for (GPU, TP, micro-batch
-            size), or the size lies outside its measured range, the roofline is used.
-    """
-    total = _check_layers(model, first_layer, last_layer)
-    if micro_batch_size < 1:
-        raise ValueError(f"micro_batch_size must be at least 1, got {micro_batch_size}")
+    forward_s: float
+    backward_s: float  # recompute included
+    flops: float  # forward
+    recomputed_flops: float
+    profiled: bool
+
+
+def _block_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int, stack: Stack,
+                profile: Profile | None, moe: bool) -> _BlockCost:
     shard = tp_shard(model, tp)
-    num_blocks = last_layer - first_layer + 1
-    attention, rest = _block_ops(model, micro_batch_size, shard, tp, stack)
+    build = _moe_block_ops if moe else _block_ops
+    attention, rest = build(model, micro_batch_size, shard, tp, stack)
     ops = attention + rest
     block_fwd_s, block_bwd_s, profiled = _block_times_s(model, gpu, tp, micro_batch_size,
                                                         ops, profile)
@@ -457,8 +603,67 @@ def stage_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
                         "full": block_flops}[stack.recompute]
     block_bwd_s += {"none": 0.0, "selective": _time_s(attention, gpu),
                     "full": block_fwd_s}[stack.recompute]
-    fwd_s, bwd_s = [block_fwd_s] * num_blocks, [block_bwd_s] * num_blocks
-    forward_flops = num_blocks * block_flops
+    return _BlockCost(block_fwd_s, block_bwd_s, block_flops, recomputed_flops, profiled)
+
+
+def _a2a_counts(model: ModelSpec, first: int, last: int,
+                stack: Stack) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """All-to-alls per layer (forward, backward): a MoE layer's dispatch and combine in each
+    pass, twice more in the backward under full recompute; none at EP 1 (every rank holds
+    a slice of every expert, and the TP collectives move the tokens as for a dense FFN)."""
+    if stack.expert_parallel == 1 or not model.is_moe:
+        return (), ()
+    moe = [model.moe_layer(layer) for layer in range(first, last + 1)]
+    backward = 4 if stack.recompute == "full" else 2
+    return tuple(2 * m for m in moe), tuple(backward * m for m in moe)
+
+
+def _tp_counts(model: ModelSpec, tp: int, first: int, last: int,
+               stack: Stack) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """TP all-reduces per layer (forward, backward) when some layers have fewer: at EP =
+    TP without shared experts, under sequence parallelism, a MoE layer's FFN needs no TP
+    collective (each rank dispatches its own sequence-parallel tokens and gets them back
+    whole), so it keeps the attention's one; else () (two per layer, four backward under
+    full recompute)."""
+    if (not model.is_moe or stack.expert_parallel != tp or tp == 1 or model.num_shared_experts
+            or not stack.sequence_parallel):
+        return (), ()
+    full = stack.recompute == "full"
+    per = [1 if model.moe_layer(layer) else 2 for layer in range(first, last + 1)]
+    return tuple(per), tuple(2 * n if full else n for n in per)
+
+
+def stage_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
+               first_layer: int, last_layer: int, *, stack: Stack = DEFAULT_STACK,
+               profile: Profile | None = None) -> StageCost:
+    """Cost of one micro-batch on a device group running layers first..last (1-based).
+
+    Args:
+        stack: training-stack options (sequence parallelism, flash attention, recompute,
+            expert parallelism and the token imbalance of a model with experts).
+        profile: measured block times; where it has no entry for (GPU, TP, micro-batch
+            size), or the size lies outside its measured range, the roofline is used. A
+            measured time stands for every block, dense or MoE.
+    """
+    total = _check_layers(model, first_layer, last_layer)
+    if micro_batch_size < 1:
+        raise ValueError(f"micro_batch_size must be at least 1, got {micro_batch_size}")
+    shard = tp_shard(model, tp)
+    num_blocks = last_layer - first_layer + 1
+    num_moe = moe_layers_in(model, first_layer, last_layer)
+    dense = _block_cost(model, gpu, tp, micro_batch_size, stack, profile, False)
+    fwd_s, bwd_s = [dense.forward_s] * num_blocks, [dense.backward_s] * num_blocks
+    forward_flops = (num_blocks - num_moe) * dense.flops
+    recomputed_flops = (num_blocks - num_moe) * dense.recomputed_flops
+    profiled = dense.profiled
+    if num_moe:
+        moe = _block_cost(model, gpu, tp, micro_batch_size, stack, profile, True)
+        for i in range(num_blocks):
+            if model.moe_layer(first_layer + i):
+                fwd_s[i], bwd_s[i] = moe.forward_s, moe.backward_s
+        forward_flops += num_moe * moe.flops
+        recomputed_flops += num_moe * moe.recomputed_flops
+        profiled = profiled and moe.profiled
     if first_layer == 1:
         embed_s = _time_s(_embedding_ops(model, micro_batch_size), gpu)
         fwd_s[0] += embed_s
@@ -469,9 +674,11 @@ def stage_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
         fwd_s[-1] += head_s
         bwd_s[-1] += 2.0 * head_s
         forward_flops += _flops(head)
-    backward_flops = 2.0 * forward_flops + num_blocks * recomputed_flops
+    backward_flops = 2.0 * forward_flops + recomputed_flops
     activation_bytes = float(BF16_BYTES * micro_batch_size * model.seq_length
                              * model.hidden_size)
+    a2a_forward, a2a_backward = _a2a_counts(model, first_layer, last_layer, stack)
+    tp_forward, tp_backward = _tp_counts(model, tp, first_layer, last_layer, stack)
     return StageCost(
         forward_flops=forward_flops,
         backward_flops=backward_flops,
@@ -480,12 +687,19 @@ def stage_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
         layer_forward_time_s=tuple(fwd_s),
         layer_backward_time_s=tuple(bwd_s),
         tp_allreduce_bytes=activation_bytes,
-        tp_allreduces_forward=2 * num_blocks,
-        tp_allreduces_backward=(4 if stack.recompute == "full" else 2) * num_blocks,
+        tp_allreduces_forward=sum(tp_forward) if tp_forward else 2 * num_blocks,
+        tp_allreduces_backward=(sum(tp_backward) if tp_backward
+                                else (4 if stack.recompute == "full" else 2) * num_blocks),
         tp_ops_per_allreduce=2 if stack.sequence_parallel else 1,
         activation_bytes=activation_bytes,
         grad_bytes=float(BF16_BYTES * rank_params(model, tp, first_layer, last_layer)),
         profiled=profiled,
+        a2a_forward=a2a_forward,
+        a2a_backward=a2a_backward,
+        a2a_pair_bytes=(a2a_pair_bytes(model, micro_batch_size, tp, stack) if a2a_forward
+                        else 0.0),
+        tp_layer_forward=tp_forward,
+        tp_layer_backward=tp_backward,
     )
 
 

@@ -16,7 +16,10 @@ least, for every device group:
   its flows' hop latencies and NCCL launches plus their bytes over the bus efficiency and
   the capacity of those links (:mod:`xsweep.plan.transport`); the hops, launches and bytes
   of a pass's pieces add up to those of one ring of all the pass's all-reduces
-  (:func:`xsweep.plan.collectives.pipelined_ring_flow` is linear in the count). The
+  (:func:`xsweep.plan.collectives.pipelined_ring_flow` is linear in the count). Under
+  expert parallelism the TP tasks of MoE layers also carry the all-to-alls, whose flows
+  inside a node are bounded the same way; a task lasts at least its longest flow, so the
+  passes at least the longer of the rings' and the all-to-alls' sums. The
   optimizer's step and other communication only add to it; and, without interleaving,
 - the pipeline's fill and drain: every forward pass of a model chunk on a stage waits
   for that chunk's forward on every earlier stage of its replica, and every backward pass
@@ -42,7 +45,7 @@ from __future__ import annotations
 import functools
 
 from xsweep.cost import DEFAULT_COST, CostModel, node_rates, run_costs
-from xsweep.plan.collectives import pipelined_ring_flow
+from xsweep.plan.collectives import all_to_all_flow, pipelined_ring_flow
 from xsweep.plan.stack import Stack
 from xsweep.plan.workload import stage_cost
 from xsweep.spec import xsweep_pb2 as pb
@@ -84,10 +87,12 @@ def iteration_lower_bound(plan: pb.DeploymentPlan, catalog: Catalog) -> float:
         tp_s = 0.0
         if len({node_of_rank[r] for r in ranks}) == 1:  # a ring inside one node
             link = node.scale_up_link
-            ring_bytes, hops, launches = ring
-            tp_s = (ring_bytes / link.bus_efficiency / (node.scale_up_gbps * 1e9 / 8)
-                    + hops * 2 * node.scale_up_latency_ns * 1e-9
-                    + launches * link.launch_latency_us * 1e-6)
+            # the all-to-alls (EP) ride in the same TP tasks: a task lasts at least its
+            # longest flow, so the passes at least the longer of the two sums
+            tp_s = max(ring_bytes / link.bus_efficiency / (node.scale_up_gbps * 1e9 / 8)
+                       + hops * 2 * node.scale_up_latency_ns * 1e-9
+                       + launches * link.launch_latency_us * 1e-6
+                       for ring_bytes, hops, launches in ring)
         stages.setdefault(group.dp_replica, {})[group.pp_stage] = (
             forward, backward, tp_s, chunk, group.num_micro_batches)
     best = 0.0
@@ -106,9 +111,10 @@ def iteration_lower_bound(plan: pb.DeploymentPlan, catalog: Catalog) -> float:
 
 @functools.lru_cache(maxsize=65536)
 def _pass_times(model: ModelSpec, gpu: GpuSpec, tp: int, b: int, first: int, last: int,
-                stack: Stack) -> tuple[float, float, tuple[float, float, float], float]:
+                stack: Stack) -> tuple[float, float, tuple[tuple[float, float, float], ...], float]:
     """Forward and backward compute of one micro-batch, the bytes, hops and launches each
-    flow of its TP rings waits for (forward and backward together; 0 without TP), and the
+    flow of its TP rings waits for (forward and backward together; 0 without TP) and,
+    under expert parallelism, each flow of its all-to-alls, and the
     least forward plus backward compute of one model chunk (its stage's fastest layers)."""
     c = stage_cost(model, gpu, tp, b, first, last, stack=stack)
     size = (last - first + 1) // max(stack.virtual_pipeline_stages, 1)
@@ -120,7 +126,11 @@ def _pass_times(model: ModelSpec, gpu: GpuSpec, tp: int, b: int, first: int, las
         flows = [pipelined_ring_flow(tp, c.tp_allreduce_bytes, count) for count in counts]
         ring = (sum(f[0] for f in flows), sum(f[1] for f in flows),
                 sum(counts) * c.tp_ops_per_allreduce)
-    return c.forward_time_s, c.backward_time_s, ring, chunk
+    a2a = sum(c.a2a_forward) + sum(c.a2a_backward)  # MoE all-to-alls (EP above 1)
+    if a2a:
+        nbytes, hops = all_to_all_flow(c.a2a_pair_bytes, a2a)
+        return c.forward_time_s, c.backward_time_s, (ring, (nbytes, hops, a2a)), chunk
+    return c.forward_time_s, c.backward_time_s, (ring,), chunk
 
 
 def cluster_rates_of(plan: pb.DeploymentPlan, catalog: Catalog,

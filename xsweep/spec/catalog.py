@@ -115,6 +115,22 @@ class ModelSpec:
     seq_length: int
     mlp: str  # "gelu" (two FFN matrices) or "swiglu" (three)
     dropout: bool = False  # trained with dropout (masks are kept and applied)
+    # mixture of experts (dense when num_experts is 0): see xsweep.plan.workload
+    num_experts: int = 0  # routed experts per MoE layer
+    moe_top_k: int = 0  # routed experts per token
+    expert_ffn_hidden_size: int = 0  # FFN width of one routed expert
+    num_shared_experts: int = 0  # experts every token goes to
+    shared_expert_ffn_hidden_size: int = 0  # 0: expert_ffn_hidden_size
+    moe_first_dense_layers: int = 0  # the first layers keep a dense FFN of ffn_hidden_size
+    moe_capacity_factor: float = 0.0  # 0: dropless
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    def moe_layer(self, layer: int) -> bool:
+        """Whether 1-based ``layer`` has routed experts in place of a dense FFN."""
+        return self.num_experts > 0 and layer > self.moe_first_dense_layers
 
 
 _SECTIONS = {"gpus": GpuSpec, "nics": NicSpec, "links": LinkSpec, "models": ModelSpec}
@@ -426,6 +442,33 @@ def check_model_dimensions(model: ModelSpec, file: str | None, path: str,
                              f"must divide hidden_size ({hidden}): {channels}")
         raise InputError(file, f"{path}.hidden_size", hidden,
                          f"is not a multiple of num_attention_heads ({heads}): {channels}")
+    check_moe_fields(model, file, path)
+
+
+def check_moe_fields(model: ModelSpec, file: str | None, path: str) -> None:
+    """The mixture-of-experts fields: in range, and consistent when the model has experts
+    (a top-k between 1 and the experts, an expert FFN width, dense layers below the
+    model's layers); a dense model must leave the per-expert fields at 0."""
+    for name, bounds in ranges.MOE_MODEL.items():
+        bounds.check(getattr(model, name), file, f"{path}.{name}")
+    if not model.is_moe:
+        for name in ("moe_top_k", "expert_ffn_hidden_size", "num_shared_experts"):
+            if getattr(model, name):
+                raise InputError(file, f"{path}.{name}", getattr(model, name),
+                                 "needs num_experts (routed experts) above 0")
+        return
+    if not 1 <= model.moe_top_k <= model.num_experts:
+        raise InputError(file, f"{path}.moe_top_k", model.moe_top_k,
+                         f"must be between 1 and num_experts ({model.num_experts})")
+    if model.expert_ffn_hidden_size < 1:
+        raise InputError(file, f"{path}.expert_ffn_hidden_size", model.expert_ffn_hidden_size,
+                         "must be positive for a model with experts")
+    if model.moe_first_dense_layers >= model.num_layers:
+        raise InputError(file, f"{path}.moe_first_dense_layers", model.moe_first_dense_layers,
+                         f"must be below num_layers ({model.num_layers}): no layer has experts")
+    if 0 < model.moe_capacity_factor < 1:
+        raise InputError(file, f"{path}.moe_capacity_factor", model.moe_capacity_factor,
+                         "must be 0 (dropless) or at least 1")
 
 
 def _check_value(section: str, key: str, value: object, file: str, path: str) -> object:

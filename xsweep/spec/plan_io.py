@@ -268,6 +268,17 @@ def plan_from_json(text: str, file: str | None = None) -> DeploymentPlan:
         raise _json_error(error, file) from None
 
 
+def _some_names(names: list[str], width: int = 100) -> str:
+    """``names`` joined by commas, the first that fit in about ``width`` characters and a
+    count of the rest (an error stays one short line)."""
+    shown: list[str] = []
+    for name in names:
+        if shown and len(", ".join([*shown, name])) > width:
+            return f"{', '.join(shown)} and {len(names) - len(shown)} more"
+        shown.append(name)
+    return ", ".join(shown)
+
+
 def _check_json_message(document: dict, descriptor, path: str, file: str | None) -> None:
     """Check a JSON object against the message ``descriptor`` as ``ParseDict`` will read it,
     so that each problem is reported with its field path and value."""
@@ -279,7 +290,7 @@ def _check_json_message(document: dict, descriptor, path: str, file: str | None)
             spelled = [f.json_name for f in descriptor.fields] if key != key.lower() else names
             raise InputError(file, f"{path}{key}", None,
                              f"unknown field{did_you_mean(key, spelled)} (expected one of "
-                             f"{', '.join(names)})")
+                             f"{_some_names(names)})")
         where = f"{path}{field.name}"
         if field.name in seen:
             raise InputError(file, where, None, f"given twice (as {seen[field.name]!r} and {key!r})")

@@ -56,7 +56,7 @@ def estimate_program_size(plan: xsweep_pb2.DeploymentPlan) -> int:
     """
     t = plan.training
     key = (groups_bytes(plan), t.virtual_pipeline_stages, t.zero_stage, t.dp_overlap,
-           t.resharding, t.tp_comm_overlap)
+           t.resharding, t.tp_comm_overlap, t.expert_parallel > 1)
     return _SIZES.get(key, lambda: _estimate(plan))
 
 
@@ -91,8 +91,10 @@ def _estimate(plan: xsweep_pb2.DeploymentPlan) -> int:
                         else _inside(points, group.first_layer, group.last_layer))
             passes = 2 * m * v + cuts * (2 if zero1 and training.dp_overlap else 1)
         size += passes + 1  # + the optimizer step
-        if tp > 1:  # one blocking TP task of tp flows per pass; overlapped, its join too
-            size += passes * (1 + tp + bool(training.tp_comm_overlap))
+        if tp > 1:  # one blocking TP task of tp flows per pass; overlapped, its join too;
+            # with expert parallelism also an all-to-all's tp (tp - 1) flows
+            flows = tp * tp if training.expert_parallel > 1 else tp
+            size += passes * (1 + flows + bool(training.tp_comm_overlap))
     scheme = enum_name(RESHARDING, training.resharding)
     for members in replicas.values():
         members.sort(key=lambda g: g.pp_stage)

@@ -79,11 +79,25 @@ MODEL = {
     "seq_length": count(2**24),
 }
 
+#: Mixture-of-experts fields of a model; 0 is a dense model's value (checked against each
+#: other by ``catalog.check_moe_fields``).
+MOE_MODEL = {
+    "num_experts": Range(0, 2**16, integer=True),
+    "moe_top_k": Range(0, 2**16, integer=True),
+    "expert_ffn_hidden_size": Range(0, 2**22, integer=True),
+    "num_shared_experts": Range(0, 2**10, integer=True),
+    "shared_expert_ffn_hidden_size": Range(0, 2**22, integer=True),
+    "moe_first_dense_layers": Range(0, MAX_LAYERS, integer=True),
+    "moe_capacity_factor": Range(0, 2**10),
+}
+
 PLAN = {
     "training.global_batch_size": count(1e15),
     "training.virtual_pipeline_stages": Range(1, MAX_LAYERS, integer=True, zero_is_default=True),
     "training.dp_bucket_params": Range(1, 1e15, integer=True, zero_is_default=True),
     "training.total_tokens": Range(0, 1e18),
+    "training.expert_parallel": Range(1, 2**16, integer=True, zero_is_default=True),
+    "training.moe_imbalance": Range(1, 2**10, zero_is_default=True),
     "scale_up.bandwidth_gbps": Range(BANDWIDTH_GBPS.low, BANDWIDTH_GBPS.high,
                                      zero_is_default=True),
     "scale_up.latency_ns": LATENCY_NS,
@@ -127,7 +141,7 @@ CATALOG = {
         "bus_efficiency": FRACTION,
         "launch_latency_us": LAUNCH_US,
     },
-    "models": MODEL,
+    "models": {**MODEL, **MOE_MODEL},
 }
 
 PRICING = ("capex", "cloud")

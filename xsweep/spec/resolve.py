@@ -31,6 +31,9 @@ DeploymentPlan = xsweep_pb2.DeploymentPlan
 
 _MODEL_FIELDS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
                  "num_kv_heads", "vocab_size", "seq_length")
+#: Mixture-of-experts fields: the plan's, else the preset's, else 0 (a dense model).
+_MOE_FIELDS = ("num_experts", "moe_top_k", "expert_ffn_hidden_size", "num_shared_experts",
+               "shared_expert_ffn_hidden_size", "moe_first_dense_layers", "moe_capacity_factor")
 
 
 class RankPlace(NamedTuple):
@@ -64,6 +67,11 @@ def resolve_model(plan: DeploymentPlan, catalog: Catalog, file: str | None = Non
         values["dropout"] = model.dropout
     elif preset is not None:
         values["dropout"] = preset.dropout
+    for name in _MOE_FIELDS:
+        if model.HasField(name):
+            values[name] = getattr(model, name)
+        elif preset is not None:
+            values[name] = getattr(preset, name)
     name = preset.name if preset is not None else (plan.name or "custom")
     return ModelSpec(name=name, **values)
 
@@ -110,6 +118,8 @@ def resolve_training(training: xsweep_pb2.Training) -> TrainingOptions:
         dp_bucket_params=int(t.dp_bucket_params),
         precision=enum_name(PRECISION, t.precision),
         tp_comm_overlap=bool(t.tp_comm_overlap),
+        expert_parallel=max(1, int(t.expert_parallel)),
+        moe_imbalance=float(t.moe_imbalance) or 1.0,
     )
     return TrainingOptions(global_batch_size=int(t.global_batch_size),
                            total_tokens=float(t.total_tokens),

@@ -49,6 +49,14 @@ class Stack:
             ``--tp-comm-overlap``, NeMo's ``tp_comm_overlap``): a pass takes the longer of
             its compute and its TP traffic instead of their sum. Needs sequence parallelism;
             no effect at TP 1.
+        expert_parallel: the routed experts of a MoE layer are split over this many ranks
+            of each device group, and the rest of the group's ranks split each expert's FFN
+            (expert TP = TP / EP; Megatron-Core's MoE parallel folding, with EP carved from
+            the TP ranks); tokens reach their experts' ranks by an all-to-all
+            (:mod:`xsweep.plan.workload`). 1 for dense models.
+        moe_imbalance: the assumed load of the busiest expert over the mean (1.0: tokens
+            spread evenly); the busiest rank's expert work and all-to-all traffic scale by
+            it (by the capacity factor when that is lower); none at EP 1.
     """
 
     sequence_parallel: bool = True
@@ -60,6 +68,8 @@ class Stack:
     dp_bucket_params: int = 0
     precision: str = "bf16"
     tp_comm_overlap: bool = False
+    expert_parallel: int = 1
+    moe_imbalance: float = 1.0
 
     def __post_init__(self):
         if self.recompute not in RECOMPUTE:
@@ -73,6 +83,10 @@ class Stack:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.tp_comm_overlap and not self.sequence_parallel:
             raise ValueError("tp_comm_overlap needs sequence_parallel")
+        if self.expert_parallel < 1:
+            raise ValueError(f"expert_parallel must be at least 1, got {self.expert_parallel}")
+        if not self.moe_imbalance >= 1.0:
+            raise ValueError(f"moe_imbalance must be at least 1, got {self.moe_imbalance}")
         if self.dp_bucket_params < 0:
             raise ValueError(f"dp_bucket_params must not be negative, got {self.dp_bucket_params}")
 

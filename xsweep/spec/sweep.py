@@ -168,6 +168,8 @@ GpusPerNode = Annotated[int, Field(gt=0, le=ranges.MAX_NODES, strict=True)]
 TpDegree = Annotated[int, Field(gt=0, le=ranges.MAX_HEADS, strict=True)]
 StageCount = Annotated[int, Field(gt=0, le=ranges.MAX_LAYERS, strict=True)]
 MicroBatchSize = Annotated[int, Field(gt=0, le=ranges.MAX_MICRO_BATCH_SIZE, strict=True)]
+ExpertParallel = Annotated[int, Field(gt=0, le=ranges.PLAN["training.expert_parallel"].high,
+                                      strict=True)]
 
 # Objective names accepted in a sweep: every plan-level figure of the metrics table that
 # has a direction, or a short form of one (xsweep.metrics.OBJECTIVE_SHORT_FORMS), in any case.
@@ -239,6 +241,10 @@ class Training(_Strict):
     tp_comm_overlap: Annotated[Axis[bool], LAYOUT] = [False]
     total_tokens: Annotated[float, Field(gt=0, le=ranges.PLAN["training.total_tokens"].high)] \
         | None = None  # whole run, for cost per run
+    # mixture of experts: the assumed load of the busiest expert over the mean (not an axis;
+    # absent: 1.0, tokens spread evenly)
+    moe_imbalance: Annotated[float, Field(ge=1, le=ranges.PLAN["training.moe_imbalance"].high)] \
+        | None = None
 
 
 class Pool(_Strict):
@@ -265,6 +271,11 @@ class Parallelism(_Strict):
     micro_batch_size: Annotated[int_axis(MicroBatchSize), LAYOUT] = [1]
     pipeline_mix: Annotated[Axis[Choice("separate", "mixed")], LAYOUT] = ["separate"]
     layer_split: Annotated[Axis[Choice("proportional", "even")], LAYOUT] = ["proportional"]
+    # expert parallelism (models with experts): the routed experts split over this many
+    # ranks of each TP group, so experts per GPU = experts / ep; it must divide every
+    # pool's TP degree and the experts (else the point is infeasible). Absent: not an
+    # axis, EP 1.
+    ep: Annotated[int_axis(ExpertParallel) | None, LAYOUT, _AXIS] = None
 
 
 def _cost_field(name: str) -> Any:

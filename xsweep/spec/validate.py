@@ -158,6 +158,8 @@ def _checked(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str | None
            training.tp_comm_overlap, limits)
     typed, size = _GROUPS.get(key, lambda: _check_structure(plan, groups, model, cluster,
                                                             file, limits))
+    if model.is_moe or options.stack.expert_parallel > 1:
+        _check_moe(model, options, typed, file)
     entries = (*((("models", plan.model.preset, preset),) if preset is not None else ()),
                *hardware)
     return entries, model, options, cluster, typed, size
@@ -252,10 +254,39 @@ def _check_training(training: xsweep_pb2.Training, file: str | None) -> None:
         ranges.PLAN[f"training.{name}"].check(getattr(training, name), file, f"training.{name}")
     sequence_parallel = (training.sequence_parallel if training.HasField("sequence_parallel")
                          else DEFAULT_STACK.sequence_parallel)
+    for name in ("expert_parallel", "moe_imbalance"):
+        ranges.PLAN[f"training.{name}"].check(getattr(training, name), file, f"training.{name}")
     if training.tp_comm_overlap and not sequence_parallel:
         raise InputError(file, "training.tp_comm_overlap", True, "needs sequence_parallel: "
                          "the overlap hides the sequence-parallel all-gathers and "
                          "reduce-scatters behind the GEMMs they feed")
+
+
+def _check_moe(model: ModelSpec, options: TrainingOptions, groups: tuple[Group, ...],
+               file: str | None) -> None:
+    """Expert parallelism against the model and the device groups: EP needs routed experts
+    it divides and must divide every group's TP degree (EP is carved from a group's TP
+    ranks); FP8 and TP overlap are not modelled with experts."""
+    stack = options.stack
+    ep = stack.expert_parallel
+    if not model.is_moe:
+        raise InputError(file, "training.expert_parallel", ep,
+                         f"needs a model with routed experts ({model.name!r} has none)")
+    if model.num_experts % ep:
+        raise InputError(file, "training.expert_parallel", ep,
+                         f"must divide the model's num_experts ({model.num_experts})")
+    for i, g in enumerate(groups):
+        if len(g.ranks) % ep:
+            raise InputError(file, f"device_groups[{i}].ranks", len(g.ranks),
+                             f"TP degree must be a multiple of training.expert_parallel ({ep}): "
+                             "the experts are split over the ranks of each group")
+    if stack.precision == "fp8":
+        raise InputError(file, "training.precision", "FP8",
+                         "is not modelled for a model with experts (use BF16)")
+    if stack.tp_comm_overlap and ep > 1:
+        raise InputError(file, "training.tp_comm_overlap", True,
+                         "is not modelled with expert_parallel above 1 (the all-to-all would "
+                         "ride beside the compute)")
 
 
 def _check_virtual_stages(plan: xsweep_pb2.DeploymentPlan, file: str | None) -> None:

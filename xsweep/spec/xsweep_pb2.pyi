@@ -66,7 +66,7 @@ RAIL_OPTIMIZED: FabricKind
 FAT_TREE: FabricKind
 
 class Model(_message.Message):
-    __slots__ = ("preset", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_kv_heads", "vocab_size", "seq_length", "mlp", "dropout")
+    __slots__ = ("preset", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_kv_heads", "vocab_size", "seq_length", "mlp", "dropout", "num_experts", "moe_top_k", "expert_ffn_hidden_size", "num_shared_experts", "shared_expert_ffn_hidden_size", "moe_first_dense_layers", "moe_capacity_factor")
     PRESET_FIELD_NUMBER: _ClassVar[int]
     NUM_LAYERS_FIELD_NUMBER: _ClassVar[int]
     HIDDEN_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -77,6 +77,13 @@ class Model(_message.Message):
     SEQ_LENGTH_FIELD_NUMBER: _ClassVar[int]
     MLP_FIELD_NUMBER: _ClassVar[int]
     DROPOUT_FIELD_NUMBER: _ClassVar[int]
+    NUM_EXPERTS_FIELD_NUMBER: _ClassVar[int]
+    MOE_TOP_K_FIELD_NUMBER: _ClassVar[int]
+    EXPERT_FFN_HIDDEN_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NUM_SHARED_EXPERTS_FIELD_NUMBER: _ClassVar[int]
+    SHARED_EXPERT_FFN_HIDDEN_SIZE_FIELD_NUMBER: _ClassVar[int]
+    MOE_FIRST_DENSE_LAYERS_FIELD_NUMBER: _ClassVar[int]
+    MOE_CAPACITY_FACTOR_FIELD_NUMBER: _ClassVar[int]
     preset: str
     num_layers: int
     hidden_size: int
@@ -87,10 +94,17 @@ class Model(_message.Message):
     seq_length: int
     mlp: Mlp
     dropout: bool
-    def __init__(self, preset: _Optional[str] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., ffn_hidden_size: _Optional[int] = ..., num_attention_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., vocab_size: _Optional[int] = ..., seq_length: _Optional[int] = ..., mlp: _Optional[_Union[Mlp, str]] = ..., dropout: _Optional[bool] = ...) -> None: ...
+    num_experts: int
+    moe_top_k: int
+    expert_ffn_hidden_size: int
+    num_shared_experts: int
+    shared_expert_ffn_hidden_size: int
+    moe_first_dense_layers: int
+    moe_capacity_factor: float
+    def __init__(self, preset: _Optional[str] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., ffn_hidden_size: _Optional[int] = ..., num_attention_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., vocab_size: _Optional[int] = ..., seq_length: _Optional[int] = ..., mlp: _Optional[_Union[Mlp, str]] = ..., dropout: _Optional[bool] = ..., num_experts: _Optional[int] = ..., moe_top_k: _Optional[int] = ..., expert_ffn_hidden_size: _Optional[int] = ..., num_shared_experts: _Optional[int] = ..., shared_expert_ffn_hidden_size: _Optional[int] = ..., moe_first_dense_layers: _Optional[int] = ..., moe_capacity_factor: _Optional[float] = ...) -> None: ...
 
 class Training(_message.Message):
-    __slots__ = ("global_batch_size", "schedule", "resharding", "zero_stage", "total_tokens", "recompute", "sequence_parallel", "flash_attention", "virtual_pipeline_stages", "dp_overlap", "dp_bucket_params", "precision", "tp_comm_overlap")
+    __slots__ = ("global_batch_size", "schedule", "resharding", "zero_stage", "total_tokens", "recompute", "sequence_parallel", "flash_attention", "virtual_pipeline_stages", "dp_overlap", "dp_bucket_params", "precision", "tp_comm_overlap", "expert_parallel", "moe_imbalance")
     GLOBAL_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     RESHARDING_FIELD_NUMBER: _ClassVar[int]
@@ -104,6 +118,8 @@ class Training(_message.Message):
     DP_BUCKET_PARAMS_FIELD_NUMBER: _ClassVar[int]
     PRECISION_FIELD_NUMBER: _ClassVar[int]
     TP_COMM_OVERLAP_FIELD_NUMBER: _ClassVar[int]
+    EXPERT_PARALLEL_FIELD_NUMBER: _ClassVar[int]
+    MOE_IMBALANCE_FIELD_NUMBER: _ClassVar[int]
     global_batch_size: int
     schedule: Schedule
     resharding: Resharding
@@ -117,7 +133,9 @@ class Training(_message.Message):
     dp_bucket_params: int
     precision: Precision
     tp_comm_overlap: bool
-    def __init__(self, global_batch_size: _Optional[int] = ..., schedule: _Optional[_Union[Schedule, str]] = ..., resharding: _Optional[_Union[Resharding, str]] = ..., zero_stage: _Optional[int] = ..., total_tokens: _Optional[float] = ..., recompute: _Optional[_Union[Recompute, str]] = ..., sequence_parallel: _Optional[bool] = ..., flash_attention: _Optional[bool] = ..., virtual_pipeline_stages: _Optional[int] = ..., dp_overlap: _Optional[bool] = ..., dp_bucket_params: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., tp_comm_overlap: _Optional[bool] = ...) -> None: ...
+    expert_parallel: int
+    moe_imbalance: float
+    def __init__(self, global_batch_size: _Optional[int] = ..., schedule: _Optional[_Union[Schedule, str]] = ..., resharding: _Optional[_Union[Resharding, str]] = ..., zero_stage: _Optional[int] = ..., total_tokens: _Optional[float] = ..., recompute: _Optional[_Union[Recompute, str]] = ..., sequence_parallel: _Optional[bool] = ..., flash_attention: _Optional[bool] = ..., virtual_pipeline_stages: _Optional[int] = ..., dp_overlap: _Optional[bool] = ..., dp_bucket_params: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., tp_comm_overlap: _Optional[bool] = ..., expert_parallel: _Optional[int] = ..., moe_imbalance: _Optional[float] = ...) -> None: ...
 
 class ScaleUp(_message.Message):
     __slots__ = ("bandwidth_gbps", "latency_ns", "link")

@@ -225,7 +225,7 @@ class Planner:
         pools = self._pools(point)
         b, batch = point["parallelism.micro_batch_size"], point["training.global_batch_size"]
         p, mix = point["parallelism.pp"], point["parallelism.pipeline_mix"]
-        stack = layout_stack(point)
+        stack = layout_stack(point, self.sweep.training.moe_imbalance or 1.0)
         # Arithmetic first: nothing per GPU, TP group or replica exists until the point is
         # known to have a layout within the GPU limit.
         reason = self._arithmetic(point, pools, model, stack)
@@ -263,7 +263,8 @@ class Planner:
         reason = (_check(pools, model, p, b, batch)
                   or _check_precision(pools, stack.precision)
                   or _check_tp_overlap(point)
-                  or _check_interleaving(model, p, v, batch // b, point["training.schedule"]))
+                  or _check_interleaving(model, p, v, batch // b, point["training.schedule"])
+                  or _check_experts(pools, model, stack))
         if reason:
             return reason
         replicas = _replica_count(pools, p, point["parallelism.pipeline_mix"])
@@ -345,9 +346,10 @@ class Planner:
         return largest, worst
 
 
-def layout_stack(point: Point) -> Stack:
+def layout_stack(point: Point, imbalance: float = 1.0) -> Stack:
     """The point's training-stack options that shape its stages' speed and memory (the
-    gradient-bucket options, per point, are left at their defaults)."""
+    gradient-bucket options, per point, are left at their defaults), with the sweep's
+    token ``imbalance`` of a model with experts."""
     return Stack(sequence_parallel=point["training.sequence_parallel"],
                  flash_attention=point["training.flash_attention"],
                  recompute=point["training.recompute"],
@@ -355,7 +357,9 @@ def layout_stack(point: Point) -> Stack:
                  virtual_pipeline_stages=point["training.virtual_pipeline_stages"],
                  precision=point["training.precision"],
                  tp_comm_overlap=(point["training.tp_comm_overlap"]
-                                  and point["training.sequence_parallel"]))
+                                  and point["training.sequence_parallel"]),
+                 expert_parallel=point.get("parallelism.ep", 1),
+                 moe_imbalance=imbalance)
 
 
 def unused_axes(sweep: Sweep, point: Point) -> frozenset[str]:
@@ -408,6 +412,8 @@ REASON_KINDS = (
     ReasonKind("tp_overlap", "overlap TP communication without sequence parallelism",
                "overlaps TP communication without sequence parallelism",
                r"^TP communication overlap needs sequence parallelism"),
+    ReasonKind("experts", "break a rule of expert parallelism",
+               "breaks a rule of expert parallelism", r"^expert parallelism: "),
     ReasonKind("pipeline", "have a pipeline depth their TP groups or layers cannot form",
                "has a pipeline depth its TP groups or layers cannot form",
                r"^(\d+ pipeline stages but|pool .* fewer than pp|pp \d+ does not divide|"
@@ -469,6 +475,28 @@ def _check_precision(pools: list[_Pool], precision: str) -> str:
             if not pool.gpu.has_fp8:
                 return (f"FP8 needs FP8 tensor cores, and pool {pool.name} "
                         f"({pool.gpu.name}) has none")
+    return ""
+
+
+def _check_experts(pools: list[_Pool], model: ModelSpec, stack: Stack) -> str:
+    """Why the point cannot split its experts ("" if it can): expert parallelism needs
+    routed experts it divides and must divide every TP degree; FP8, and TP overlap with
+    EP above 1, are not modelled with experts."""
+    ep = stack.expert_parallel
+    if ep > 1 and not model.is_moe:
+        return f"expert parallelism: ep {ep} needs a model with experts ({model.name} has none)"
+    if not model.is_moe:
+        return ""
+    if model.num_experts % ep:
+        return (f"expert parallelism: ep {ep} does not divide the model's "
+                f"{model.num_experts} experts")
+    for pool in pools:
+        if pool.tp % ep:
+            return f"expert parallelism: ep {ep} does not divide TP {pool.tp} of pool {pool.name}"
+    if stack.precision == "fp8":
+        return "expert parallelism: FP8 is not modelled for a model with experts"
+    if stack.tp_comm_overlap and ep > 1:
+        return f"expert parallelism: TP communication overlap is not modelled at ep {ep}"
     return ""
 
 
@@ -587,10 +615,14 @@ def _build(point: Point, pools: list[_Pool], shapes: list[tuple[_Stage, ...]], l
     t = plan.training
     t.global_batch_size = point["training.global_batch_size"]
     t.schedule = SCHEDULE.value(point["training.schedule"])
-    stack = layout_stack(point)
+    stack = layout_stack(point, sweep.training.moe_imbalance or 1.0)
     t.recompute = RECOMPUTE.value(stack.recompute)
     t.precision = PRECISION.value(stack.precision)
     t.tp_comm_overlap = stack.tp_comm_overlap
+    if stack.expert_parallel > 1:
+        t.expert_parallel = stack.expert_parallel
+    if stack.moe_imbalance != 1.0:
+        t.moe_imbalance = stack.moe_imbalance
     t.sequence_parallel, t.flash_attention = stack.sequence_parallel, stack.flash_attention
     t.zero_stage, t.virtual_pipeline_stages = stack.zero_stage, stack.virtual_pipeline_stages
     t.total_tokens = sweep.training.total_tokens or 0.0
