@@ -118,12 +118,18 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
     constrain the shape come first: interleaving (1F1B, two or more stages per replica,
     layers and micro-batches in multiples) and FSDP (every replica with the first one's
     stages and micro-batches; TP degrees, GPUs and micro-batch sizes still differ).
+    Context parallelism, from a stream of its own, where the model allows it (not under
+    FSDP): one CP size for the plan, each replica's stages at one TP degree, each group's
+    ``tp x cp`` GPUs in one node, flash attention on.
     """
     rng = random.Random(seed)
     # the shape-constraining options, from a stream of their own
     shape_rng = random.Random(f"shape-{seed}")
     v = shape_rng.choice((1, 1, 1, 2)) if num_layers >= 4 else 1
     zero_stage = shape_rng.choice((0, 0, 1, 1, 3))
+    cp = random.Random(f"cp-{seed}").choice((1, 1, 2, 2, 4))
+    if zero_stage == 3 or seq_length % (2 * cp):
+        cp = 1
     gpus_per_node = rng.choice((4, 8))
     total_nodes = rng.randint(max(1, min_gpus // gpus_per_node), max(1, max_gpus // gpus_per_node))
     kinds = rng.sample(GPU_TYPES, rng.choice((1, 2, 2, 3)))
@@ -131,15 +137,16 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
              for i in range(total_nodes)]
     free = {}
 
-    def place():
-        """A random (GPU kind, TP degree) with room left, taken; None if none has room."""
-        options = [(k, tp) for k in kinds for tp in (1, 2, 3, 4, 8)
-                   if tp <= gpus_per_node and any(f >= tp for f in free[k])]
+    def place(tps=(1, 2, 3, 4, 8)):
+        """A random (GPU kind, TP degree) with room left for ``tp x cp`` GPUs in a node,
+        taken; None if none has room."""
+        options = [(k, tp) for k in kinds for tp in tps
+                   if tp * cp <= gpus_per_node and any(f >= tp * cp for f in free[k])]
         if not options:
             return None
         k, tp = rng.choice(options)
-        i = next(i for i, f in enumerate(free[k]) if f >= tp)
-        free[k][i] -= tp
+        i = next(i for i, f in enumerate(free[k]) if f >= tp * cp)
+        free[k][i] -= tp * cp
         return k, tp
 
     def draw_replicas(v: int) -> list[ReplicaReq]:
@@ -159,8 +166,8 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
                 continue
             pp = rng.randint(2 if v > 1 else 1, min(4, num_layers // v))
             stages = []
-            for _ in range(pp):
-                where = place()
+            for _ in range(pp):  # under CP, the replica's first TP degree throughout
+                where = place(tps=(stages[0][1],) if cp > 1 and stages else (1, 2, 3, 4, 8))
                 if where is None:
                     break
                 stages.append(where)
@@ -177,6 +184,9 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
         return replicas
 
     replicas = draw_replicas(v)
+    if not replicas and cp > 1:  # no room for a group of CP ranks: no CP
+        cp = 1
+        replicas = draw_replicas(v)
     if not replicas:  # no room for two interleaved stages: a plain pipeline instead
         v = 1
         replicas = draw_replicas(v)
@@ -187,7 +197,8 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
     sequence_parallel = rng.random() < 0.7
     # TP overlap from a stream of its own too (it needs sequence parallelism)
     overlap = sequence_parallel and random.Random(f"tp-overlap-{seed}").random() < 0.5
-    stack = Stack(sequence_parallel=sequence_parallel, flash_attention=rng.random() < 0.7,
+    flash = rng.random() < 0.7 or cp > 1  # ring attention is fused attention
+    stack = Stack(sequence_parallel=sequence_parallel, flash_attention=flash,
                   recompute=rng.choice(("none", "none", "selective", "full")),
                   zero_stage=zero_stage, virtual_pipeline_stages=v,
                   dp_overlap=rng.random() < 0.5,
@@ -198,5 +209,5 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
         f"random-{seed}", model, nodes, replicas,
         schedule=schedule, resharding=rng.choice(RESHARDING.known()),
         fabric=rng.choice(FABRIC.known()), oversubscription=rng.choice((1.0, 1.0, 2.0, 4.0)),
-        stack=stack, seq_length=seq_length, num_layers=num_layers,
+        stack=stack, seq_length=seq_length, num_layers=num_layers, context_parallel=cp,
     )
