@@ -182,7 +182,7 @@ def _dp_buckets(model: ModelSpec, stack: Stack, g: groups_mod.DpGroup) -> tuple[
     reduces layer by layer instead, and without overlap the segment is one bucket."""
     if not stack.dp_overlap or stack.zero_stage == 3:
         return (g.first_layer,)
-    size = bucket_params(stack.dp_bucket_params, len(g.device_groups))
+    size = bucket_params(stack.dp_bucket_params, len(g.rings[0].ranks))  # DP x CP ranks
     return _bucket_starts(model, g.first_layer, g.last_layer, min(g.tps), size)
 
 

@@ -183,9 +183,11 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
             ))
         return replicas
 
+    state = rng.getstate()
     replicas = draw_replicas(v)
-    if not replicas and cp > 1:  # no room for a group of CP ranks: no CP
+    if not replicas and cp > 1:  # no room for a group of CP ranks: the plan without CP
         cp = 1
+        rng.setstate(state)
         replicas = draw_replicas(v)
     if not replicas:  # no room for two interleaved stages: a plain pipeline instead
         v = 1
