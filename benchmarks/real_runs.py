@@ -9,9 +9,9 @@
    fraction (the one catalog number without a published measurement): the largest
    error over the five runs for each candidate.
 2. Held out: the runs of ``published.md`` in BF16 with FSDP (``spaces/published``).
-3. Hopper in FP8: NeMo 24.07's DGX-H100 rows without context parallelism; the two TP-1
-   rows set the Hopper FP8 GEMM fraction (the sweep is printed), the TP-4 rows are held
-   out. The context-parallel rows and the uncatalogued H100 variant are not expressible.
+3. Hopper in FP8: NeMo 24.07's DGX-H100 rows; the two TP-1 rows set the Hopper FP8 GEMM
+   fraction (the sweep is printed), the TP-4 rows and the two context-parallel rows
+   (Llama-3, CP 2) are held out. The uncatalogued H100 variant is not expressible.
 
 Every plan file states its sources and assumptions. Run:
 ``python benchmarks/real_runs.py`` (seconds on 2 cores).
@@ -52,7 +52,7 @@ def check(catalog, path: Path) -> dict:
     a = analyze(load_plan(path, catalog), catalog)
     program = lower(a)
     m = summary(program, simulate(program))
-    gpus = sum(g.tp for g in a.groups)
+    gpus = sum(len(g.ranks) for g in a.groups)
     flops = iteration_model_flops(a.model, a.global_batch_size, recompute=True)
     return {
         "gpus": gpus, "iteration_s": m["iteration_time_s"],
@@ -107,7 +107,7 @@ def published(catalog) -> None:
         a = analyze(load_plan(SPACES / "published" / f"{name}.pbtxt", catalog), catalog)
         program = lower(a)
         m = summary(program, simulate(program))
-        per_gpu = m["tokens_per_s"] / sum(g.tp for g in a.groups)
+        per_gpu = m["tokens_per_s"] / sum(len(g.ranks) for g in a.groups)
         fits = "" if all(g.fits for g in a.groups) else "*"
         error = f"{per_gpu / tokens - 1:+.1%}" if tokens else "-"
         print(f"{name:<20}{m['iteration_time_s']:>12.3f}{m['exposed_dp_s_max']:>13.3f}"
@@ -117,13 +117,15 @@ def published(catalog) -> None:
 
 
 # NeMo 24.07 on DGX-H100, FP8 (published.md): tokens/s per GPU, and whether the run sets
-# the Hopper FP8 GEMM fraction (calibration) or is held out. Context-parallel rows are
-# not expressible (xsweep has no context parallelism yet).
+# the Hopper FP8 GEMM fraction (calibration) or is held out (the context-parallel rows
+# among them).
 NEMO_RUNS = {
     "nemo-llama2-7b-h100x8": (16847, True),
     "nemo-llama2-13b-h100x16": (8646, True),
     "nemo-llama2-70b-h100x64": (1707, False),
     "nemo-gpt3-175b-h100x512": (782, False),
+    "nemo-llama3-8b-h100x8": (12036, False),
+    "nemo-llama3-70b-h100x64": (1533, False),
 }
 #: Candidate sustained FP8 GEMM fractions of Hopper (the BF16 fraction: 0.711).
 FP8_CANDIDATES = (0.43, 0.45, 0.47, 0.49, 0.51, 0.55, 0.711)
@@ -133,7 +135,7 @@ def tokens_per_gpu(catalog, name: str) -> tuple[float, dict, object]:
     a = analyze(load_plan(SPACES / "published" / f"{name}.pbtxt", catalog), catalog)
     program = lower(a)
     m = summary(program, simulate(program))
-    return m["tokens_per_s"] / sum(g.tp for g in a.groups), m, a
+    return m["tokens_per_s"] / sum(len(g.ranks) for g in a.groups), m, a
 
 
 def hopper_fp8(catalog) -> None:

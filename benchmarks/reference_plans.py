@@ -353,9 +353,9 @@ def published_plans() -> dict[str, tuple[pb.DeploymentPlan, str]]:
 NEMO_HEADER = """\
 # Published real run (published.md): NVIDIA NeMo 24.07, docs/source/performance/performance_summary.md
 # {model}, {gpus} x H100 (DGX-H100), global batch {gbs}, micro-batch {mbs}, sequence {seq},
-# TP {tp}, PP {pp}, CP 1, VP {vp}: {tokens:,} tokens/s/GPU, {tflops} model TFLOP/s/GPU.
+# TP {tp}, PP {pp}, CP {cp}, VP {vp}: {tokens:,} tokens/s/GPU, {tflops} model TFLOP/s/GPU.
 # Stack as run: FP8 (Transformer Engine, hybrid format), flash attention, the distributed
-# optimizer (ZeRO-1) with overlapped gradient reduce-scatters and parameter all-gathers{sp}.
+# optimizer (ZeRO-1) with overlapped gradient reduce-scatters and parameter all-gathers{sp}{cp_text}.
 # {role}
 # Assumed: no activation recompute (NeMo's performance recipes of that release); one
 #   400 Gb/s ConnectX-7 per GPU, rail-optimized (DGX-H100).
@@ -364,7 +364,7 @@ NEMO_HEADER = """\
 
 @dataclass(frozen=True)
 class NemoRun:
-    """One FP8 row of NeMo 24.07's DGX-H100 table that xsweep can express (CP 1)."""
+    """One FP8 row of NeMo 24.07's DGX-H100 table."""
 
     name: str
     model: str
@@ -378,6 +378,7 @@ class NemoRun:
     tokens_per_s_per_gpu: int
     tflops: int
     calibration: bool  # sets the Hopper FP8 GEMM fraction; else held out
+    cp: int = 1  # context parallelism
 
 
 NEMO_RUNS = (
@@ -388,21 +389,29 @@ NEMO_RUNS = (
             False),
     NemoRun("nemo-gpt3-175b-h100x512", "gpt3-175b", 512, 2048, 2, 2048, 4, 8, 6, 782, 842,
             False),
+    NemoRun("nemo-llama3-8b-h100x8", "llama3-8b", 8, 128, 1, 8192, 1, 1, 1, 12036, 697,
+            False, cp=2),
+    NemoRun("nemo-llama3-70b-h100x64", "llama3-70b", 64, 128, 1, 8192, 4, 4, 5, 1533, 738,
+            False, cp=2),
 )
+#: What a context-parallel row adds to its stack's description.
+NEMO_CP_TEXT = (",\n# context parallelism as Transformer Engine's ring attention (p2p: K/V "
+                "blocks passed around\n# the CP ranks beside the attention compute), each "
+                "device group's tp x cp GPUs in one node")
 NEMO_ROLE = {True: "Calibration: with the other TP-1 row, it sets the Hopper FP8 GEMM fraction "
                    "(gpus.yaml [CAL-FP8]).",
              False: "Held out: no number of the model was set with it."}
 
 
 def nemo_plan(run: NemoRun, catalog) -> pb.DeploymentPlan:
-    dp = run.gpus // (run.tp * run.pp)
+    dp = run.gpus // (run.tp * run.pp * run.cp)
     layers = catalog.models[run.model].num_layers
     stack = Stack(zero_stage=1, dp_overlap=True, virtual_pipeline_stages=run.vp,
                   precision="fp8", tp_comm_overlap=run.tp > 1)
     replica = ReplicaReq(tuple(StageReq("H100-SXM", run.tp, layers // run.pp)
                                for _ in range(run.pp)), run.mbs, run.gbs // dp // run.mbs)
     return build_plan(run.name, run.model, [NodeReq("H100-SXM", 8, "cx7")] * (run.gpus // 8),
-                      [replica] * dp, stack=stack, seq_length=run.seq)
+                      [replica] * dp, stack=stack, seq_length=run.seq, context_parallel=run.cp)
 
 
 def _write(path: Path, header: str, plan: pb.DeploymentPlan) -> None:
@@ -441,7 +450,8 @@ def main() -> None:
     for run in NEMO_RUNS:
         header = NEMO_HEADER.format(
             model=run.model, gpus=run.gpus, gbs=run.gbs, mbs=run.mbs, seq=run.seq, tp=run.tp,
-            pp=run.pp, vp=run.vp, tokens=run.tokens_per_s_per_gpu, tflops=run.tflops,
+            pp=run.pp, cp=run.cp, vp=run.vp, tokens=run.tokens_per_s_per_gpu, tflops=run.tflops,
+            cp_text=NEMO_CP_TEXT if run.cp > 1 else "",
             sp=(",\n# sequence parallelism, TP communication overlapped with the GEMMs (tp_comm_overlap)"
                 if run.tp > 1 else ""), role=NEMO_ROLE[run.calibration])
         _write(SPACES / "published" / f"{run.name}.pbtxt", header, nemo_plan(run, catalog))

@@ -42,7 +42,7 @@ def evaluate(catalog, path: Path, *, overlap: bool = False) -> dict:
     a = analyze(plan, catalog)
     program = lower(a)
     m = summary(program, simulate(program))
-    gpu_capex = sum(g.gpu.capex_usd * g.tp for g in a.groups)
+    gpu_capex = sum(g.gpu.capex_usd * len(g.ranks) for g in a.groups)
     return {
         "iteration_s": m["iteration_time_s"], "straggler_s": m["straggler_wait_s_max"],
         "dp_s": m["exposed_dp_s_max"], "bubble_s": m["bubble_s_max"],

@@ -100,8 +100,9 @@ def _numbers(prepared) -> tuple:
 
 def test_one_number_apart_as_in_a_fresh_process(catalog):
     moved = dict.fromkeys(CHANGES, False)
-    for seed in range(3):
-        base = random_plan(300 + seed, max_gpus=32)
+    # 323 draws context parallelism and holds gradient buckets of several layers
+    for seed in (300, 302, 323):
+        base = random_plan(seed, max_gpus=32)
         pairs = [(base, changed(base, name)) for name in CHANGES]
         warm = TemplateCache()
         kept = [(prepare(a, catalog, warm), prepare(b, catalog, warm)) for a, b in pairs]
@@ -258,3 +259,36 @@ def test_one_moe_number_apart_as_in_a_fresh_process(catalog):
             assert_same(got_a, prepare(a, catalog, TemplateCache()))
             moved[name] |= _numbers(got_a) != _numbers(got_b)
     assert all(moved.values()), moved
+def _context_parallel(plan: pb.DeploymentPlan, cp: int) -> pb.DeploymentPlan:
+    out = pb.DeploymentPlan()
+    out.CopyFrom(plan)
+    for group in out.device_groups:
+        group.context_parallel = cp
+    return out
+
+
+def test_context_parallel_apart_as_in_a_fresh_process(catalog):
+    """The same ranks as TP 4, as TP 2 x CP 2 and as TP 1 x CP 4: three structures, each
+    as a fresh process makes it, after the others were kept; and a sequence that CP cannot
+    cut, after its valid twin, gets the fresh error."""
+    replica = ReplicaReq((StageReq("H100-SXM", 4, 2), StageReq("H100-SXM", 4, 2)), 1, 4)
+    base = build_plan("cp", "llama2-7b", [NodeReq("H100-SXM", 8, "cx7")] * 2,
+                      [replica, replica], num_layers=4, seq_length=1024)
+    plans = [base, _context_parallel(base, 2), _context_parallel(base, 4)]
+    warm = TemplateCache()
+    kept = [prepare(plan, catalog, warm) for plan in plans]
+    assert len(warm) == 3  # one structure each
+    for plan, got in zip(plans, kept, strict=True):
+        clear_memos()
+        assert_same(got, prepare(plan, catalog, TemplateCache()))
+    assert len({_numbers(got) for got in kept}) == 3
+    broken = plans[2]
+    validate_plan(broken, catalog, "p.pbtxt")
+    broken.model.seq_length = 1028  # not in 2 x 4 chunks
+    with pytest.raises(InputError) as kept_error:
+        validate_plan(broken, catalog, "p.pbtxt")
+    clear_memos()
+    with pytest.raises(InputError) as fresh:
+        validate_plan(broken, catalog, "p.pbtxt")
+    assert str(kept_error.value) == str(fresh.value)
+    assert fresh.value.field == "device_groups[0].context_parallel"

@@ -37,7 +37,7 @@ def test_megatron_gpt_runs_within_seven_percent(catalog, spaces_dir, run):
     a = analyze(load_plan(path, catalog), catalog)
     assert a.stack.dp_overlap == (run != "gpt-39.1b")  # PyTorch DDP vs Megatron's own
     time_s = simulate(lower(a)).iteration_time_s
-    gpus = sum(g.tp for g in a.groups)
+    gpus = sum(len(g.ranks) for g in a.groups)
     achieved = iteration_model_flops(a.model, a.global_batch_size, recompute=True) / (
         time_s * gpus * 1e12)
     assert achieved == pytest.approx(published, rel=TOLERANCE)
@@ -71,7 +71,7 @@ def test_held_out_fsdp_run_within_seven_percent(catalog, spaces_dir):
     assert a.fsdp
     program = lower(a)
     m = summary(program, simulate(program))
-    per_gpu = m["tokens_per_s"] / sum(g.tp for g in a.groups)
+    per_gpu = m["tokens_per_s"] / sum(len(g.ranks) for g in a.groups)
     assert per_gpu == pytest.approx(MPT_7B_A100_TOKENS_PER_S_PER_GPU, rel=TOLERANCE)
     assert all(g.fits for g in a.groups)  # FSDP shards what ZeRO-1 could not fit
 
@@ -87,7 +87,7 @@ def _nemo_tokens_per_gpu(catalog, spaces_dir, name: str) -> tuple[float, dict]:
     assert a.stack.precision == "fp8" and all(g.fits for g in a.groups)
     program = lower(a)
     m = summary(program, simulate(program))
-    return m["tokens_per_s"] / sum(g.tp for g in a.groups), m
+    return m["tokens_per_s"] / sum(len(g.ranks) for g in a.groups), m
 
 
 @pytest.mark.parametrize("name", sorted(NEMO_CALIBRATION))
@@ -114,3 +114,23 @@ def test_nemo_fp8_held_out_rows_within_ten_percent(catalog, spaces_dir, name):
     blocking = summary(program, simulate(program))
     assert blocking["iteration_time_s"] > m["iteration_time_s"] + 0.5 * blocking[
         "exposed_tp_s_max"] > m["iteration_time_s"]
+
+
+#: NeMo 24.07's context-parallel rows (published.md; Llama-3, CP 2): held out, tokens/s
+#: per GPU. Measured before any test was written: +12.6% (Llama-3-8B, TP 1) and +2.3%
+#: (Llama-3-70B, TP 4 PP 4 VP 5), docs/validation.md. The tolerance guards that record
+#: against drifting; it was set after the measurement and is no evidence of accuracy.
+NEMO_CP_HELD_OUT = {"nemo-llama3-8b-h100x8": 12036, "nemo-llama3-70b-h100x64": 1533}
+CP_TOLERANCE = 0.15
+
+
+@pytest.mark.parametrize("name", sorted(NEMO_CP_HELD_OUT))
+def test_nemo_fp8_context_parallel_rows_within_fifteen_percent(catalog, spaces_dir, name):
+    per_gpu, m = _nemo_tokens_per_gpu(catalog, spaces_dir, name)
+    assert per_gpu == pytest.approx(NEMO_CP_HELD_OUT[name], rel=CP_TOLERANCE)
+    a = analyze(load_plan(spaces_dir / "published" / f"{name}.pbtxt", catalog), catalog)
+    assert {g.cp for g in a.groups} == {2}
+    assert a.model.seq_length == 8192
+    # the gradients reduce over DP x CP: every rank of the plan in the DP rings
+    assert sorted(r for g in a.dp_groups[:1] for ring in g.rings for r in ring.ranks) == sorted(
+        r for g in a.groups if g.first_layer == 1 for r in g.ranks)

@@ -57,7 +57,8 @@ TABLE: tuple[Metric, ...] = (
            "idle at the DP barrier waiting for slower replicas"),
     Metric("exposed_tp_s", "s", STREAM, MINIMIZE,
            "tensor-parallel communication the stream waits for (all of it when blocking; "
-           "with tp_comm_overlap, what outlasts the compute)"),
+           "with tp_comm_overlap, what outlasts the compute), and under context "
+           "parallelism what its ring outlasts of the compute"),
     Metric("exposed_pp_s", "s", STREAM, MINIMIZE,
            "part of bubble_s spent waiting on a pipeline transfer, every phase of it"),
     Metric("exposed_reshard_s", "s", STREAM, MINIMIZE,

@@ -4,7 +4,7 @@ The catalogue is generated heterogeneous plans (``random_plan``: GPU mixes of
 A100/H100/H200/B200, NIC generations, TP/PP/DP mixes, GPipe, 1F1B and interleaved
 1F1B, all three resharding schemes, rail-optimized and oversubscribed fat-tree
 fabrics, ZeRO-1 with and without overlapped buckets, FSDP, FP8 where every GPU has it,
-8 to 256 GPUs). A slice
+context parallelism, 8 to 256 GPUs). A slice
 runs by default, checked to hold every training-stack option; the full 200 plans are
 marked slow (CI runs them).
 
@@ -45,7 +45,7 @@ class _SharingObserver(Observer):
 
 #: Every training-stack option the lowering turns into tasks of their own.
 OPTIONS = {"interleaved", "buckets", "zero1", "zero1-overlap", "fsdp", "sequence-parallel",
-           "fp8"}
+           "fp8", "context-parallel"}
 
 
 def options(a) -> set[str]:
@@ -54,6 +54,7 @@ def options(a) -> set[str]:
     out = {name for name, on in (
         ("interleaved", s.virtual_pipeline_stages > 1), ("fsdp", a.fsdp),
         ("buckets", any(len(b) > 1 for b in a.dp_buckets)), ("fp8", s.precision == "fp8"),
+        ("context-parallel", any(g.cp > 1 for g in a.groups)),
         ("sequence-parallel", s.sequence_parallel and any(g.tp > 1 for g in a.groups))) if on}
     if s.zero_stage == 1 and a.dp_groups:
         out.add("zero1-overlap" if s.dp_overlap else "zero1")

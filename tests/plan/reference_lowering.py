@@ -8,7 +8,9 @@ Semantics (what one task stands for):
 * a pass (forward or backward, one micro-batch, one model chunk under interleaving)
   of one device group is one COMPUTE task on its stream and one blocking TP task,
   (with ``tp_comm_overlap``: a TP task beside the compute, waiting for what the compute
-  waits for, and a zero-length TP task on the stream after both),
+  waits for, and a zero-length TP task on the stream after both; under context
+  parallelism the CP ring is such a task beside the compute, with the TP rings if they
+  overlap, and the task after both runs the TP rings if they do not),
   or several such pieces: the last backward of each chunk is cut at the DP segment
   and gradient-bucket boundaries; with ZeRO-1 and overlap the first forward of each
   chunk is cut the same way and each piece waits for its bucket's parameter
@@ -23,6 +25,11 @@ Semantics (what one task stands for):
   every rank of the group sends every other rank ``n x P`` bytes after ``n`` hop
   latencies and ``n`` NCCL launches, ``n`` the piece's all-to-alls and ``P`` the
   stage cost's ``a2a_pair_bytes``;
+  under context parallelism one such ring per CP rank (a group's ranks are TP fastest);
+* context parallelism's ring attention: every rank sends its K/V block to the same TP
+  rank of the next CP rank, ``cp - 1`` steps per block of a forward pass (the backward
+  moves K/V and their gradients: twice the steps, three times with recompute), one hop
+  latency and one NCCL launch per step;
 * activations and gradients move between consecutive virtual stages (chunk ``c`` of
   the last stage feeds chunk ``c + 1`` of the first), one COMM task per phase;
 * per DP group and bucket: a barrier on the member pieces that complete the bucket,
@@ -118,7 +125,19 @@ class _Lowering:
             out += [(kind, mb, c, x, y, j, len(spans), role) for j, (x, y) in enumerate(spans)]
         return out
 
-    def _on_stream(self, gi: int, category, duration, deps, tp_count, mb, name, a2a_count=0):
+    def _cp_flows(self, g: GroupInfo, kind: str, blocks: int):
+        """A piece's CP ring: rank ``q * tp + i`` to rank ``(q + 1) mod cp * tp + i``."""
+        if g.cp == 1:
+            return []
+        cost = g.cost
+        factor = 1.0 if kind == "F" else 2.0 + (self.a.stack.recompute != "none")
+        steps = cost.cp_steps * blocks * factor
+        n = len(g.ranks)
+        return [self._flow(g.ranks[j], g.ranks[(j + g.tp) % n], cost.cp_step_bytes * steps,
+                           hops=steps, launches=steps) for j in range(n)]
+
+    def _on_stream(self, gi: int, category, duration, deps, tp_count, mb, name, a2a_count=0,
+                   cp_flows=()):
         g = self.a.groups[gi]
         labels = dict(stage=g.stage, micro_batch=mb, device_group=g.id, replica=g.replica)
         deps = [d for d in [self.last[gi], *deps] if d is not None]
@@ -127,12 +146,19 @@ class _Lowering:
         t = compute
         flows = [self._flow(src, dst, nbytes, hops=hops,
                             launches=tp_count * g.cost.tp_ops_per_allreduce)
-                 for src, dst, nbytes, hops in pipelined_ring(g.ranks, g.cost.tp_allreduce_bytes,
-                                                              tp_count)]
+                 for q in range(g.cp)
+                 for src, dst, nbytes, hops in pipelined_ring(
+                     g.ranks[q * g.tp:(q + 1) * g.tp], g.cost.tp_allreduce_bytes, tp_count)]
         flows += [self._flow(src, dst, nbytes, hops=hops, launches=a2a_count)
                   for src, dst, nbytes, hops in all_to_all(g.ranks, g.cost.a2a_pair_bytes,
                                                            a2a_count)]
-        if flows and self.a.stack.tp_comm_overlap:  # beside the compute, then a join
+        overlap = self.a.stack.tp_comm_overlap
+        if cp_flows:  # the CP ring beside the compute, then a join (running the TP rings)
+            beside = self.b.add_comm(Category.TP_BESIDE, (flows if overlap else []) + cp_flows,
+                                     deps, stream=-1, name=f"cp {name}", **labels)
+            t = self.b.add_comm(Category.TP, [] if overlap else flows, [compute, beside],
+                                stream=self.streams[gi], name=f"cp join {name}", **labels)
+        elif flows and overlap:  # beside the compute, then a join
             beside = self.b.add_comm(Category.TP_BESIDE, flows, deps, stream=-1,
                                      name=f"tp {name}", **labels)
             t = self.b.add_comm(Category.TP, [], [compute, beside], stream=self.streams[gi],
@@ -158,7 +184,7 @@ class _Lowering:
         per_layer = cost.tp_layer_forward if kind == "F" else cost.tp_layer_backward
         tp_count = sum(per_layer[i0:i1]) if per_layer else total * (i1 - i0) / n
         return self._on_stream(gi, category, sum(times[i0:i1]), deps, tp_count, mb, name,
-                               sum(a2a[i0:i1]))
+                               sum(a2a[i0:i1]), self._cp_flows(g, kind, i1 - i0))
 
     def _transfer(self, src: GroupInfo, dst: GroupInfo, mb, c, after, backward):
         """Move one micro-batch's activations (or their gradients) between virtual stages."""

@@ -39,7 +39,8 @@ def numeric_variant(plan, rng: random.Random):
     out.training.recompute = rng.choice((pb.NO_RECOMPUTE, pb.SELECTIVE, pb.FULL))
     draw = rng.random() < 0.5  # TP overlap (a structure option) keeps sequence parallelism
     out.training.sequence_parallel = out.training.tp_comm_overlap or draw
-    out.training.flash_attention = rng.random() < 0.5
+    cp = max(out.device_groups[0].context_parallel, 1)  # CP needs fused attention
+    out.training.flash_attention = rng.random() < 0.5 or cp > 1
     out.cluster.fabric.oversubscription = rng.choice((1.0, 2.0, 3.0))
     fp8 = all(node.gpu in FP8_GPU_TYPES for node in out.cluster.nodes)
     out.training.precision = pb.FP8 if fp8 and rng.random() < 0.5 else pb.BF16

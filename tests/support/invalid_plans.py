@@ -93,6 +93,21 @@ def _stage_numbers(plan: pb.DeploymentPlan) -> None:
     plan.device_groups[1].pp_stage = 0
 
 
+def _context_parallel(cp: int) -> Callable[[pb.DeploymentPlan], None]:
+    def mutate(plan: pb.DeploymentPlan) -> None:
+        for group in plan.device_groups:
+            group.context_parallel = cp
+    return mutate
+
+
+def _cp_unequal_stages(plan: pb.DeploymentPlan) -> None:
+    """One replica: stage 0 at TP 1 and stage 1 at TP 2, both with two CP ranks."""
+    del plan.device_groups[2:]
+    plan.training.global_batch_size = 4
+    _ranks(1, [2, 3, 4, 5])(plan)
+    _context_parallel(2)(plan)
+
+
 NAN, INF = float("nan"), float("inf")
 G = "device_groups"
 
@@ -221,4 +236,18 @@ RULES: tuple[Invalid, ...] = (
             set_path("training.global_batch_size", 10)),
     Invalid("program larger than the limit", G, lambda plan: None,
             {"XSWEEP_MAX_PROGRAM_SIZE": "100"}),
+    # context parallelism
+    Invalid("CP not dividing the ranks", f"{G}[0].context_parallel",
+            set_path("device_groups.0.context_parallel", 3)),
+    Invalid("negative CP", f"{G}[0].context_parallel",
+            set_path("device_groups.0.context_parallel", -2)),
+    Invalid("CP on some groups only", f"{G}[1].context_parallel",
+            set_path("device_groups.0.context_parallel", 2)),
+    Invalid("sequence not in 2 x CP chunks", f"{G}[0].context_parallel",
+            _both(_context_parallel(2), set_path("model.seq_length", 1026))),
+    Invalid("CP without flash attention", f"{G}[0].context_parallel",
+            _both(_context_parallel(2), set_path("training.flash_attention", False))),
+    Invalid("CP under FSDP", f"{G}[0].context_parallel",
+            _both(_context_parallel(2), set_path("training.zero_stage", 3))),
+    Invalid("CP across unequal TP stages", f"{G}[1].ranks", _cp_unequal_stages),
 )

@@ -52,8 +52,8 @@ def random_sweeps():
     """A hypothesis strategy of sweep documents that reach every rule of the grid planner:
     one or two pools (some of 0 nodes), TP degrees that do not fit a node or the heads,
     stages beyond the layers, batches that do not split, interleaving, recompute, sequence
-    parallelism, flash attention, ZeRO 0, 1 and 3, BF16 and FP8, TP overlap, both pipeline
-    mixes and layer splits.
+    parallelism, flash attention, ZeRO 0, 1 and 3, BF16 and FP8, TP overlap, context
+    parallelism, both pipeline mixes and layer splits.
     Each axis takes one or two values, so a grid has at most a few thousand points."""
     from hypothesis import strategies as st
 
@@ -83,6 +83,7 @@ def random_sweeps():
             "parallelism": {
                 "tp": {gpu: _some(draw, st, [1, 2, 3, 4, 8, 16]) for gpu in gpus},
                 "pp": _some(draw, st, [1, 2, 3, 4, 8, 33]),
+                "cp": _some(draw, st, [1, 2, 4], 1),
                 "micro_batch_size": _some(draw, st, [1, 2, 3, 4, 8]),
                 "pipeline_mix": _some(draw, st, ["separate", "mixed"]),
                 "layer_split": _some(draw, st, ["proportional", "even"]),

@@ -32,7 +32,9 @@ from xsweep.spec.validate import typed_plan
 
 @dataclass(frozen=True)
 class GroupInfo:
-    """One device group (a TP group running one stage of one replica), resolved."""
+    """One device group (a TP group, times its CP ranks, running one stage of one replica),
+    resolved. ``ranks`` are TP fastest: rank ``q * tp + i`` is TP rank ``i`` of CP rank
+    ``q``."""
 
     id: int
     ranks: tuple[int, ...]
@@ -47,10 +49,11 @@ class GroupInfo:
     memory: MemoryBreakdown
     fits: bool
     optimizer_time_s: float
+    cp: int = 1  # context-parallel ranks
 
     @property
     def tp(self) -> int:
-        return len(self.ranks)
+        return len(self.ranks) // self.cp
 
 
 @dataclass(frozen=True)
@@ -179,7 +182,7 @@ def _dp_buckets(model: ModelSpec, stack: Stack, g: groups_mod.DpGroup) -> tuple[
     reduces layer by layer instead, and without overlap the segment is one bucket."""
     if not stack.dp_overlap or stack.zero_stage == 3:
         return (g.first_layer,)
-    size = bucket_params(stack.dp_bucket_params, len(g.device_groups))
+    size = bucket_params(stack.dp_bucket_params, len(g.rings[0].ranks))  # DP x CP ranks
     return _bucket_starts(model, g.first_layer, g.last_layer, min(g.tps), size)
 
 
@@ -188,9 +191,10 @@ class _Layout:
     """What a plan's device groups alone determine, kept by the groups' id."""
 
     facts: tuple[tuple, ...]  # (id, ranks, stage, replica, first, last, micro-batch size,
-    # micro-batches) of each group, ordered by (replica, stage)
+    # micro-batches, cp) of each group, ordered by (replica, stage)
     stages: tuple[int, ...]  # of each group: the pipeline stages of its replica
-    dp_size: tuple[int, ...]  # of each group: the replicas its ZeRO sharding spreads over
+    dp_size: tuple[int, ...]  # of each group: the replicas (times its CP ranks) its ZeRO
+    # sharding spreads over
     dp_groups: tuple  # groups.DpGroup
     replicas: dict[int, tuple[int, ...]]  # replica -> group indices by stage
     #: (source, destination) group indices of each resharding: consecutive stages, and
@@ -204,11 +208,11 @@ def _layout(groups: tuple[Group, ...]) -> _Layout:
     replicas: dict[int, list[int]] = {}
     for i, f in enumerate(facts):
         replicas.setdefault(f[3], []).append(i)
-    dp = _dp_groups(tuple(groups_mod.GroupSpan(f[0], f[4], f[5], f[1]) for f in facts))
-    replicas_over = {f[0]: 1 for f in facts}
+    dp = _dp_groups(tuple(groups_mod.GroupSpan(f[0], f[4], f[5], f[1], f[8]) for f in facts))
+    replicas_over = {f[0]: f[8] for f in facts}  # weights are replicated over CP ranks
     for g in dp:
         for gid in g.device_groups:
-            replicas_over[gid] = max(replicas_over[gid], len(g.device_groups))
+            replicas_over[gid] = max(replicas_over[gid], len(g.rings[0].ranks))
     plain, interleaved = [], []
     for members in replicas.values():
         pairs = list(zip(members, members[1:], strict=False))
@@ -218,7 +222,8 @@ def _layout(groups: tuple[Group, ...]) -> _Layout:
         facts, tuple(len(replicas[f[3]]) for f in facts),
         tuple(replicas_over[f[0]] for f in facts), dp,
         {r: tuple(v) for r, v in replicas.items()}, (tuple(plain), tuple(interleaved)),
-        tuple((f[0], f[1], f[2], f[3], f[4], f[5], f[7]) for f in facts))
+        tuple((f[0], f[1], f[2], f[3], f[4], f[5], f[7]) + ((f[8],) if f[8] > 1 else ())
+              for f in facts))
 
 
 def analyze(plan: ValidPlan | DeploymentPlan, catalog, *, profile=None) -> PlanAnalysis:
@@ -271,16 +276,17 @@ def _groups(layout: _Layout, cluster: ClusterHw, model: ModelSpec, stack: Stack,
     # memos above (whose keys hash the model and GPU) are asked once per distinct stage
     figures: dict[tuple, tuple] = {}
     rank_gpu = cluster.rank_gpus
-    for (gid, ranks, stage, replica, first, last, size, m), p, dp_size in zip(
+    for (gid, ranks, stage, replica, first, last, size, m, cp), p, dp_size in zip(
             layout.facts, layout.stages, layout.dp_size, strict=True):
         gpu = rank_gpu[ranks[0]]
-        tp = len(ranks)
-        key = (id(gpu), tp, size, first, last, stage, p, m, dp_size)
+        tp = len(ranks) // cp
+        key = (id(gpu), tp, size, first, last, stage, p, m, dp_size, cp)
         if key not in figures:
             mem = _memory_breakdown(model, tp, size, first, last, stage, p, schedule, m,
-                                    stack, dp_size)
+                                    stack, dp_size, cp)
             figures[key] = (
-                _stage_cost(model, gpu, tp, size, first, last, stack=stack, profile=profile),
+                _stage_cost(model, gpu, tp, size, first, last, stack=stack, profile=profile,
+                            cp=cp),
                 mem, fits(mem, gpu),
                 _optimizer_time_s(model, gpu, tp, first, last, dp_size, stack.zero_stage,
                                   stack.precision))
@@ -288,7 +294,7 @@ def _groups(layout: _Layout, cluster: ClusterHw, model: ModelSpec, stack: Stack,
         infos.append(GroupInfo(
             id=gid, ranks=ranks, stage=stage, replica=replica, first_layer=first,
             last_layer=last, micro_batch_size=size, num_micro_batches=m, gpu=gpu, cost=cost,
-            memory=mem, fits=fit, optimizer_time_s=optimizer_s))
+            memory=mem, fits=fit, optimizer_time_s=optimizer_s, cp=cp))
     reshards = []
     for a, b in layout.pairs[stack.virtual_pipeline_stages > 1]:
         src, dst = infos[a], infos[b]
@@ -298,7 +304,7 @@ def _groups(layout: _Layout, cluster: ClusterHw, model: ModelSpec, stack: Stack,
         reshards.append(Reshard(src.id, dst.id, scheme, nbytes, forward, back,
                                 tp_equal=src.tp == dst.tp))
     return (tuple(infos), tuple(reshards),
-            float(sum(g.gpu.peak_flops * g.tp for g in infos)))
+            float(sum(g.gpu.peak_flops * len(g.ranks) for g in infos)))
 
 
 def _dp(layout: _Layout, model: ModelSpec, stack: Stack) -> tuple[tuple, tuple]:

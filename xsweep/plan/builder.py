@@ -40,9 +40,11 @@ class ReplicaReq:
 
 def build_plan(name: str, model: str, nodes, replicas, *, schedule="1f1b", resharding="lcm",
                fabric="rail_optimized", oversubscription=1.0, stack: Stack = DEFAULT_STACK,
-               seq_length=0, num_layers=0, total_tokens=1e9) -> pb.DeploymentPlan:
+               seq_length=0, num_layers=0, total_tokens=1e9,
+               context_parallel=1) -> pb.DeploymentPlan:
     """A DeploymentPlan with TP groups placed first-fit on nodes of the requested GPU;
-    every training-stack option is written out."""
+    every training-stack option is written out. With ``context_parallel`` each stage
+    takes ``tp x cp`` GPUs of one node (TP fastest)."""
     plan = pb.DeploymentPlan(name=name)
     plan.model.preset = model
     if seq_length:
@@ -74,16 +76,18 @@ def build_plan(name: str, model: str, nodes, replicas, *, schedule="1f1b", resha
     for replica, r in enumerate(replicas):
         first = 1
         for stage, s in enumerate(r.stages):
+            size = s.tp * context_parallel
             node = next((i for i, n in enumerate(nodes)
-                         if n.gpu == s.gpu and len(free[i]) >= s.tp), None)
+                         if n.gpu == s.gpu and len(free[i]) >= size), None)
             if node is None:
-                raise ValueError(f"no {s.gpu} node has {s.tp} free GPUs for stage {stage} "
+                raise ValueError(f"no {s.gpu} node has {size} free GPUs for stage {stage} "
                                  f"of replica {replica}")
-            ranks, free[node] = free[node][: s.tp], free[node][s.tp:]
+            ranks, free[node] = free[node][:size], free[node][size:]
             plan.device_groups.add(
                 id=gid, ranks=ranks, pp_stage=stage, dp_replica=replica,
                 first_layer=first, last_layer=first + s.num_layers - 1,
                 micro_batch_size=r.micro_batch_size, num_micro_batches=r.num_micro_batches,
+                context_parallel=context_parallel if context_parallel > 1 else 0,
             )
             gid += 1
             first += s.num_layers
@@ -123,12 +127,18 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
     stages and micro-batches; TP degrees, GPUs and micro-batch sizes still differ).
     A mixture-of-experts ``model`` (:data:`MOE_PRESETS`) also draws its expert parallelism
     (a divisor of every TP degree and of the experts) and token imbalance, and stays BF16.
+    Context parallelism, from a stream of its own, where the model allows it (not under
+    FSDP, not with experts): one CP size for the plan, each replica's stages at one TP
+    degree, each group's ``tp x cp`` GPUs in one node, flash attention on.
     """
     rng = random.Random(seed)
     # the shape-constraining options, from a stream of their own
     shape_rng = random.Random(f"shape-{seed}")
     v = shape_rng.choice((1, 1, 1, 2)) if num_layers >= 4 else 1
     zero_stage = shape_rng.choice((0, 0, 1, 1, 3))
+    cp = random.Random(f"cp-{seed}").choice((1, 1, 2, 2, 4))
+    if zero_stage == 3 or seq_length % (2 * cp) or model in MOE_PRESETS:
+        cp = 1
     gpus_per_node = rng.choice((4, 8))
     total_nodes = rng.randint(max(1, min_gpus // gpus_per_node), max(1, max_gpus // gpus_per_node))
     kinds = rng.sample(GPU_TYPES, rng.choice((1, 2, 2, 3)))
@@ -138,15 +148,16 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
     # with experts, TP degrees that expert parallelism can divide
     tps = (2, 4, 8) if model in MOE_PRESETS else (1, 2, 3, 4, 8)
 
-    def place():
-        """A random (GPU kind, TP degree) with room left, taken; None if none has room."""
+    def place(tps=tps):
+        """A random (GPU kind, TP degree) with room left for ``tp x cp`` GPUs in a node,
+        taken; None if none has room."""
         options = [(k, tp) for k in kinds for tp in tps
-                   if tp <= gpus_per_node and any(f >= tp for f in free[k])]
+                   if tp * cp <= gpus_per_node and any(f >= tp * cp for f in free[k])]
         if not options:
             return None
         k, tp = rng.choice(options)
-        i = next(i for i, f in enumerate(free[k]) if f >= tp)
-        free[k][i] -= tp
+        i = next(i for i, f in enumerate(free[k]) if f >= tp * cp)
+        free[k][i] -= tp * cp
         return k, tp
 
     def draw_replicas(v: int) -> list[ReplicaReq]:
@@ -166,8 +177,8 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
                 continue
             pp = rng.randint(2 if v > 1 else 1, min(4, num_layers // v))
             stages = []
-            for _ in range(pp):
-                where = place()
+            for _ in range(pp):  # under CP, the replica's first TP degree throughout
+                where = place(tps=(stages[0][1],) if cp > 1 and stages else tps)
                 if where is None:
                     break
                 stages.append(where)
@@ -183,7 +194,12 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
             ))
         return replicas
 
+    state = rng.getstate()
     replicas = draw_replicas(v)
+    if not replicas and cp > 1:  # no room for a group of CP ranks: the plan without CP
+        cp = 1
+        rng.setstate(state)
+        replicas = draw_replicas(v)
     if not replicas:  # no room for two interleaved stages: a plain pipeline instead
         v = 1
         replicas = draw_replicas(v)
@@ -196,7 +212,8 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
     overlap = sequence_parallel and random.Random(f"tp-overlap-{seed}").random() < 0.5
     ep, imbalance = _draw_experts(seed, model, replicas)
     overlap = overlap and ep == 1  # TP overlap is not modelled with expert parallelism
-    stack = Stack(sequence_parallel=sequence_parallel, flash_attention=rng.random() < 0.7,
+    flash = rng.random() < 0.7 or cp > 1  # ring attention is fused attention
+    stack = Stack(sequence_parallel=sequence_parallel, flash_attention=flash,
                   recompute=rng.choice(("none", "none", "selective", "full")),
                   zero_stage=zero_stage, virtual_pipeline_stages=v,
                   dp_overlap=rng.random() < 0.5,
@@ -208,7 +225,7 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
         f"random-{seed}", model, nodes, replicas,
         schedule=schedule, resharding=rng.choice(RESHARDING.known()),
         fabric=rng.choice(FABRIC.known()), oversubscription=rng.choice((1.0, 1.0, 2.0, 4.0)),
-        stack=stack, seq_length=seq_length, num_layers=num_layers,
+        stack=stack, seq_length=seq_length, num_layers=num_layers, context_parallel=cp,
     )
 
 

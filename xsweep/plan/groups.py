@@ -9,6 +9,12 @@ gradient is cut into ``L = lcm(t_1, ..., t_k)`` equal chunks and every chunk
 gets its own ring (Algorithm 2) holding, from each device group, the rank that
 owns that chunk; each rank then moves ``d / L`` bytes per chunk it owns
 (Algorithm 3).
+
+Under context parallelism a device group holds ``tp x cp`` ranks (TP fastest) and its
+weights are replicated over its CP ranks, so gradients are reduced over DP x CP (Megatron's
+data-parallel-with-context group): the ring of chunk ``c`` holds, from each member, the
+rank owning the chunk in each of its CP ranks, and a lone replica with ``cp > 1`` still
+forms a DP group of its CP ranks.
 """
 
 from __future__ import annotations
@@ -20,15 +26,17 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class GroupSpan:
-    """One device group as the grouping sees it: id, layer range, ranks in TP order.
+    """One device group as the grouping sees it: id, layer range, ranks in TP order (TP
+    fastest, then CP), CP ranks.
 
-    ``first_layer`` and ``last_layer`` are 1-based and inclusive; ``tp == len(ranks)``.
+    ``first_layer`` and ``last_layer`` are 1-based and inclusive; ``tp == len(ranks) / cp``.
     """
 
     id: int
     first_layer: int
     last_layer: int
     ranks: tuple[int, ...]
+    cp: int = 1
 
     def __post_init__(self) -> None:
         if self.first_layer > self.last_layer:
@@ -39,7 +47,7 @@ class GroupSpan:
 
     @property
     def tp(self) -> int:
-        return len(self.ranks)
+        return len(self.ranks) // self.cp
 
 
 @dataclass(frozen=True)
@@ -94,7 +102,7 @@ def dp_groups(spans: Sequence[GroupSpan]) -> list[DpGroup]:
     groups = []
     for first, last in sweep_line_segments(ordered):
         members = [s for s in ordered if s.first_layer <= first and s.last_layer >= last]
-        if len(members) < 2:
+        if sum(s.cp for s in members) < 2:
             continue
         chunks = lcm_of(s.tp for s in members)
         groups.append(DpGroup(
@@ -112,7 +120,8 @@ def dp_groups(spans: Sequence[GroupSpan]) -> list[DpGroup]:
 def _ring(chunk: int, members: Sequence[GroupSpan]) -> Ring:
     # Interleaved ownership by the rank's index inside its group, not by its
     # global number: a group's ranks need not start at a multiple of its TP.
-    return Ring(chunk, tuple(s.ranks[chunk % s.tp] for s in members))
+    return Ring(chunk, tuple(s.ranks[q * s.tp + chunk % s.tp] for s in members
+                             for q in range(s.cp)))
 
 
 def per_rank_bytes(total_bytes: float, tp: int) -> float:

@@ -130,7 +130,7 @@ def _value_plan(keys: Keys) -> _ValuePlan:
 def structure_key(a: PlanAnalysis) -> tuple:
     """What a plan's program structure depends on: equal keys, equal DAGs, flows and paths.
 
-    The device groups (ranks, stage, replica, layers, micro-batches), the schedule and its
+    The device groups (ranks, stage, replica, layers, micro-batches, CP ranks), the schedule and its
     virtual stages, the resharding scheme, the ZeRO stage, gradient overlap and buckets,
     the cluster's shape (``Topology.shape_key``), whether TP communication overlaps
     the compute, and the expert parallelism (whose all-to-alls add flows to TP tasks).
@@ -298,7 +298,9 @@ def _add_block(out: _Builder, a: PlanAnalysis, replicas: list[tuple[int, ...]], 
     args = (a.schedule, a.resharding, a.stack.virtual_pipeline_stages, shape, cuts,
             bool(gather), orders)
     overlap, experts = a.stack.tp_comm_overlap, expert_layout(a)
-    block = cached_block(*args, False, overlap, *experts)  # names, for traces only, when asked
+    cp = groups[members[0]].cp  # one for the whole plan (the plan's validation)
+    # names, for traces only, when asked for
+    block = cached_block(*args, False, overlap, *experts, cp)
     base = out.num_tasks
     ids = np.array([groups[gi].id for gi in members], np.int64)
     # the block's keys -> the program's keys
@@ -306,11 +308,12 @@ def _add_block(out: _Builder, a: PlanAnalysis, replicas: list[tuple[int, ...]], 
     dep_counts, dep = _block_deps(block, base, ids, gather)
     # (block stream, TP index) -> global rank
     rank_table = np.array([r for gi in members for r in groups[gi].ranks], np.int64)
-    offset = np.concatenate([[0], np.cumsum([groups[gi].tp for gi in members])])
+    offset = np.concatenate([[0], np.cumsum([len(groups[gi].ranks) for gi in members])])
     flows = block.flows
     out.extend(_placed_tasks(block.tasks, members, ids, [groups[gi].replica for gi in members],
                              remap), dep_counts, dep,
-               (block.names if block.names is not None else _BlockNames((args, overlap, experts)),
+               (block.names if block.names is not None
+                else _BlockNames((args, overlap, experts, cp)),
                 tuple(ids.tolist())), block.flow_task + base,
                rank_table[offset[flows.src_stream] + flows.src_index],
                rank_table[offset[flows.dst_stream] + flows.dst_index],
@@ -501,8 +504,8 @@ class Template:
         names = []
         for formats, ids in self._names:
             if isinstance(formats, _BlockNames):
-                args, overlap, experts = formats.args
-                formats = cached_block(*args, True, overlap, *experts).names
+                args, overlap, experts, cp = formats.args
+                formats = cached_block(*args, True, overlap, *experts, cp).names
             fill = {f"dg{st}": gid for st, gid in enumerate(ids)}
             names += [n.format(**fill) for n in formats] if ids else formats
         return tuple(names)
@@ -587,7 +590,7 @@ def _freeze(a: PlanAnalysis, out: _Builder) -> Template:
 
     arrays = dict(
         stream_device_group=np.array([g.id for g in a.groups], np.int32),
-        stream_rank_ptr=ptr([g.tp for g in a.groups]),
+        stream_rank_ptr=ptr([len(g.ranks) for g in a.groups]),
         stream_ranks=np.array([r for g in a.groups for r in g.ranks], np.int32),
         num_ranks=topo.num_ranks, rank_node=topo.rank_nodes(),
         **tasks.program_fields(),

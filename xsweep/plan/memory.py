@@ -169,7 +169,7 @@ def _held_activation_bytes(model: ModelSpec, tp: int, micro_batch_size: int, fir
 def memory_per_gpu(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
                    first_layer: int, last_layer: int, *, stage_index: int, num_stages: int,
                    schedule: str, num_micro_batches: int, stack: Stack = DEFAULT_STACK,
-                   dp: int = 1) -> MemoryBreakdown:
+                   dp: int = 1, cp: int = 1) -> MemoryBreakdown:
     """Peak memory of one GPU of a device group running layers first..last (1-based).
 
     Args:
@@ -179,15 +179,19 @@ def memory_per_gpu(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: in
         schedule: ``"gpipe"`` or ``"1f1b"``.
         stack: training-stack options (sequence parallelism, flash attention, recompute,
             ZeRO stage, virtual pipeline stages).
-        dp: replicas the group's ZeRO sharding spreads over.
+        dp: ranks holding the same weights that the group's ZeRO sharding spreads over
+            (the replicas times the CP ranks).
+        cp: context-parallel ranks: each holds ``1/cp`` of every sequence's activations.
     """
     return memory_breakdown(model, tp, micro_batch_size, first_layer, last_layer,
-                            stage_index, num_stages, schedule, num_micro_batches, stack, dp)
+                            stage_index, num_stages, schedule, num_micro_batches, stack, dp,
+                            cp)
 
 
 def memory_breakdown(model: ModelSpec, tp: int, micro_batch_size: int, first_layer: int,
                      last_layer: int, stage_index: int, num_stages: int, schedule: str,
-                     num_micro_batches: int, stack: Stack, dp: int) -> MemoryBreakdown:
+                     num_micro_batches: int, stack: Stack, dp: int,
+                     cp: int = 1) -> MemoryBreakdown:
     """:func:`memory_per_gpu` without the GPU, which it does not depend on: a memo keyed
     by these arguments serves every GPU model of a sweep."""
     if stack.zero_stage not in ZERO_STAGES:
@@ -212,7 +216,7 @@ def memory_breakdown(model: ModelSpec, tp: int, micro_batch_size: int, first_lay
                           + FSDP_GATHERED_BLOCKS * FP8_WEIGHT_BYTES * block_gemm_params(model, tp))
     weights += fp8_copies
     activations = _held_activation_bytes(model, tp, micro_batch_size, first_layer,
-                                         last_layer, in_flight, stack)
+                                         last_layer, in_flight, stack) / cp
     parts = [x / GIB for x in (weights, grads, optimizer, activations)]
     return MemoryBreakdown(*parts, sum(parts))
 

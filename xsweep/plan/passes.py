@@ -191,7 +191,7 @@ def ring_ends(tps: tuple[int, ...]) -> tuple[list[tuple[int, int]], list[tuple[i
 def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage, ...], ...],
                 cuts: tuple[int, ...], gather: bool, fsdp: tuple[tuple[int, ...], ...],
                 names: bool = True, overlap_tp: bool = False, ep: int = 1,
-                moe_from: int = 0) -> Block:
+                moe_from: int = 0, cp: int = 1) -> Block:
     """Every task of ``replicas`` (see the module's description).
 
     Args:
@@ -206,6 +206,10 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
       ep, moe_from: expert parallelism and the first MoE layer: with EP above 1 the TP task
         of each piece with layers from ``moe_from`` on also carries their all-to-alls (MoE
         dispatch and combine), over the stream's ranks.
+      cp: context-parallel ranks of every stream (a stream's ranks are ``tp x cp``, TP
+        fastest): each piece's CP ring (ring attention's K/V exchange) runs beside its
+        compute as a TP task does with ``overlap_tp``, its TP rings one per CP rank; not
+        under FSDP (the plan's validation refuses it).
     """
     streams = [spec for rep in replicas for spec in rep]
     where = [(r, s) for r, rep in enumerate(replicas) for s in range(len(rep))]
@@ -215,12 +219,14 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
     for r, rep in enumerate(replicas):
         for sa, sb in transfer_pairs(len(rep), v):
             a, b = first_stream[r] + sa, first_stream[r] + sb
-            phases[a, b] = _transfer_phases(tasks, scheme, a, b, streams[a][0], streams[b][0])
+            phases[a, b] = _transfer_phases(tasks, scheme, a, b, streams[a][0] * cp,
+                                            streams[b][0] * cp)
     plans = [pieces(schedule, s, len(replicas[r]), streams[st], v, cuts, gather, bool(fsdp))
              for st, (r, s) in enumerate(where)]
     if not fsdp:  # each task waits for its stream and its input only: laid out by arrays
         return Block(**plain_block(tasks.keys, streams, where, first_stream, plans, phases, v,
-                                   names, overlap_tp, ep, moe_from))
+                                   names, overlap_tp, ep, moe_from, cp))
+    assert cp == 1, "context parallelism under FSDP is not modelled"
     return _FsdpBlock(tasks, streams, where, first_stream, plans, phases, v, fsdp,
                       overlap_tp, (ep, moe_from)).build()
 
@@ -228,7 +234,8 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
 def _transfer_phases(tasks: Tasks, scheme: str, a: int, b: int, tp_a: int,
                      tp_b: int) -> list[FlowGroup]:
     """The flows of each phase of the transfer from stream ``a`` to stream ``b``: the
-    resharding ``scheme`` between their TP groups, each move a point-to-point send."""
+    resharding ``scheme`` between their TP groups (``tp_a`` and ``tp_b`` ranks, CP ranks
+    included: equal TP degrees make it rank to rank), each move a point-to-point send."""
     moves = reshard(scheme, range(tp_a), range(tp_a, tp_a + tp_b), 1.0)
 
     def local(rank):  # a scheme may also move inside one side

@@ -20,7 +20,7 @@ import numpy as np
 from xsweep.plan.collectives import all_to_all_pairs
 from xsweep.plan.pieces import Piece, piece_name
 from xsweep.plan.program import Category, TaskColumns, TaskKind
-from xsweep.plan.values import KeyTable, PassTime, ep_keys, tp_ring_keys
+from xsweep.plan.values import KeyTable, PassTime, cp_ring_keys, ep_keys, tp_ring_keys
 from xsweep.ragged import owners_and_places, run_starts
 
 COMPUTE, COMM = int(TaskKind.COMPUTE), int(TaskKind.COMM)
@@ -55,18 +55,38 @@ class FlowGroup(NamedTuple):
 
 
 def tp_rings(stream: np.ndarray, tp: np.ndarray, nbytes: np.ndarray, hops: np.ndarray,
-             launches: np.ndarray) -> FlowGroup:
+             launches: np.ndarray, cp: int = 1) -> FlowGroup:
     """The flows of TP rings, one after another: ring ``r`` on stream ``stream[r]`` of
     ``tp[r]`` ranks, rank ``i`` sending to rank ``i + 1``, every flow with the ring's
-    payload, hops and launches keys (``nbytes[r]``, ``hops[r]``, ``launches[r]``)."""
-    ring, rank = owners_and_places(np.asarray(tp, np.int64))
+    payload, hops and launches keys (``nbytes[r]``, ``hops[r]``, ``launches[r]``); under
+    context parallelism one such ring per CP rank (stream index ``q * tp + i``), all
+    moving at once."""
+    tp = np.asarray(tp, np.int64)
+    ring, rank = owners_and_places(tp * cp)
     on = np.asarray(stream, np.int64)[ring]
+    size = tp[ring]
 
     def per_flow(keys):
         return np.asarray(keys, np.int64)[ring]
 
-    return FlowGroup(on, rank, on, (rank + 1) % np.asarray(tp, np.int64)[ring], per_flow(nbytes),
-                     per_flow(hops), per_flow(launches), np.zeros(len(ring), bool))
+    return FlowGroup(on, rank, on, rank // size * size + (rank % size + 1) % size,
+                     per_flow(nbytes), per_flow(hops), per_flow(launches),
+                     np.zeros(len(ring), bool))
+
+
+def cp_rings(stream: np.ndarray, tp: np.ndarray, cp: int, nbytes: np.ndarray,
+             steps: np.ndarray) -> FlowGroup:
+    """The flows of context-parallel rings, one stream's after another: stream index
+    ``q * tp + i`` sends its K/V blocks to the next CP rank's ``i`` (``(q + 1) mod cp``),
+    every flow with its ring's payload key ``nbytes[r]`` and ``steps[r]`` as its hops and
+    launches."""
+    tp = np.asarray(tp, np.int64)
+    ring, rank = owners_and_places(tp * cp)
+    on = np.asarray(stream, np.int64)[ring]
+    steps = np.asarray(steps, np.int64)[ring]
+    return FlowGroup(on, rank, on, (rank + tp[ring]) % (tp[ring] * cp),
+                     np.asarray(nbytes, np.int64)[ring], steps, steps,
+                     np.zeros(len(ring), bool))
 
 
 def with_all_to_alls(rings: FlowGroup, stream, tp, has, nbytes, hops, launches) -> FlowGroup:
@@ -129,7 +149,8 @@ def emission_order(need: list[int], send: list[int], bounds: list[tuple[int, int
 
 def plain_block(keys: KeyTable, streams: list, where: list[tuple[int, int]],
                 first_stream: list[int], plans: list[list[tuple]], phases: dict, v: int,
-                names: bool, overlap_tp: bool = False, ep: int = 1, moe_from: int = 0) -> dict:
+                names: bool, overlap_tp: bool = False, ep: int = 1, moe_from: int = 0,
+                cp: int = 1) -> dict:
     """The fields of a :class:`~xsweep.plan.passes.Block` without FSDP.
 
     Args:
@@ -143,13 +164,16 @@ def plain_block(keys: KeyTable, streams: list, where: list[tuple[int, int]],
         task on the stream (:func:`xsweep.plan.passes.build_block`).
       ep, moe_from: expert parallelism and the first MoE layer; with EP above 1 the TP
         task of a piece with MoE layers also carries their all-to-alls.
+      cp: context-parallel ranks of every stream: each piece's CP ring runs beside its
+        compute, joined by a TP task on the stream that runs the TP rings unless they
+        are beside too.
     """
     tp = np.array([spec[0] for spec in streams], np.int64)
     p = _piece_arrays(streams, where, first_stream, plans, v)
     order = emission_order(p.need.tolist(), p.send.tolist(), list(zip(
         p.begins[:-1].tolist(), p.begins[1:].tolist(), strict=True)))
-    lay = _layout(p, order, phases, tp, overlap_tp)
-    piece_keys = _piece_keys(keys, p, order, streams, tp, ep, moe_from)
+    lay = _layout(p, order, phases, tp, overlap_tp, cp)
+    piece_keys = _piece_keys(keys, p, order, streams, tp, ep, moe_from, cp)
     dep_ptr, dep_idx = _dependencies(p, lay)
     flow_task, flows = _flows(lay, piece_keys, phases)
     roles = p.fields.role
@@ -163,12 +187,12 @@ def plain_block(keys: KeyTable, streams: list, where: list[tuple[int, int]],
     return dict(
         tasks=_task_columns(p, lay, piece_keys.duration[piece_keys.kind_of], tp),
         dep_ptr=dep_ptr, dep_idx=dep_idx, keys=keys.frozen(),
-        names=_names(p, lay, v) if names else None, flow_task=flow_task, flows=flows,
+        names=_names(p, lay, v, cp) if names else None, flow_task=flow_task, flows=flows,
         last=tuple(last.tolist()), piece_end=piece_end,
         # the gathered pieces' computes wait for their gathers, and so do TP tasks beside them
         waits=tuple((int(lay.first[g]) + k, int(p.stream[g]), int(p.first[g]))
                     for g in gathered.tolist()
-                    for k in range(1 + bool(lay.overlap and lay.has_tp[g]))),
+                    for k in range(1 + bool(lay.beside[g]))),
         finals={})
 
 
@@ -236,9 +260,11 @@ class _Layout(NamedTuple):
     order: np.ndarray  # pieces in emission order
     num_tasks: int
     first: np.ndarray  # int64[P]: the piece's compute
-    has_tp: np.ndarray  # bool[P]: a TP task follows its compute
+    has_tp: np.ndarray  # bool[P]: a TP task (or a CP ring) follows its compute
     tp_tasks: np.ndarray  # int64[P]: its TP tasks: 0, 1 (blocking) or 2 (beside, and a join)
-    overlap: bool  # TP tasks run beside the compute
+    overlap: bool  # TP rings run beside the compute
+    beside: np.ndarray  # bool[P]: its first TP task runs beside the compute, then a join
+    cp: int  # context-parallel ranks: a CP ring beside every compute when above 1
     end: np.ndarray  # int64[P]: the piece's last task on its stream
     delivered: np.ndarray  # int64[P]: its transfer's last phase
     pairs: list  # (source, destination) streams of the transfers, sorted
@@ -250,7 +276,7 @@ class _Layout(NamedTuple):
 
 
 def _layout(p: _Pieces, order: np.ndarray, phases: dict, tp: np.ndarray,
-            overlap: bool = False) -> _Layout:
+            overlap: bool = False, cp: int = 1) -> _Layout:
     num_streams = len(p.counts)
     pairs = sorted(phases)
     pair_phases = np.array([len(phases[pair]) for pair in pairs] + [0], np.int64)
@@ -259,14 +285,16 @@ def _layout(p: _Pieces, order: np.ndarray, phases: dict, tp: np.ndarray,
     pair_at[[a * num_streams + b for a, b in pairs]] = np.arange(len(pairs))
     pair_of[p.sends] = pair_at[p.stream[p.sends] * num_streams + p.dst[p.sends]]
     assert (pair_of[p.sends] >= 0).all(), "a transfer between stages without phases"
-    has_tp = (tp > 1)[p.stream]
-    tp_tasks = has_tp.astype(np.int64) * (2 if overlap else 1)
+    has_tp = (tp > 1)[p.stream] | (cp > 1)
+    beside = has_tp & (overlap or cp > 1)
+    tp_tasks = has_tp.astype(np.int64) + beside
     num_phases = np.where(p.sends, pair_phases[pair_of], 0)
     size = 1 + tp_tasks + num_phases
     first = np.empty(len(size), np.int64)
     first[order] = np.cumsum(size[order]) - size[order]
     phase_piece, phase = owners_and_places(num_phases)
-    return _Layout(order, int(size.sum()), first, has_tp, tp_tasks, overlap, first + tp_tasks,
+    return _Layout(order, int(size.sum()), first, has_tp, tp_tasks, overlap, beside, cp,
+                   first + tp_tasks,
                    first + tp_tasks + num_phases, pairs, pair_phases, pair_of, phase_piece,
                    phase, (first + tp_tasks + 1)[phase_piece] + phase)
 
@@ -288,14 +316,14 @@ def _dependencies(p: _Pieces, lay: _Layout) -> tuple[np.ndarray, np.ndarray]:
     waiting = np.concatenate([np.flatnonzero(follows), np.flatnonzero(p.needs)])
     waits = np.concatenate([lay.end[np.flatnonzero(follows) - 1],
                             lay.delivered[sender[p.needs]]])
-    tp = np.flatnonzero(lay.has_tp)
-    if lay.overlap:  # the TP task waits for what its compute waits for; the join for both
-        beside = lay.has_tp[waiting]
-        tp_owner = np.concatenate([compute[waiting[beside]] + 1, compute[tp] + 2,
-                                   compute[tp] + 2])
-        tp_pred = np.concatenate([waits[beside], compute[tp], compute[tp] + 1])
-    else:  # the TP task follows its compute
-        tp_owner, tp_pred = compute[tp] + 1, compute[tp]
+    # a task beside waits for what its compute waits for, the join for both; a blocking
+    # TP task follows its compute
+    beside, blocking = np.flatnonzero(lay.beside), np.flatnonzero(lay.has_tp & ~lay.beside)
+    waits_too = lay.beside[waiting]
+    tp_owner = np.concatenate([compute[waiting[waits_too]] + 1, compute[beside] + 2,
+                               compute[beside] + 2, compute[blocking] + 1])
+    tp_pred = np.concatenate([waits[waits_too], compute[beside], compute[beside] + 1,
+                              compute[blocking]])
     owner = np.concatenate([compute[waiting], tp_owner, lay.phase_task])
     pred = np.concatenate([
         waits, tp_pred,
@@ -314,22 +342,25 @@ class _PieceKeys(NamedTuple):
     kind_of: np.ndarray  # int64[P]: each piece's distinct piece
     duration: np.ndarray  # int64[distinct]: its duration's key
     ring_of: np.ndarray  # the distinct pieces with a TP ring...
-    ring_size: np.ndarray  # ... the ranks of each ring...
+    ring_size: np.ndarray  # ... the flows of each (its ranks, on every CP rank)...
     rings: FlowGroup  # ... and their flows, one ring after another
+    cp_size: np.ndarray  # int64[distinct]: flows of each distinct piece's CP ring (cp > 1)
+    cp_rings: FlowGroup  # every distinct piece's CP ring, one after another (cp > 1)
 
 
 def _piece_keys(keys: KeyTable, p: _Pieces, order: np.ndarray, streams: list,
-                tp: np.ndarray, ep: int = 1, moe_from: int = 0) -> _PieceKeys:
+                tp: np.ndarray, ep: int = 1, moe_from: int = 0, cp: int = 1) -> _PieceKeys:
     """Per distinct piece, in the order pieces first appear, its TP ring's keys, its
-    all-to-alls' keys (EP above 1, layers from ``moe_from``), then its duration's key (as the task-by-task build
-    numbers them)."""
+    all-to-alls' keys (EP above 1, layers from ``moe_from``), its CP ring's, then its
+    duration's key (as the task-by-task build numbers them)."""
     span = int(p.end.max(initial=0)) + 1
     piece_code = ((p.stream * 2 + p.backward) * span + p.first) * span + p.end
     codes, first_at, piece_kind = np.unique(piece_code[order], return_index=True,
                                             return_inverse=True)
     kind_of = np.empty(len(p.stream), np.int64)
     kind_of[order] = piece_kind.reshape(-1)
-    duration, nbytes, hops, launches = (np.zeros(len(codes), np.int64) for _ in range(4))
+    duration, nbytes, hops, launches, cp_bytes, cp_steps = (np.zeros(len(codes), np.int64)
+                                                             for _ in range(6))
     a2a = np.zeros((3, len(codes)), np.int64)  # the all-to-alls' keys (EP above 1)...
     moe = np.zeros(len(codes), bool)  # ... of the pieces with MoE layers
     for k in np.argsort(first_at).tolist():
@@ -343,18 +374,24 @@ def _piece_keys(keys: KeyTable, p: _Pieces, order: np.ndarray, streams: list,
             if ep > 1 and int(p.end[g]) > moe_from:
                 a2a[:, k] = [keys.index(key) for key in ep_keys(s, *span_of)]
                 moe[k] = True
+        if cp > 1:
+            cp_bytes[k], cp_steps[k] = (keys.index(key) for key in cp_ring_keys(s, *span_of))
         duration[k] = keys.index(PassTime(s, *span_of))
     # every piece's TP ring at once (Tasks.tp_ring's flows): rank i sends to rank i + 1
     ring_of = np.flatnonzero((tp > 1)[p.stream[order[first_at]]])
     ring_stream = p.stream[order[first_at[ring_of]]]
     rings = tp_rings(ring_stream, tp[ring_stream], nbytes[ring_of], hops[ring_of],
-                     launches[ring_of])
-    if ep > 1:
+                     launches[ring_of], cp)
+    ring_size = tp[ring_stream] * cp
+    if ep > 1:  # (validation refuses context parallelism with experts)
         size = tp[ring_stream]
-        return _PieceKeys(kind_of, duration, ring_of, np.where(moe[ring_of], size * size, size),
-                          with_all_to_alls(rings, ring_stream, size, moe[ring_of],
-                                           *a2a[:, ring_of]))
-    return _PieceKeys(kind_of, duration, ring_of, tp[ring_stream], rings)
+        ring_size = np.where(moe[ring_of], size * size, size)
+        rings = with_all_to_alls(rings, ring_stream, size, moe[ring_of], *a2a[:, ring_of])
+    distinct_stream = p.stream[order[first_at]] if cp > 1 else np.zeros(0, np.int64)
+    keep = slice(None) if cp > 1 else slice(0)
+    return _PieceKeys(kind_of, duration, ring_of, ring_size, rings, tp[distinct_stream] * cp,
+                      cp_rings(distinct_stream, tp[distinct_stream], cp, cp_bytes[keep],
+                               cp_steps[keep]))
 
 
 def _task_columns(p: _Pieces, lay: _Layout, duration: np.ndarray, tp: np.ndarray) -> TaskColumns:
@@ -366,9 +403,9 @@ def _task_columns(p: _Pieces, lay: _Layout, duration: np.ndarray, tp: np.ndarray
     tp_tasks = lay.tp_tasks[piece]
     compute, is_tp = place == 0, (place >= 1) & (place <= tp_tasks)
     # a TP task beside the compute (the first of two) runs off the stream; its join on it
-    on_stream = compute | (is_tp & ~(lay.overlap & (place == 1)))
+    beside = is_tp & lay.beside[piece] & (place == 1)
+    on_stream = compute | (is_tp & ~beside)
     transfer = np.where(tp[p.stream] == tp[np.where(p.sends, p.dst, p.stream)], _PP, _RESHARD)
-    beside = is_tp & lay.overlap & (place == 1)
     category = np.where(compute, np.where(p.backward, _B, _F)[piece],
                         np.where(beside, _TP_BESIDE, np.where(is_tp, _TP, transfer[piece])))
     stream = p.stream[piece]
@@ -381,28 +418,38 @@ def _task_columns(p: _Pieces, lay: _Layout, duration: np.ndarray, tp: np.ndarray
 
 
 def _flows(lay: _Layout, keys: _PieceKeys, phases: dict) -> tuple[np.ndarray, FlowGroup]:
-    """The task of every flow and the flows, in task order: each TP task its piece's ring,
-    each phase its pair's group."""
-    tp_piece = np.flatnonzero(lay.has_tp)
-    # groups of flows: the rings (one per distinct piece with one), then every phase
-    pool = [keys.rings, *(g for pair in lay.pairs for g in phases[pair])]
+    """The task of every flow and the flows, in task order: each TP task its piece's ring
+    (under context parallelism the TP rings, then the CP ring), each phase its pair's
+    group."""
     ring_slot = np.full(len(keys.duration), -1, np.int64)
     ring_slot[keys.ring_of] = np.arange(len(keys.ring_of))
-    pair_first = np.concatenate([[0], np.cumsum(lay.pair_phases[:-1])]) + len(keys.ring_of)
-    flow_tasks = np.concatenate([lay.first[tp_piece] + 1, lay.phase_task])
+    # pieces with a TP ring, and the task that runs it: the first after the compute,
+    # unless a CP ring is beside the compute and the TP rings block (then the join)
+    tp_piece = np.flatnonzero(ring_slot[keys.kind_of] >= 0)
+    tp_task = lay.first[tp_piece] + (2 if lay.cp > 1 and not lay.overlap else 1)
+    cp_piece = np.flatnonzero(lay.has_tp) if lay.cp > 1 else np.zeros(0, np.int64)
+    num_cp = len(keys.cp_size)
+    # groups of flows: the TP rings (one per distinct piece with one), the CP rings (one
+    # per distinct piece), then every phase
+    pool = [keys.rings, keys.cp_rings, *(g for pair in lay.pairs for g in phases[pair])]
+    pair_first = (np.concatenate([[0], np.cumsum(lay.pair_phases[:-1])]) + len(keys.ring_of)
+                  + num_cp)
+    flow_tasks = np.concatenate([tp_task, lay.first[cp_piece] + 1, lay.phase_task])
     flow_groups = np.concatenate([ring_slot[keys.kind_of[tp_piece]],
+                                  len(keys.ring_of) + keys.kind_of[cp_piece],
                                   pair_first[lay.pair_of[lay.phase_piece]] + lay.phase
                                   ]).astype(np.int64)
     by_task = np.argsort(flow_tasks, kind="stable")
     flow_tasks, flow_groups = flow_tasks[by_task], flow_groups[by_task]
-    sizes = np.concatenate([keys.ring_size, [len(g.p2p) for g in pool[1:]]]).astype(np.int64)
+    sizes = np.concatenate([keys.ring_size, keys.cp_size,
+                            [len(g.p2p) for g in pool[2:]]]).astype(np.int64)
     pool_first = np.concatenate([[0], np.cumsum(sizes)])
     which, place = owners_and_places(sizes[flow_groups])
     return (np.repeat(flow_tasks, sizes[flow_groups]),
             FlowGroup.concat(pool).take(pool_first[flow_groups][which] + place))
 
 
-def _names(p: _Pieces, lay: _Layout, v: int) -> tuple[str, ...]:
+def _names(p: _Pieces, lay: _Layout, v: int, cp: int = 1) -> tuple[str, ...]:
     """Every task's name, as the task-by-task build gives it."""
     out = [""] * lay.num_tasks
     f = p.fields
@@ -412,12 +459,13 @@ def _names(p: _Pieces, lay: _Layout, v: int) -> tuple[str, ...]:
         name = piece_name(kind, f"{{dg{s}}}", mb, c, f.first[g], f.end[g], v, f.role[g])
         t = int(lay.first[g])
         out[t] = name
+        comm = "cp" if cp > 1 else "tp"
         if lay.has_tp[g]:
             t += 1
-            out[t] = f"tp {name}"
-        if lay.has_tp[g] and lay.overlap:
+            out[t] = f"{comm} {name}"
+        if lay.beside[g]:
             t += 1
-            out[t] = f"tp join {name}"
+            out[t] = f"{comm} join {name}"
         direction = "grad" if kind == "B" else "act"
         suffix = f" c{c}" if v > 1 else ""
         for phase in range(int(num_phases[g])):

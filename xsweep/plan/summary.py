@@ -30,7 +30,7 @@ def plan_summary(a: PlanAnalysis, program: Program) -> dict:
     } for r in a.reshards]
     memory = memory_rows(a)
     workload = [{
-        "device_group": g.id, "gpu": g.gpu.name, "tp": g.tp, "stage": g.stage,
+        "device_group": g.id, "gpu": g.gpu.name, "tp": g.tp, "cp": g.cp, "stage": g.stage,
         "replica": g.replica, "layers": [g.first_layer, g.last_layer],
         "micro_batch_size": g.micro_batch_size, "num_micro_batches": g.num_micro_batches,
         "forward_flops": g.cost.forward_flops, "backward_flops": g.cost.backward_flops,

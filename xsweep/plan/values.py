@@ -244,7 +244,7 @@ class RingBytes(NamedTuple):
     def number(a: PlanAnalysis, dp_group: int, first: int, last: int, passes: int) -> float:
         dpg = a.dp_groups[dp_group]
         chunk = chunk_bytes_per_rank(a.grad_bytes(first, last), dpg.tps)
-        return pipelined_ring_flow(len(dpg.device_groups), chunk, 1.0, passes)[0]
+        return pipelined_ring_flow(len(dpg.rings[0].ranks), chunk, 1.0, passes)[0]
 
     @staticmethod
     def placed(groups: Sequence[int], dp_groups: Sequence[int], dp_group: int, first: int,
@@ -260,7 +260,7 @@ class RingHops(NamedTuple):
 
     @staticmethod
     def number(a: PlanAnalysis, dp_group: int, passes: int) -> float:
-        members = len(a.dp_groups[dp_group].device_groups)
+        members = len(a.dp_groups[dp_group].rings[0].ranks)  # DP x CP ranks
         return pipelined_ring_flow(members, 0.0, 1.0, passes)[1]
 
     @staticmethod
@@ -269,17 +269,60 @@ class RingHops(NamedTuple):
         return dp_groups[dp_group], passes
 
 
+def _cp_steps(a: PlanAnalysis, group: int, kind: str, first: int, end: int) -> float:
+    """Steps of a piece's context-parallel ring: ``cp - 1`` per block of a forward pass,
+    times the backward's factor (K/V and their gradients; with recompute the forward's
+    ring again) in a backward pass."""
+    cost = a.groups[group].cost
+    factor = 1.0 if kind == "F" else cost.cp_backward_factor
+    return cost.cp_steps * (end - first) * factor
+
+
+class CpBytes(NamedTuple):
+    """The payload of each flow of a piece's context-parallel ring (Transformer Engine's
+    ring attention): a rank's K/V block per step to its CP successor, over the piece's
+    steps (fields as :class:`PassTime`'s)."""
+
+    group: int
+    kind: str
+    first: int
+    end: int
+
+    @staticmethod
+    def number(a: PlanAnalysis, group: int, *span) -> float:
+        return a.groups[group].cost.cp_step_bytes * _cp_steps(a, group, *span)
+
+    placed = staticmethod(_piece_placed)
+
+
+class CpSteps(NamedTuple):
+    """The hop latencies and the NCCL launches each flow of a piece's context-parallel
+    ring waits for: one per step, the steps running one after another."""
+
+    group: int
+    kind: str
+    first: int
+    end: int
+
+    @staticmethod
+    def number(a: PlanAnalysis, group: int, *span) -> float:
+        return _cp_steps(a, group, *span)
+
+    placed = staticmethod(_piece_placed)
+
+
 ZERO, ONE = Zero(), One()
 
 #: Every kind; a kept key names its kind by its index here.
 KINDS = (Zero, One, PassTime, TpBytes, TpHops, TpLaunches, OptimizerTime, TransferBytes,
-         RingBytes, RingHops, EpBytes, EpHops, EpLaunches)
+         RingBytes, RingHops, EpBytes, EpHops, EpLaunches, CpBytes, CpSteps)
 _CODE = {kind: code for code, kind in enumerate(KINDS)}
 
 #: Kinds whose number depends only on the group's stage cost and the span (their fields:
 #: group, kind, first, end): replicas of a stage share their cost object, so one number
 #: serves them all.
-BY_COST = frozenset({PassTime, TpBytes, TpHops, TpLaunches, EpBytes, EpHops, EpLaunches})
+BY_COST = frozenset({PassTime, TpBytes, TpHops, TpLaunches, EpBytes, EpHops, EpLaunches,
+                     CpBytes, CpSteps})
 
 
 def tp_ring_keys(group: int, kind: str, first: int,
@@ -294,6 +337,11 @@ def ep_keys(group: int, kind: str, first: int,
     """The payload, hops and launches keys of every flow of a piece's all-to-alls."""
     return (EpBytes(group, kind, first, end), EpHops(group, kind, first, end),
             EpLaunches(group, kind, first, end))
+
+
+def cp_ring_keys(group: int, kind: str, first: int, end: int) -> tuple[CpBytes, CpSteps]:
+    """The payload and the hops (and launches) keys of every flow of a piece's CP ring."""
+    return CpBytes(group, kind, first, end), CpSteps(group, kind, first, end)
 
 
 class Keys(NamedTuple):

@@ -305,15 +305,18 @@ def _memory(nbytes: float) -> _Op:
 
 
 def _attention_ops(model: ModelSpec, micro_batch_size: int, shard: TpShard,
-                   flash: bool) -> tuple[_Op, ...]:
-    """The attention core: scores, softmax (and dropout), weighted values."""
+                   flash: bool, cp: int = 1) -> tuple[_Op, ...]:
+    """The attention core: scores, softmax (and dropout), weighted values. Under context
+    parallelism (fused attention only) a rank's ``s / cp`` queries meet every key, the
+    causal half of it load-balanced (Megatron's 2 x cp chunks), and every K/V block
+    passes through the rank once (the ring)."""
     s, d, b = model.seq_length, _head_dim(model), micro_batch_size
     heads = shard.heads
-    tokens = b * s
     if flash:  # reads Q, K, V and writes the output; the scores stay on chip
-        return (_Op("attention", 4.0 * b * s * s * d * heads,
-                    BF16_BYTES * tokens * (2 * d * heads + 2 * d * shard.kv_heads),
-                    tiles=b * heads * max(s / ATTENTION_TILE_ROWS, 1.0), work=CAUSAL_WORK),)
+        q = s // cp  # the rank's queries
+        return (_Op("attention", 4.0 * b * q * s * d * heads,
+                    BF16_BYTES * b * (2 * d * heads * q + 2 * d * shard.kv_heads * s),
+                    tiles=b * heads * max(q / ATTENTION_TILE_ROWS, 1.0), work=CAUSAL_WORK),)
     matrices, scores = b * heads, b * heads * s * s
     ops = [
         _Op("gemm", 2.0 * scores * d, BF16_BYTES * (2 * matrices * s * d + scores),
@@ -328,9 +331,9 @@ def _attention_ops(model: ModelSpec, micro_batch_size: int, shard: TpShard,
 
 
 def _pointwise_ops(model: ModelSpec, micro_batch_size: int, shard: TpShard, tp: int,
-                   stack: Stack) -> tuple[_Op, ...]:
+                   stack: Stack, cp: int = 1) -> tuple[_Op, ...]:
     """Norms, residual additions (with dropout) and the activation of one block."""
-    h, tokens = model.hidden_size, micro_batch_size * model.seq_length
+    h, tokens = model.hidden_size, micro_batch_size * model.seq_length // cp
     shared = tokens / tp if stack.sequence_parallel else tokens  # tokens of the replicated ops
     norm = _memory(2 * BF16_BYTES * h * shared)
     residual = _memory((3 * BF16_BYTES + (MASK_BYTES if model.dropout else 0)) * h * shared)
@@ -348,13 +351,14 @@ def _block_gemm_shapes(model: ModelSpec, shard: TpShard) -> tuple[tuple[int, int
 
 
 def _block_ops(model: ModelSpec, micro_batch_size: int, shard: TpShard, tp: int,
-               stack: Stack) -> tuple[tuple[_Op, ...], tuple[_Op, ...]]:
-    """The kernels of one block's forward pass: (attention core, everything else)."""
-    tokens = micro_batch_size * model.seq_length
+               stack: Stack, cp: int = 1) -> tuple[tuple[_Op, ...], tuple[_Op, ...]]:
+    """The kernels of one block's forward pass on one rank: (attention core, everything
+    else); under context parallelism on the rank's ``s / cp`` tokens of each sequence."""
+    tokens = micro_batch_size * model.seq_length // cp
     fp8 = stack.precision == "fp8"
     gemms = tuple(_gemm(tokens, k, n, fp8) for k, n in _block_gemm_shapes(model, shard))
-    return (_attention_ops(model, micro_batch_size, shard, stack.flash_attention),
-            gemms + _pointwise_ops(model, micro_batch_size, shard, tp, stack))
+    return (_attention_ops(model, micro_batch_size, shard, stack.flash_attention, cp),
+            gemms + _pointwise_ops(model, micro_batch_size, shard, tp, stack, cp))
 
 
 def moe_load(model: ModelSpec, stack: Stack) -> float:
@@ -425,11 +429,12 @@ def _moe_block_ops(model: ModelSpec, micro_batch_size: int, shard: TpShard, tp: 
             gemms + pointwise + _moe_ffn_ops(model, micro_batch_size, tp, stack))
 
 
-def fp8_cast_bytes(model: ModelSpec, micro_batch_size: int, tp: int = 1) -> tuple[float, float]:
+def fp8_cast_bytes(model: ModelSpec, micro_batch_size: int, tp: int = 1,
+                   cp: int = 1) -> tuple[float, float]:
     """HBM bytes of one block's casts to FP8 for one micro-batch on one rank (the largest
     TP shard): (forward: each GEMM's input, backward: each GEMM's output gradient), at
     :data:`FP8_CAST_BYTES` an element."""
-    tokens = micro_batch_size * model.seq_length
+    tokens = micro_batch_size * model.seq_length // cp
     shapes = _block_gemm_shapes(model, tp_shard(model, tp))
     return (float(FP8_CAST_BYTES * tokens * sum(k for k, _ in shapes)),
             float(FP8_CAST_BYTES * tokens * sum(n for _, n in shapes)))
@@ -447,14 +452,14 @@ def rank_gemm_params(model: ModelSpec, tp: int, first_layer: int, last_layer: in
     return (last_layer - first_layer + 1) * block_gemm_params(model, tp)
 
 
-def _embedding_ops(model: ModelSpec, micro_batch_size: int) -> tuple[_Op, ...]:
-    row_bytes = BF16_BYTES * micro_batch_size * model.seq_length * model.hidden_size
+def _embedding_ops(model: ModelSpec, micro_batch_size: int, cp: int = 1) -> tuple[_Op, ...]:
+    row_bytes = BF16_BYTES * micro_batch_size * model.seq_length // cp * model.hidden_size
     return (_memory(2 * row_bytes),)  # gather the rows, write the layer input
 
 
 def _head_ops(model: ModelSpec, micro_batch_size: int, shard: TpShard, tp: int,
-              stack: Stack) -> tuple[_Op, ...]:
-    h, tokens = model.hidden_size, micro_batch_size * model.seq_length
+              stack: Stack, cp: int = 1) -> tuple[_Op, ...]:
+    h, tokens = model.hidden_size, micro_batch_size * model.seq_length // cp
     shared = tokens / tp if stack.sequence_parallel else tokens
     final_norm = _memory(2 * BF16_BYTES * h * shared)
     logits = _gemm(tokens, h, shard.vocab)
@@ -559,11 +564,22 @@ class StageCost:
     # tokens move by all-to-all alone); empty: the totals above, spread evenly
     tp_layer_forward: tuple[int, ...] = ()
     tp_layer_backward: tuple[int, ...] = ()
+    #: context parallelism: the ring's steps per block and forward pass (cp - 1), the
+    #: bytes a rank sends its CP successor per step (its K and V block), and the times a
+    #: backward pass moves those bytes per step (K/V and their gradients, and with
+    #: recompute the forward's ring again)
+    cp_steps: int = 0
+    cp_step_bytes: float = 0.0
+    cp_backward_factor: float = 2.0
 
 
 def _block_times_s(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
-                   ops: tuple[_Op, ...], profile: Profile | None) -> tuple[float, float, bool]:
+                   ops: tuple[_Op, ...], profile: Profile | None,
+                   cp: int = 1) -> tuple[float, float, bool]:
     """Forward and backward time of one block (without recompute) and whether measured."""
+    if profile is not None and cp > 1:
+        raise InputError(profile.source, "context_parallel", cp, "a measured profile's "
+                         "block times are per TP degree, without context parallelism")
     if profile is not None:
         if profile.model is not None and profile.model.lower() != model.name.lower():
             raise InputError(profile.source, "model", profile.model,
@@ -586,16 +602,18 @@ class _BlockCost(NamedTuple):
 
 
 def _block_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int, stack: Stack,
-                profile: Profile | None, moe: bool) -> _BlockCost:
+                profile: Profile | None, moe: bool, cp: int = 1) -> _BlockCost:
     shard = tp_shard(model, tp)
-    build = _moe_block_ops if moe else _block_ops
-    attention, rest = build(model, micro_batch_size, shard, tp, stack)
+    if moe:  # validation refuses context parallelism with experts
+        attention, rest = _moe_block_ops(model, micro_batch_size, shard, tp, stack)
+    else:
+        attention, rest = _block_ops(model, micro_batch_size, shard, tp, stack, cp)
     ops = attention + rest
     block_fwd_s, block_bwd_s, profiled = _block_times_s(model, gpu, tp, micro_batch_size,
-                                                        ops, profile)
+                                                        ops, profile, cp)
     if stack.precision == "fp8" and not profiled:
         rate = gpu.hbm_bytes_per_s * gpu.hbm_efficiency
-        cast_fwd, cast_bwd = fp8_cast_bytes(model, micro_batch_size, tp)
+        cast_fwd, cast_bwd = fp8_cast_bytes(model, micro_batch_size, tp, cp)
         block_fwd_s += cast_fwd / rate
         block_bwd_s += cast_bwd / rate
     block_flops = _flops(ops)
@@ -635,12 +653,14 @@ def _tp_counts(model: ModelSpec, tp: int, first: int, last: int,
 
 def stage_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
                first_layer: int, last_layer: int, *, stack: Stack = DEFAULT_STACK,
-               profile: Profile | None = None) -> StageCost:
+               profile: Profile | None = None, cp: int = 1) -> StageCost:
     """Cost of one micro-batch on a device group running layers first..last (1-based).
 
     Args:
         stack: training-stack options (sequence parallelism, flash attention, recompute,
             expert parallelism and the token imbalance of a model with experts).
+        cp: context-parallel ranks: each runs ``1/cp`` of every sequence's tokens and of
+            its causal attention, and passes K/V blocks around the CP ring.
         profile: measured block times; where it has no entry for (GPU, TP, micro-batch
             size), or the size lies outside its measured range, the roofline is used. A
             measured time stands for every block, dense or MoE.
@@ -651,7 +671,7 @@ def stage_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
     shard = tp_shard(model, tp)
     num_blocks = last_layer - first_layer + 1
     num_moe = moe_layers_in(model, first_layer, last_layer)
-    dense = _block_cost(model, gpu, tp, micro_batch_size, stack, profile, False)
+    dense = _block_cost(model, gpu, tp, micro_batch_size, stack, profile, False, cp)
     fwd_s, bwd_s = [dense.forward_s] * num_blocks, [dense.backward_s] * num_blocks
     forward_flops = (num_blocks - num_moe) * dense.flops
     recomputed_flops = (num_blocks - num_moe) * dense.recomputed_flops
@@ -665,11 +685,11 @@ def stage_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
         recomputed_flops += num_moe * moe.recomputed_flops
         profiled = profiled and moe.profiled
     if first_layer == 1:
-        embed_s = _time_s(_embedding_ops(model, micro_batch_size), gpu)
+        embed_s = _time_s(_embedding_ops(model, micro_batch_size, cp), gpu)
         fwd_s[0] += embed_s
         bwd_s[0] += 2.0 * embed_s
     if last_layer == total:
-        head = _head_ops(model, micro_batch_size, shard, tp, stack)
+        head = _head_ops(model, micro_batch_size, shard, tp, stack, cp)
         head_s = _time_s(head, gpu)
         fwd_s[-1] += head_s
         bwd_s[-1] += 2.0 * head_s
@@ -686,7 +706,7 @@ def stage_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
         backward_time_s=sum(bwd_s),
         layer_forward_time_s=tuple(fwd_s),
         layer_backward_time_s=tuple(bwd_s),
-        tp_allreduce_bytes=activation_bytes,
+        tp_allreduce_bytes=activation_bytes / cp,
         tp_allreduces_forward=sum(tp_forward) if tp_forward else 2 * num_blocks,
         tp_allreduces_backward=(sum(tp_backward) if tp_backward
                                 else (4 if stack.recompute == "full" else 2) * num_blocks),
@@ -700,7 +720,20 @@ def stage_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
                         else 0.0),
         tp_layer_forward=tp_forward,
         tp_layer_backward=tp_backward,
+        cp_steps=cp - 1,
+        cp_step_bytes=cp_step_bytes(model, micro_batch_size, tp, cp),
+        cp_backward_factor=2.0 + (stack.recompute != "none"),
     )
+
+
+def cp_step_bytes(model: ModelSpec, micro_batch_size: int, tp: int, cp: int) -> float:
+    """Bytes one rank sends its CP successor per step of a block's forward ring: its K and
+    V block, ``2 x (s / cp) x kv_heads x head_dim / tp`` BF16 values per sequence (0
+    without context parallelism)."""
+    if cp == 1:
+        return 0.0
+    kv = tp_shard(model, tp).kv_heads * _head_dim(model)
+    return float(2 * BF16_BYTES * micro_batch_size * (model.seq_length // cp) * kv)
 
 
 def optimizer_time_s(model: ModelSpec, gpu: GpuSpec, tp: int, first: int, last: int,

@@ -19,8 +19,12 @@ least, for every device group:
   (:func:`xsweep.plan.collectives.pipelined_ring_flow` is linear in the count). Under
   expert parallelism the TP tasks of MoE layers also carry the all-to-alls, whose flows
   inside a node are bounded the same way; a task lasts at least its longest flow, so the
-  passes at least the longer of the rings' and the all-to-alls' sums. The
-  optimizer's step and other communication only add to it; and, without interleaving,
+  passes at least the longer of the rings' and the all-to-alls' sums. Under
+  context parallelism the compute is a CP rank's (``1/cp`` of the tokens), each CP rank's
+  TP ring sits in one node, and the CP ring runs beside the compute (with the TP rings
+  if they overlap, else the TP rings run after both): left out, it only lengthens a
+  piece. The optimizer's step and other communication only add to it; and, without
+  interleaving,
 - the pipeline's fill and drain: every forward pass of a model chunk on a stage waits
   for that chunk's forward on every earlier stage of its replica, and every backward pass
   is followed by that chunk's backward on every earlier stage; the first of a stage's
@@ -79,11 +83,12 @@ def iteration_lower_bound(plan: pb.DeploymentPlan, catalog: Catalog) -> float:
         node_of_rank += [index] * node.num_gpus
     stages: dict[int, dict[int, tuple[float, float, float, float, int]]] = {}
     for group in plan.device_groups:
-        ranks = list(group.ranks)
+        cp = max(group.context_parallel, 1)
+        ranks = list(group.ranks)[:len(group.ranks) // cp]  # CP rank 0's TP group
         node = nodes[node_of_rank[ranks[0]]]
         forward, backward, ring, chunk = _pass_times(
             model, node.gpu, len(ranks), group.micro_batch_size, group.first_layer,
-            group.last_layer, stack)
+            group.last_layer, stack, cp)
         tp_s = 0.0
         if len({node_of_rank[r] for r in ranks}) == 1:  # a ring inside one node
             link = node.scale_up_link
@@ -111,12 +116,13 @@ def iteration_lower_bound(plan: pb.DeploymentPlan, catalog: Catalog) -> float:
 
 @functools.lru_cache(maxsize=65536)
 def _pass_times(model: ModelSpec, gpu: GpuSpec, tp: int, b: int, first: int, last: int,
-                stack: Stack) -> tuple[float, float, tuple[tuple[float, float, float], ...], float]:
+                stack: Stack,
+                cp: int = 1) -> tuple[float, float, tuple[tuple[float, float, float], ...], float]:
     """Forward and backward compute of one micro-batch, the bytes, hops and launches each
     flow of its TP rings waits for (forward and backward together; 0 without TP) and,
     under expert parallelism, each flow of its all-to-alls, and the
     least forward plus backward compute of one model chunk (its stage's fastest layers)."""
-    c = stage_cost(model, gpu, tp, b, first, last, stack=stack)
+    c = stage_cost(model, gpu, tp, b, first, last, stack=stack, cp=cp)
     size = (last - first + 1) // max(stack.virtual_pipeline_stages, 1)
     chunk = (sum(sorted(c.layer_forward_time_s)[:size])
              + sum(sorted(c.layer_backward_time_s)[:size]))

@@ -69,13 +69,15 @@ def _estimate(plan: xsweep_pb2.DeploymentPlan) -> int:
     for group in groups:
         replicas[group.dp_replica].append(group)
     num_replicas = len(replicas)
-    size = _dp_size(groups, num_replicas, training.dp_overlap, zero1) if not fsdp else 0
+    cp = max(groups[0].context_parallel, 1)  # one for the whole plan (validation)
+    # weights are replicated over the CP ranks: gradients are reduced over DP x CP
+    size = _dp_size(groups, num_replicas, cp, training.dp_overlap, zero1) if not fsdp else 0
     points = sorted({p for g in groups for p in (g.first_layer, g.last_layer + 1)})
     stage_tps: dict[int, list[int]] = defaultdict(list)  # FSDP: one DP group per stage
     for group in groups:
         stage_tps[group.pp_stage].append(len(group.ranks))
     for group in groups:
-        tp, m = len(group.ranks), group.num_micro_batches
+        tp, m = len(group.ranks) // cp, group.num_micro_batches
         layers = group.last_layer - group.first_layer + 1
         if fsdp and num_replicas > 1:  # every pass cut into its layers, each gathered (and
             # its gradients reduce-scattered) over the stage's DP group: LCM rings of one
@@ -86,12 +88,14 @@ def _estimate(plan: xsweep_pb2.DeploymentPlan) -> int:
         else:  # passes of each chunk, the last backward (and under ZeRO-1 with overlap
             # the first forward, which waits for gathers) cut at DP or bucket boundaries
             cuts = 0
-            if num_replicas > 1:
+            if num_replicas * cp > 1:
                 cuts = (layers if training.dp_overlap
                         else _inside(points, group.first_layer, group.last_layer))
             passes = 2 * m * v + cuts * (2 if zero1 and training.dp_overlap else 1)
         size += passes + 1  # + the optimizer step
-        if tp > 1:  # one blocking TP task of tp flows per pass; overlapped, its join too;
+        if cp > 1:  # a CP ring (and TP rings) beside the compute, and a join
+            size += passes * (2 + 2 * tp * cp)
+        elif tp > 1:  # one blocking TP task of tp flows per pass; overlapped, its join too;
             # with expert parallelism also an all-to-all's tp (tp - 1) flows
             flows = tp * tp if training.expert_parallel > 1 else tp
             size += passes * (1 + flows + bool(training.tp_comm_overlap))
@@ -106,11 +110,14 @@ def _estimate(plan: xsweep_pb2.DeploymentPlan) -> int:
     return size
 
 
-def _dp_size(groups, num_replicas: int, overlap: bool, zero1: bool) -> int:
+def _dp_size(groups, num_replicas: int, cp: int, overlap: bool, zero1: bool) -> int:
     """Tasks + flows of DP synchronisation: per layer segment held by a group of each
     replica, per bucket (at most one a layer with overlap), a barrier and a collective of
-    an LCM ring of ``R`` flows per chunk (ZeRO-1: a reduce-scatter and an all-gather)."""
-    if num_replicas < 2:
+    an LCM ring of ``R`` flows per chunk (ZeRO-1: a reduce-scatter and an all-gather).
+    Under context parallelism the rings hold every CP rank too (DP x CP): a group's
+    ``len(ranks)`` is ``tp x cp``, and with one CP size the LCM of those is ``cp`` times
+    the TP degrees'."""
+    if num_replicas * cp < 2:
         return 0
     starts: dict[int, list[int]] = defaultdict(list)
     ends: dict[int, list[int]] = defaultdict(list)

@@ -174,7 +174,8 @@ def resolve_groups(plan: DeploymentPlan) -> tuple[Group, ...]:
     """The device groups of a valid plan, ordered by (replica, stage)."""
     ordered = sorted(plan.device_groups, key=lambda d: (d.dp_replica, d.pp_stage))
     return tuple(Group(d.id, tuple(d.ranks), d.pp_stage, d.dp_replica, d.first_layer,
-                       d.last_layer, d.micro_batch_size, d.num_micro_batches)
+                       d.last_layer, d.micro_batch_size, d.num_micro_batches,
+                       max(d.context_parallel, 1))
                  for d in ordered)
 
 

@@ -167,6 +167,7 @@ NodeCount = Annotated[int, Field(ge=0, le=ranges.MAX_NODES, strict=True)]
 GpusPerNode = Annotated[int, Field(gt=0, le=ranges.MAX_NODES, strict=True)]
 TpDegree = Annotated[int, Field(gt=0, le=ranges.MAX_HEADS, strict=True)]
 StageCount = Annotated[int, Field(gt=0, le=ranges.MAX_LAYERS, strict=True)]
+CpDegree = Annotated[int, Field(gt=0, le=1024, strict=True)]
 MicroBatchSize = Annotated[int, Field(gt=0, le=ranges.MAX_MICRO_BATCH_SIZE, strict=True)]
 ExpertParallel = Annotated[int, Field(gt=0, le=ranges.PLAN["training.expert_parallel"].high,
                                       strict=True)]
@@ -268,6 +269,9 @@ class Cluster(_Strict):
 class Parallelism(_Strict):
     tp: Annotated[dict[str, int_axis(TpDegree)], LAYOUT]  # per pool, keyed by the pool's gpu
     pp: Annotated[int_axis(StageCount), LAYOUT] = [1]
+    # context parallelism (Megatron-LM --context-parallel-size), one for every pool: each
+    # device group is tp x cp GPUs of one node, TP fastest
+    cp: Annotated[int_axis(CpDegree), LAYOUT] = [1]
     micro_batch_size: Annotated[int_axis(MicroBatchSize), LAYOUT] = [1]
     pipeline_mix: Annotated[Axis[Choice("separate", "mixed")], LAYOUT] = ["separate"]
     layer_split: Annotated[Axis[Choice("proportional", "even")], LAYOUT] = ["proportional"]

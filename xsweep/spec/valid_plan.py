@@ -92,7 +92,9 @@ class TrainingOptions:
 
 
 class Group(NamedTuple):
-    """One device group: a TP group running one pipeline stage of one replica."""
+    """One device group: a TP group (times its CP ranks) running one pipeline stage of one
+    replica. ``ranks`` holds ``tp x cp`` ranks, TP fastest: rank ``q * tp + i`` is TP rank
+    ``i`` of CP rank ``q``."""
 
     id: int
     ranks: tuple[int, ...]
@@ -102,6 +104,7 @@ class Group(NamedTuple):
     last_layer: int
     micro_batch_size: int
     num_micro_batches: int
+    cp: int = 1  # context-parallel ranks; tp = len(ranks) // cp
 
 
 @dataclass(frozen=True, eq=False)

@@ -46,7 +46,7 @@ from xsweep.spec.resolve import (
     resolve_model,
     resolve_training,
 )
-from xsweep.spec.stack import DEFAULT_STACK
+from xsweep.spec.stack import DEFAULT_STACK, Stack
 from xsweep.spec.valid_plan import ClusterHw, Group, TrainingOptions, ValidPlan
 
 # Parts of plans that passed their checks, keyed by their bytes and by everything else the
@@ -155,9 +155,9 @@ def _checked(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str | None
     key = (groups, cluster.gpus_per_node, model.num_attention_heads, model.num_layers,
            training.global_batch_size, training.virtual_pipeline_stages, training.schedule,
            training.zero_stage, training.dp_overlap, training.resharding,
-           training.tp_comm_overlap, limits)
+           training.tp_comm_overlap, model.seq_length, options.stack.flash_attention, limits)
     typed, size = _GROUPS.get(key, lambda: _check_structure(plan, groups, model, cluster,
-                                                            file, limits))
+                                                            options.stack, file, limits))
     if model.is_moe or options.stack.expert_parallel > 1:
         _check_moe(model, options, typed, file)
     entries = (*((("models", plan.model.preset, preset),) if preset is not None else ()),
@@ -211,7 +211,7 @@ def _check_fp8(cluster: ClusterHw, file: str | None) -> None:
 
 
 def _check_structure(plan: xsweep_pb2.DeploymentPlan, groups: bytes, model: ModelSpec,
-                     cluster: ClusterHw, file: str | None,
+                     cluster: ClusterHw, stack: Stack, file: str | None,
                      limits: Limits) -> tuple[tuple[Group, ...], int]:
     """Check the device groups against the model, the cluster and the training options;
     return them typed, and the program size estimate."""
@@ -221,6 +221,7 @@ def _check_structure(plan: xsweep_pb2.DeploymentPlan, groups: bytes, model: Mode
                   limits)
     _check_virtual_stages(plan, file)
     _check_fsdp(plan, file)
+    _check_context_parallel(plan, model.seq_length, stack, file)
     size = estimate_program_size(plan)
     check_limit(size, limits, "program_size", describe_program(size), file, "device_groups")
     return _GROUP_LISTS.get(groups, lambda: resolve_groups(plan)), size
@@ -269,6 +270,9 @@ def _check_moe(model: ModelSpec, options: TrainingOptions, groups: tuple[Group, 
     ranks); FP8 and TP overlap are not modelled with experts."""
     stack = options.stack
     ep = stack.expert_parallel
+    if groups and groups[0].cp > 1:
+        raise InputError(file, "device_groups[0].context_parallel", groups[0].cp,
+                         "context parallelism is not modelled for a model with experts")
     if not model.is_moe:
         raise InputError(file, "training.expert_parallel", ep,
                          f"needs a model with routed experts ({model.name!r} has none)")
@@ -314,6 +318,45 @@ def _check_virtual_stages(plan: xsweep_pb2.DeploymentPlan, file: str | None) -> 
             raise InputError(file, f"device_groups[{index}].num_micro_batches",
                              group.num_micro_batches,
                              f"interleaving needs a multiple of the {p} pipeline stages")
+
+
+def _context_parallel(group: xsweep_pb2.DeviceGroup) -> int:
+    return max(group.context_parallel, 1)
+
+
+def _check_context_parallel(plan: xsweep_pb2.DeploymentPlan, seq_length: int, stack: Stack,
+                            file: str | None) -> None:
+    """Context parallelism as Megatron-LM runs it: one CP size for the whole job, each
+    sequence cut into 2 x cp chunks (load-balanced causal attention), attention as
+    Transformer Engine's fused ring; what the model does not cover is refused."""
+    groups = plan.device_groups
+    cp = _context_parallel(groups[0])
+    if cp == 1:
+        return
+    path = "device_groups[0].context_parallel"
+    if seq_length % (2 * cp):
+        raise InputError(file, path, cp, f"model.seq_length {seq_length} must be a multiple "
+                         f"of 2 x context_parallel (load-balanced chunks)")
+    if not stack.flash_attention:
+        raise InputError(file, path, cp, "context parallelism needs flash_attention "
+                         "(Transformer Engine's fused ring attention)")
+    if plan.training.zero_stage == 3:
+        raise InputError(file, path, cp, "context parallelism with zero_stage 3 (FSDP) is "
+                         "not modelled")
+    tp_of = {}
+    for index, group in enumerate(groups):
+        if _context_parallel(group) != cp:
+            raise InputError(file, f"device_groups[{index}].context_parallel",
+                             group.context_parallel, "every device group must share one "
+                             f"context_parallel (device_groups[0] has {cp})")
+        tp_of[group.dp_replica, group.pp_stage] = (len(group.ranks) // cp, index)
+    for (replica, stage), (tp, index) in tp_of.items():
+        before = tp_of.get((replica, stage - 1))
+        if before is not None and before[0] != tp:
+            raise InputError(file, f"device_groups[{index}].ranks", len(groups[index].ranks),
+                             f"with context parallelism consecutive stages must share a TP "
+                             f"degree (resharding is not modelled); the stage before has TP "
+                             f"{before[0]}")
 
 
 def _check_fsdp(plan: xsweep_pb2.DeploymentPlan, file: str | None) -> None:
@@ -421,9 +464,14 @@ def _check_ranks(group: xsweep_pb2.DeviceGroup, path: str, owner: dict[int, int]
                  node_of_rank: list[int], num_heads: int, file: str | None) -> None:
     if not group.ranks:
         raise InputError(file, f"{path}.ranks", None, "a device group needs at least one rank")
-    if len(group.ranks) > num_heads:
+    cp = _context_parallel(group)
+    if group.context_parallel < 0 or len(group.ranks) % cp:
+        raise InputError(file, f"{path}.context_parallel", group.context_parallel,
+                         f"must be at least 1 and divide the group's {len(group.ranks)} ranks")
+    tp = len(group.ranks) // cp
+    if tp > num_heads:
         raise InputError(file, f"{path}.ranks", len(group.ranks),
-                         f"TP degree exceeds the model's {num_heads} attention heads")
+                         f"TP degree {tp} exceeds the model's {num_heads} attention heads")
     for rank in group.ranks:
         if not 0 <= rank < len(node_of_rank):
             raise InputError(file, f"{path}.ranks", rank,
@@ -432,10 +480,12 @@ def _check_ranks(group: xsweep_pb2.DeviceGroup, path: str, owner: dict[int, int]
             where = "this group" if owner[rank] == index else f"device_groups[{owner[rank]}]"
             raise InputError(file, f"{path}.ranks", rank, f"rank already used by {where}")
         owner[rank] = index
-    nodes = sorted({node_of_rank[rank] for rank in group.ranks})
-    if len(nodes) > 1:
-        raise InputError(file, f"{path}.ranks", list(group.ranks)[:8],
-                         f"a TP group must sit in one node; these span nodes {nodes[:8]}")
+    for q in range(cp):  # each CP rank's TP group (TP fastest)
+        ranks = group.ranks[q * tp:(q + 1) * tp]
+        nodes = sorted({node_of_rank[rank] for rank in ranks})
+        if len(nodes) > 1:
+            raise InputError(file, f"{path}.ranks", list(ranks)[:8],
+                             f"a TP group must sit in one node; these span nodes {nodes[:8]}")
 
 
 def _check_replica(groups: Sequence[xsweep_pb2.DeviceGroup], replica: int, members: list[int],

@@ -192,7 +192,7 @@ class Cluster(_message.Message):
     def __init__(self, nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., fabric: _Optional[_Union[Fabric, _Mapping]] = ...) -> None: ...
 
 class DeviceGroup(_message.Message):
-    __slots__ = ("id", "ranks", "pp_stage", "dp_replica", "first_layer", "last_layer", "micro_batch_size", "num_micro_batches")
+    __slots__ = ("id", "ranks", "pp_stage", "dp_replica", "first_layer", "last_layer", "micro_batch_size", "num_micro_batches", "context_parallel")
     ID_FIELD_NUMBER: _ClassVar[int]
     RANKS_FIELD_NUMBER: _ClassVar[int]
     PP_STAGE_FIELD_NUMBER: _ClassVar[int]
@@ -201,6 +201,7 @@ class DeviceGroup(_message.Message):
     LAST_LAYER_FIELD_NUMBER: _ClassVar[int]
     MICRO_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     NUM_MICRO_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_PARALLEL_FIELD_NUMBER: _ClassVar[int]
     id: int
     ranks: _containers.RepeatedScalarFieldContainer[int]
     pp_stage: int
@@ -209,7 +210,8 @@ class DeviceGroup(_message.Message):
     last_layer: int
     micro_batch_size: int
     num_micro_batches: int
-    def __init__(self, id: _Optional[int] = ..., ranks: _Optional[_Iterable[int]] = ..., pp_stage: _Optional[int] = ..., dp_replica: _Optional[int] = ..., first_layer: _Optional[int] = ..., last_layer: _Optional[int] = ..., micro_batch_size: _Optional[int] = ..., num_micro_batches: _Optional[int] = ...) -> None: ...
+    context_parallel: int
+    def __init__(self, id: _Optional[int] = ..., ranks: _Optional[_Iterable[int]] = ..., pp_stage: _Optional[int] = ..., dp_replica: _Optional[int] = ..., first_layer: _Optional[int] = ..., last_layer: _Optional[int] = ..., micro_batch_size: _Optional[int] = ..., num_micro_batches: _Optional[int] = ..., context_parallel: _Optional[int] = ...) -> None: ...
 
 class DeploymentPlan(_message.Message):
     __slots__ = ("name", "model", "training", "cluster", "device_groups")

@@ -364,6 +364,8 @@ def test_the_declared_classes_are_those_the_paths_gave():
     ({"training__zero_stage": 3}, "fsdp"),
     ({"training__precision": "fp8"}, "precision"),
     ({"training__tp_comm_overlap": True, "training__sequence_parallel": False}, "tp_overlap"),
+    ({"parallelism__cp": 4}, "cp"),  # 4 x TP 4 GPUs: more than a node
+    ({"parallelism__cp": 2, "training__flash_attention": False}, "cp"),
     ({"cluster__pools": [{"gpu": "A100-40GB", "nodes": 1}], "parallelism__tp": {"A100-40GB": 2},
       "parallelism__pp": 1, "training__recompute": "none"}, "memory"),
     ({"cluster__pools": [{"gpu": "H100-SXM", "nodes": [0, 1]}, {"gpu": "A100-40GB", "nodes": 0}],
@@ -406,6 +408,27 @@ def test_tp_overlap_points_overlap_their_tp_communication(catalog):
     # the same stages, memory and program size: only the TP tasks' order changes
     assert built[True].memory_per_gpu_gib == built[False].memory_per_gpu_gib
     assert plan_key(built[True].plan) != plan_key(built[False].plan)
+
+
+def test_cp_points_split_their_sequences_over_tp_x_cp_groups(catalog):
+    one_pool = {"cluster__pools": [{"gpu": "H100-SXM", "nodes": 2}],
+                "parallelism__tp": {"H100-SXM": 2}, "training__zero_stage": 1}
+    built = {cp: plan_one(catalog, parallelism__cp=cp, **one_pool) for cp in (1, 2, 4)}
+    assert all(isinstance(out, Built) for out in built.values())
+    for cp, out in built.items():
+        analysis = analyze(validate_plan(out.plan, catalog), catalog)
+        assert {g.cp for g in analysis.groups} == {cp}
+        assert {g.tp for g in analysis.groups} == {2}
+        assert len(analysis.groups) == 16 // (2 * cp)  # 16 GPUs in groups of tp x cp
+        for g in analysis.groups:  # each group's ranks in one node, TP fastest
+            assert list(g.ranks) == list(range(g.ranks[0], g.ranks[0] + 2 * cp))
+        assert out.memory_per_gpu_gib == pytest.approx(
+            max(g.memory.total_gib for g in analysis.groups), rel=1e-12)
+    # fewer replicas, but activations split over the CP ranks and ZeRO over DP x CP
+    assert built[2].memory_per_gpu_gib < built[1].memory_per_gpu_gib
+    out = plan_one(catalog, parallelism__cp=2, training__zero_stage=3, **{
+        k: v for k, v in one_pool.items() if k != "training__zero_stage"})
+    assert isinstance(out, Infeasible) and out.reason.startswith("CP 2 with FSDP")
 
 
 def test_a_size_limit_and_the_evaluators_words_have_their_kinds(catalog, monkeypatch):

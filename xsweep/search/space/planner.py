@@ -4,7 +4,12 @@ Layout rules (pure and deterministic; the same point always gives the same plan)
 
 - Each pool with nodes contributes ``nodes x gpus_per_node`` GPUs; ranks are numbered
   pool by pool in the sweep file's order, node by node. TP groups are runs of ``tp``
-  consecutive ranks, so they never straddle a node (``tp`` must divide the node).
+  consecutive ranks, so they never straddle a node (``tp`` must divide the node). Under
+  context parallelism (``parallelism.cp``, one for every pool) a device group is a run of
+  ``tp x cp`` ranks, TP fastest, which must divide the node too; ``cp > 1`` needs flash
+  attention, a sequence in ``2 x cp`` chunks, one TP degree along each pipeline (mixed
+  pipelines of pools at other TP degrees are infeasible) and no FSDP, as plan validation
+  asks.
 - ``pipeline_mix: separate``: each pool forms its own replicas of ``pp`` stages, all at
   the pool's TP degree. ``mixed``: every pipeline takes the same number of stages from
   each pool, the pools' stages in file order (the first pool holds the embedding).
@@ -88,10 +93,12 @@ class _Pool:
     nodes: int
     gpus_per_node: int
     tp: int
+    cp: int = 1  # context-parallel ranks of each device group
 
     @property
     def tp_groups(self) -> int:
-        return self.nodes * self.gpus_per_node // self.tp
+        """The pool's device groups (TP groups times their CP ranks)."""
+        return self.nodes * self.gpus_per_node // (self.tp * self.cp)
 
 
 @dataclass(frozen=True)
@@ -261,6 +268,7 @@ class Planner:
         b, batch = point["parallelism.micro_batch_size"], point["training.global_batch_size"]
         p, v = point["parallelism.pp"], stack.virtual_pipeline_stages
         reason = (_check(pools, model, p, b, batch)
+                  or _check_cp(pools, model, stack, point["parallelism.pipeline_mix"])
                   or _check_precision(pools, stack.precision)
                   or _check_tp_overlap(point)
                   or _check_interleaving(model, p, v, batch // b, point["training.schedule"])
@@ -295,15 +303,16 @@ class Planner:
             if nodes:
                 active.append(_Pool(gpu, pool.gpu, i, nodes,
                                     point[f"cluster.pools[{i}].gpus_per_node"],
-                                    point[f"parallelism.tp.{pool.gpu}"]))
+                                    point[f"parallelism.tp.{pool.gpu}"],
+                                    point.get("parallelism.cp", 1)))
         return active
 
     def _split(self, model: ModelSpec, pools: list[_Pool], stage_pools: tuple[int, ...], b: int,
                stack: Stack, how: str) -> tuple[_Stage, ...]:
         """Layers of each stage of one kind of replica, in multiples of the virtual stages."""
         if how == "proportional":
-            weights = [1.0 / _layer_time_s(model, pools[k].gpu, pools[k].tp, b, stack)
-                       for k in stage_pools]
+            weights = [1.0 / _layer_time_s(model, pools[k].gpu, pools[k].tp, b, stack,
+                                           pools[k].cp) for k in stage_pools]
         else:
             weights = [1.0] * len(stage_pools)
         v = stack.virtual_pipeline_stages
@@ -317,7 +326,7 @@ class Planner:
     def _stage_time_s(model: ModelSpec, pool: _Pool, b: int, stage: _Stage,
                       stack: Stack) -> float:
         return _stage_time_s(model, pool.gpu, pool.tp, b, stage.first_layer, stage.last_layer,
-                             stack)
+                             stack, pool.cp)
 
     @staticmethod
     def _memory(model, pools, shapes, kind_of, counts, b, point,
@@ -335,12 +344,13 @@ class Planner:
                     pool = pools[stage.pool]
                     total, fit = _memory_gib(model, pool.gpu, pool.tp, b, stage.first_layer,
                                              stage.last_layer, index, len(shape), schedule, m,
-                                             stack, replicas)
+                                             stack, replicas * pool.cp, pool.cp)
                     if not fit and (not worst or total / pool.gpu.hbm_gib > over):
                         over = total / pool.gpu.hbm_gib
                         worst = (f"does not fit in GPU memory: {total:.1f} GiB per GPU on "
                                  f"{pool.gpu.name} ({pool.gpu.hbm_gib:g} GiB) at stage {index}, "
-                                 f"TP {pool.tp}, layers {stage.first_layer}-{stage.last_layer}, "
+                                 f"TP {pool.tp}{f' CP {pool.cp}' if pool.cp > 1 else ''}, "
+                                 f"layers {stage.first_layer}-{stage.last_layer}, "
                                  f"{m} micro-batches")
                     largest = max(largest, total)
         return largest, worst
@@ -406,6 +416,8 @@ REASON_KINDS = (
     ReasonKind("tp_heads", "have a TP degree above the model's attention heads",
                "has a TP degree above the model's attention heads",
                r"^TP \d+ exceeds the model's"),
+    ReasonKind("cp", "break a rule of context parallelism", "breaks a rule of context "
+               "parallelism", r"^CP \d+ "),
     ReasonKind("precision", "ask for FP8 on a GPU without FP8 tensor cores",
                "asks for FP8 on a GPU without FP8 tensor cores",
                r"^FP8 needs FP8 tensor cores"),
@@ -464,6 +476,30 @@ def _check(pools: list[_Pool], model: ModelSpec, p: int, b: int, batch: int) -> 
         return f"{p} pipeline stages but the model has {model.num_layers} layers"
     if batch % b:
         return f"global batch {batch} is not a multiple of micro-batch size {b}"
+    return ""
+
+
+def _check_cp(pools: list[_Pool], model: ModelSpec, stack: Stack, mix: str) -> str:
+    """Why the point cannot split its sequences over ``cp`` ranks ("" if it can), as plan
+    validation and the model ask: each device group in one node, the sequence in
+    ``2 x cp`` chunks, fused attention, no FSDP, one TP degree along a pipeline."""
+    cp = pools[0].cp
+    if cp == 1:
+        return ""
+    for pool in pools:
+        size = pool.tp * cp
+        if size > pool.gpus_per_node or pool.gpus_per_node % size:
+            return (f"CP {cp} x TP {pool.tp} does not fit the {pool.gpus_per_node} GPUs of a "
+                    f"{pool.name} node evenly")
+    if model.seq_length % (2 * cp):
+        return f"CP {cp} needs a sequence in 2 x cp chunks: {model.seq_length} tokens are not"
+    if not stack.flash_attention:
+        return f"CP {cp} needs flash attention (ring attention is fused attention)"
+    if stack.zero_stage == 3:
+        return f"CP {cp} with FSDP (zero_stage 3) is not modelled"
+    if mix == "mixed" and len({pool.tp for pool in pools}) > 1:
+        return (f"CP {cp} needs one TP degree along a pipeline; mixed pipelines have TP "
+                f"{sorted({pool.tp for pool in pools})}")
     return ""
 
 
@@ -633,42 +669,47 @@ def _build(point: Point, pools: list[_Pool], shapes: list[tuple[_Stage, ...]], l
         for _ in range(pool.nodes):
             plan.cluster.nodes.add(gpu=pool.name, num_gpus=pool.gpus_per_node)
         for replica, stage in slots:
-            groups.append((replica, stage, range(rank, rank + pool.tp)))
-            rank += pool.tp
+            groups.append((replica, stage, range(rank, rank + pool.tp * pool.cp)))
+            rank += pool.tp * pool.cp
     groups.sort(key=lambda g: (g[0], g[1]))
+    cp = pools[0].cp
     for gid, (replica, stage, ranks) in enumerate(groups):
         s = shapes[layout.kind_of[replica]][stage]
         plan.device_groups.add(id=gid, ranks=ranks, pp_stage=stage, dp_replica=replica,
                                first_layer=s.first_layer, last_layer=s.last_layer,
-                               micro_batch_size=b, num_micro_batches=counts[replica])
+                               micro_batch_size=b, num_micro_batches=counts[replica],
+                               context_parallel=cp if cp > 1 else 0)
     return plan
 
 
 @functools.lru_cache(maxsize=65536)
 def _stage_time_s(model: ModelSpec, gpu: GpuSpec, tp: int, b: int, first: int, last: int,
-                  stack: Stack) -> float:
+                  stack: Stack, cp: int = 1) -> float:
     """Forward plus backward time of one micro-batch on a stage."""
-    c = stage_cost(model, gpu, tp, b, first, last, stack=stack)
+    c = stage_cost(model, gpu, tp, b, first, last, stack=stack, cp=cp)
     return c.forward_time_s + c.backward_time_s
 
 
-def _layer_time_s(model: ModelSpec, gpu: GpuSpec, tp: int, b: int, stack: Stack) -> float:
+def _layer_time_s(model: ModelSpec, gpu: GpuSpec, tp: int, b: int, stack: Stack,
+                  cp: int = 1) -> float:
     """Forward plus backward time of one transformer block (a middle layer: no embedding
     or head) for one micro-batch."""
     layer = min(2, model.num_layers)
-    return _stage_time_s(model, gpu, tp, b, layer, layer, stack)
+    return _stage_time_s(model, gpu, tp, b, layer, layer, stack, cp)
 
 
 @functools.lru_cache(maxsize=65536)
 def _memory_gib(model: ModelSpec, gpu: GpuSpec, tp: int, b: int, first: int, last: int,
                 stage_index: int, num_stages: int, schedule: str, num_micro_batches: int,
-                stack: Stack, dp: int) -> tuple[float, bool]:
+                stack: Stack, dp: int, cp: int = 1) -> tuple[float, bool]:
     """A group's memory per GPU (GiB) and whether it fits.
 
     Every layer is held by one group of each replica, so the sweep-line DP group over
-    any of a group's layers spans every replica: ZeRO shards over the replica count.
+    any of a group's layers spans every replica (and its CP ranks): ZeRO shards over the
+    replica count times ``cp``.
     """
     breakdown = memory_per_gpu(model, gpu, tp, b, first, last, stage_index=stage_index,
                                num_stages=num_stages, schedule=schedule,
-                               num_micro_batches=num_micro_batches, stack=stack, dp=dp)
+                               num_micro_batches=num_micro_batches, stack=stack, dp=dp,
+                               cp=cp)
     return breakdown.total_gib, fits(breakdown, gpu)

@@ -13,7 +13,8 @@ A point the arrays prove infeasible gets the planner's reason, word for word, it
 reason, the planner's memory per GPU. Every other point is left to the per-point
 planner: those the arrays find feasible (the planner builds their plan) and those whose
 rules are too intricate for them (several pools with nodes, FSDP with uneven replicas,
-a device-group or micro-batch limit reached, an unknown schedule, FP8's memory). The arrays never
+a device-group or micro-batch limit reached, an unknown schedule, FP8's memory, context
+parallelism). The arrays never
 call a point infeasible that the planner would build.
 """
 
@@ -163,6 +164,9 @@ def _screen_model(sweep: Sweep, catalog: Catalog, model, columns, v: _Verdicts,
     active = [k > 0 for k in nodes]
     count = np.sum(active, axis=0)
     v.fail(count == 0, "empty", lambda: "empty cluster: every pool has 0 nodes")
+    # context parallelism changes the groups, the work and the memory: its points are the
+    # per-point planner's
+    v.defer(_col(columns, "parallelism.cp", n, 1).astype(np.int64) > 1)
     heads, layers = model.num_attention_heads, model.num_layers
     # _check: per pool in order, its three TP rules before the next pool's
     for i, pool in enumerate(pools):
