@@ -71,3 +71,19 @@ def test_the_arrays_leave_expert_points_to_the_planner(catalog):
                 assert not screened.infeasible[row]
             elif screened.infeasible[row]:
                 assert screened.reason[row] == out.reason
+
+
+def test_context_parallelism_with_experts_is_infeasible_not_an_error(catalog):
+    """Plan validation refuses CP with experts; the planner says so first, so a sweep over
+    both axes finishes with a reason instead of stopping at the plan it built."""
+    document = changed(MIXTRAL, parallelism={**MIXTRAL["parallelism"], "cp": [1, 2],
+                                             "tp": {"H200": [4]}, "ep": [1, 2]})
+    _, _, points, outs = _outcomes(document, catalog)
+    for point, out in zip(points, outs, strict=True):
+        if point["parallelism.cp"] > 1:
+            assert isinstance(out, Infeasible)
+            assert out.reason == "CP 2 is not modelled for a model with experts (mixtral-8x7b)"
+            assert reason_kind(out.reason).name == "cp"
+        elif isinstance(out, Built):
+            validate_plan(out.plan, catalog)
+    assert any(isinstance(out, Built) for out in outs)

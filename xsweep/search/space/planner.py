@@ -497,6 +497,8 @@ def _check_cp(pools: list[_Pool], model: ModelSpec, stack: Stack, mix: str) -> s
         return f"CP {cp} needs flash attention (ring attention is fused attention)"
     if stack.zero_stage == 3:
         return f"CP {cp} with FSDP (zero_stage 3) is not modelled"
+    if model.is_moe:
+        return f"CP {cp} is not modelled for a model with experts ({model.name})"
     if mix == "mixed" and len({pool.tp for pool in pools}) > 1:
         return (f"CP {cp} needs one TP degree along a pipeline; mixed pipelines have TP "
                 f"{sorted({pool.tp for pool in pools})}")
