@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from xsweep.spec.catalog import REFERENCE_SOFTWARE, SoftwareSpec
+
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp8")
 ZERO_STAGES = (0, 1, 3)
@@ -49,6 +51,9 @@ class Stack:
             ``--tp-comm-overlap``, NeMo's ``tp_comm_overlap``): a pass takes the longer of
             its compute and its TP traffic instead of their sum. Needs sequence parallelism;
             no effect at TP 1.
+        software: the software profile (a catalog entry): factors on the GPUs' compute
+            fractions for what the framework and its version achieve where the model does
+            not spell out the mechanism; the reference profile's factors are all 1.
     """
 
     sequence_parallel: bool = True
@@ -60,6 +65,7 @@ class Stack:
     dp_bucket_params: int = 0
     precision: str = "bf16"
     tp_comm_overlap: bool = False
+    software: SoftwareSpec = REFERENCE_SOFTWARE
 
     def __post_init__(self):
         if self.recompute not in RECOMPUTE:

@@ -90,7 +90,7 @@ class Model(_message.Message):
     def __init__(self, preset: _Optional[str] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., ffn_hidden_size: _Optional[int] = ..., num_attention_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., vocab_size: _Optional[int] = ..., seq_length: _Optional[int] = ..., mlp: _Optional[_Union[Mlp, str]] = ..., dropout: _Optional[bool] = ...) -> None: ...
 
 class Training(_message.Message):
-    __slots__ = ("global_batch_size", "schedule", "resharding", "zero_stage", "total_tokens", "recompute", "sequence_parallel", "flash_attention", "virtual_pipeline_stages", "dp_overlap", "dp_bucket_params", "precision", "tp_comm_overlap")
+    __slots__ = ("global_batch_size", "schedule", "resharding", "zero_stage", "total_tokens", "recompute", "sequence_parallel", "flash_attention", "virtual_pipeline_stages", "dp_overlap", "dp_bucket_params", "precision", "tp_comm_overlap", "software")
     GLOBAL_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     RESHARDING_FIELD_NUMBER: _ClassVar[int]
@@ -104,6 +104,7 @@ class Training(_message.Message):
     DP_BUCKET_PARAMS_FIELD_NUMBER: _ClassVar[int]
     PRECISION_FIELD_NUMBER: _ClassVar[int]
     TP_COMM_OVERLAP_FIELD_NUMBER: _ClassVar[int]
+    SOFTWARE_FIELD_NUMBER: _ClassVar[int]
     global_batch_size: int
     schedule: Schedule
     resharding: Resharding
@@ -117,7 +118,8 @@ class Training(_message.Message):
     dp_bucket_params: int
     precision: Precision
     tp_comm_overlap: bool
-    def __init__(self, global_batch_size: _Optional[int] = ..., schedule: _Optional[_Union[Schedule, str]] = ..., resharding: _Optional[_Union[Resharding, str]] = ..., zero_stage: _Optional[int] = ..., total_tokens: _Optional[float] = ..., recompute: _Optional[_Union[Recompute, str]] = ..., sequence_parallel: _Optional[bool] = ..., flash_attention: _Optional[bool] = ..., virtual_pipeline_stages: _Optional[int] = ..., dp_overlap: _Optional[bool] = ..., dp_bucket_params: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., tp_comm_overlap: _Optional[bool] = ...) -> None: ...
+    software: str
+    def __init__(self, global_batch_size: _Optional[int] = ..., schedule: _Optional[_Union[Schedule, str]] = ..., resharding: _Optional[_Union[Resharding, str]] = ..., zero_stage: _Optional[int] = ..., total_tokens: _Optional[float] = ..., recompute: _Optional[_Union[Recompute, str]] = ..., sequence_parallel: _Optional[bool] = ..., flash_attention: _Optional[bool] = ..., virtual_pipeline_stages: _Optional[int] = ..., dp_overlap: _Optional[bool] = ..., dp_bucket_params: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., tp_comm_overlap: _Optional[bool] = ..., software: _Optional[str] = ...) -> None: ...
 
 class ScaleUp(_message.Message):
     __slots__ = ("bandwidth_gbps", "latency_ns", "link")

@@ -225,7 +225,7 @@ class Planner:
         pools = self._pools(point)
         b, batch = point["parallelism.micro_batch_size"], point["training.global_batch_size"]
         p, mix = point["parallelism.pp"], point["parallelism.pipeline_mix"]
-        stack = layout_stack(point)
+        stack = layout_stack(point, self.catalog)
         # Arithmetic first: nothing per GPU, TP group or replica exists until the point is
         # known to have a layout within the GPU limit.
         reason = self._arithmetic(point, pools, model, stack)
@@ -250,7 +250,8 @@ class Planner:
         reason = self._size_limits(pools, counts)
         if reason:
             return Infeasible(reason, memory_gib)
-        return _Template(_build(point, pools, shapes, layout, counts, b, self.sweep),
+        return _Template(_build(point, pools, shapes, layout, counts, b, self.sweep,
+                                self.catalog),
                          tuple(p.index for p in pools for _ in range(p.nodes)), memory_gib)
 
     def _arithmetic(self, point: Point, pools: list[_Pool], model: ModelSpec,
@@ -345,10 +346,12 @@ class Planner:
         return largest, worst
 
 
-def layout_stack(point: Point) -> Stack:
+def layout_stack(point: Point, catalog: Catalog) -> Stack:
     """The point's training-stack options that shape its stages' speed and memory (the
-    gradient-bucket options, per point, are left at their defaults)."""
-    return Stack(sequence_parallel=point["training.sequence_parallel"],
+    gradient-bucket options, per point, are left at their defaults), its software profile
+    from ``catalog``."""
+    return Stack(software=catalog.software_profile(point["training.software"]),
+                 sequence_parallel=point["training.sequence_parallel"],
                  flash_attention=point["training.flash_attention"],
                  recompute=point["training.recompute"],
                  zero_stage=point["training.zero_stage"],
@@ -581,13 +584,14 @@ def _replicas_mixed(pools: list[_Pool], p: int) -> _Layout:
 
 
 def _build(point: Point, pools: list[_Pool], shapes: list[tuple[_Stage, ...]], layout: _Layout,
-           counts: list[int], b: int, sweep: Sweep) -> pb.DeploymentPlan:
+           counts: list[int], b: int, sweep: Sweep, catalog: Catalog) -> pb.DeploymentPlan:
     plan = pb.DeploymentPlan()
     plan.model.preset = point["model"]
     t = plan.training
     t.global_batch_size = point["training.global_batch_size"]
     t.schedule = SCHEDULE.value(point["training.schedule"])
-    stack = layout_stack(point)
+    stack = layout_stack(point, catalog)
+    t.software = stack.software.name
     t.recompute = RECOMPUTE.value(stack.recompute)
     t.precision = PRECISION.value(stack.precision)
     t.tp_comm_overlap = stack.tp_comm_overlap
