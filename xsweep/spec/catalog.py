@@ -148,6 +148,22 @@ class SoftwareSpec:
             flash_attention_efficiency=gpu.flash_attention_efficiency * self.attention_factor)
 
 
+    def record(self) -> dict:
+        """The profile as outputs name it (a simulate record, a sweep's summary): its name
+        and factors."""
+        return {"name": self.name, "gemm_factor": self.gemm_factor,
+                "attention_factor": self.attention_factor}
+
+
+def describe_software(record: dict) -> str:
+    """One line of a :meth:`SoftwareSpec.record`: the name, and its factors."""
+    factors = {"GEMM": record["gemm_factor"], "attention": record["attention_factor"]}
+    if all(value == 1.0 for value in factors.values()):
+        return f"{record['name']} (factors 1)"
+    return f"{record['name']} (" + ", ".join(f"{kind} x{value:g}"
+                                             for kind, value in factors.items()) + ")"
+
+
 #: The profile a plan that names none runs under: every factor 1, the catalog's rates as
 #: they stand (``xsweep/spec/data/software.yaml`` says which runs set which of them).
 REFERENCE_SOFTWARE = SoftwareSpec(name="reference", stack="the catalog's rates as they stand")

@@ -18,6 +18,7 @@ from xsweep.search.space.grid import Grid
 from xsweep.search.space.planner import MEMORY_NUMBERS, REASON_KINDS, reason_kind, unused_axes
 from xsweep.search.sweep.results import Answer, axis_attrs
 from xsweep.search.table import Table
+from xsweep.spec.catalog import describe_software
 from xsweep.spec.sweep import Sweep
 
 #: The layout of summary.json (2: one entry per work group in ``groups``).
@@ -219,6 +220,8 @@ def report_text(summary: dict, tables: list[str]) -> str:
         per = " and ".join(summary["work_axes"])
         lines.append(f"Pareto fronts of {summary['sweep']} ({objectives}), one per {per}: "
                      f"{len(groups)} fronts; {exact}")
+    lines.append("software profile: " + "; ".join(describe_software(entry)
+                                                  for entry in summary["software"]))
     for group, table in zip(groups, tables, strict=True):
         if len(groups) > 1:
             lines.append("")
