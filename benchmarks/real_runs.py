@@ -12,6 +12,8 @@
 3. Hopper in FP8: NeMo 24.07's DGX-H100 rows without context parallelism; the two TP-1
    rows set the Hopper FP8 GEMM fraction (the sweep is printed), the TP-4 rows are held
    out. The context-parallel rows and the uncatalogued H100 variant are not expressible.
+4. Software profiles (``xsweep/spec/data/software.yaml``): each profile's calibration
+   runs and held-out runs, with their errors as the catalog stands.
 
 Every plan file states its sources and assumptions. Run:
 ``python benchmarks/real_runs.py`` (seconds on 2 cores).
@@ -58,7 +60,7 @@ def check(catalog, path: Path) -> dict:
         "published": published_tflops(path), "compute_s": m["busy_s_max"],
         "tp_s": m["exposed_tp_s_max"], "bubble_s": m["bubble_s_max"],
         "dp_s": m["exposed_dp_s_max"], "memory_gib": max(g.memory.total_gib for g in a.groups),
-        "overlap": a.stack.dp_overlap,
+        "overlap": a.stack.dp_overlap, "software": a.stack.software.name,
     }
 
 
@@ -74,16 +76,22 @@ def candidate_catalogs(field: str, gpus: tuple[str, ...], fractions: tuple[float
 
 
 def calibration_sweep() -> None:
-    """The largest error over the Megatron runs for each candidate A100 GEMM fraction."""
-    print("A100 sustained GEMM fraction: largest error over the five runs")
+    """The largest error over the Megatron runs that calibrate the megatron-lm-2021 profile
+    for each candidate A100 GEMM fraction (the held-out run shown beside it, not used)."""
+    profile = load_catalog().software_profile("megatron-lm-2021")
+    print("A100 sustained GEMM fraction: largest error over megatron-lm-2021's calibration "
+          "runs (held-out run after |)")
     for fraction, catalog in candidate_catalogs("gemm_efficiency", ("A100-40GB", "A100-80GB"),
                                                 A100_CANDIDATES):
-        errors = []
+        errors = {}
         for run in RUNS:
             r = check(catalog, MEGATRON_DIR / f"{run}.pbtxt")
-            errors.append(r["tflops"] / r["published"] - 1)
-        print(f"  {fraction:<6} {max(errors, key=abs):+.1%}   ("
-              + ", ".join(f"{e:+.1%}" for e in errors) + ")")
+            errors[f"megatron/{run}"] = r["tflops"] / r["published"] - 1
+        fit = [errors[run] for run in profile.calibrated_on]
+        held = [errors[run] for run in profile.held_out]
+        print(f"  {fraction:<6} {max(fit, key=abs):+.1%}   ("
+              + ", ".join(f"{e:+.1%}" for e in fit) + " | "
+              + ", ".join(f"{e:+.1%}" for e in held) + ")")
 
 
 # published.md: tokens/s per GPU (None: not published) and MFU as the project reports it.
@@ -157,6 +165,40 @@ def hopper_fp8(catalog) -> None:
               + ", ".join(f"{e:+.1%}" for e in held) + ")")
 
 
+def run_error(catalog, run: str) -> tuple[str, float, float, str]:
+    """One real run (``megatron/<name>`` or ``published/<name>``, a plan under ``spaces/``)
+    as the catalog stands: what is compared, xsweep's figure, the published one, and the
+    software profile its plan names."""
+    folder, name = run.split("/")
+    if folder == "megatron":
+        r = check(catalog, MEGATRON_DIR / f"{name}.pbtxt")
+        return "TFLOP/s/GPU", r["tflops"], r["published"], r["software"]
+    per_gpu, _, a = tokens_per_gpu(catalog, name)
+    published_figure = {**{k: v[0] for k, v in NEMO_RUNS.items()},
+                        **{k: v[0] for k, v in PUBLISHED_RUNS.items()}}[name]
+    return "tokens/s/GPU", per_gpu, published_figure, a.stack.software.name
+
+
+def software_profiles(catalog) -> None:
+    """Each software profile's runs: those that set its factors and those held out."""
+    print(f"\n{'software profile':<18}{'factors':>18}  {'run':<36}{'role':>12}{'compared':>14}"
+          f"{'xsweep':>10}{'published':>11}{'error':>8}")
+    for profile in catalog.software.values():
+        factors = f"GEMM {profile.gemm_factor:g}, attn {profile.attention_factor:g}"
+        runs = ([(run, "calibration") for run in profile.calibrated_on]
+                + [(run, "held out") for run in profile.held_out])
+        if not runs:
+            print(f"{profile.name:<18}{factors:>18}  (no runs of its own)")
+        for run, role in runs:
+            what, figure, published_figure, named = run_error(catalog, run)
+            mark = "" if named == profile.name else f"  (plan names {named})"
+            print(f"{profile.name:<18}{factors:>18}  {run:<36}{role:>12}{what:>14}"
+                  f"{figure:>10,.1f}{published_figure:>11,}{figure / published_figure - 1:>+8.1%}"
+                  f"{mark}")
+        if runs and not profile.held_out:
+            print(f"{'':<38}too few runs to hold any out")
+
+
 def main() -> None:
     catalog = load_catalog()
     started = time.perf_counter()
@@ -176,6 +218,7 @@ def main() -> None:
     calibration_sweep()
     published(catalog)
     hopper_fp8(catalog)
+    software_profiles(catalog)
     print(f"{time.perf_counter() - started:.1f} s")
 
 

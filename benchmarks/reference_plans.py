@@ -215,7 +215,10 @@ MEGATRON_HEADER = """\
 # Stack of 2021: no sequence parallelism, no fused (flash) attention, 1F1B.
 # Assumed: GPT blocks with a 4h GELU FFN, dropout (0.1 in Megatron's GPT recipe),
 #   rail-optimized fabric. These runs set the A100's sustained GEMM rate (gpus.yaml).
+# Software profile megatron-lm-2021 (software.yaml): {role}
 """
+MEGATRON_ROLE = {True: "a calibration run of it.",
+                 False: "held out (fit without\n#   it, the A100 GEMM rate is the same)."}
 DDP_TEXT = {
     "torch": ("PyTorch DDP (DDP_impl torch):\n#   gradient all-reduce in buckets of "
               "25 MiB (its default, 13,107,200 fp16 parameters)\n#   overlapped with the "
@@ -224,13 +227,14 @@ DDP_TEXT = {
 }
 
 
-def megatron_plan(run: MegatronRun) -> pb.DeploymentPlan:
+def megatron_plan(run: MegatronRun, catalog) -> pb.DeploymentPlan:
     dp = run.gpus // (run.tp * run.pp)
     stages = tuple(StageReq("A100-80GB", run.tp, run.layers // run.pp) for _ in range(run.pp))
     replica = ReplicaReq(stages, run.micro_batch, run.batch // dp // run.micro_batch)
     torch_ddp = run.ddp == "torch"
     stack = Stack(sequence_parallel=False, flash_attention=False, recompute="full",
-                  dp_overlap=torch_ddp, dp_bucket_params=TORCH_DDP_BUCKET_PARAMS if torch_ddp else 0)
+                  dp_overlap=torch_ddp, dp_bucket_params=TORCH_DDP_BUCKET_PARAMS if torch_ddp else 0,
+                  software=catalog.software_profile("megatron-lm-2021"))
     plan = build_plan(run.name, "", [NodeReq("A100-80GB", 8, "cx6")] * (run.gpus // 8),
                       [replica] * dp, stack=stack)
     _explicit_gpt(plan.model, run.layers, run.hidden, run.heads, vocab=51200, seq=2048,
@@ -342,6 +346,7 @@ NEMO_HEADER = """\
 # Stack as run: FP8 (Transformer Engine, hybrid format), flash attention, the distributed
 # optimizer (ZeRO-1) with overlapped gradient reduce-scatters and parameter all-gathers{sp}.
 # {role}
+# Software profile nemo-24.07 (software.yaml).
 # Assumed: no activation recompute (NeMo's performance recipes of that release); one
 #   400 Gb/s ConnectX-7 per GPU, rail-optimized (DGX-H100).
 """
@@ -383,7 +388,8 @@ def nemo_plan(run: NemoRun, catalog) -> pb.DeploymentPlan:
     dp = run.gpus // (run.tp * run.pp)
     layers = catalog.models[run.model].num_layers
     stack = Stack(zero_stage=1, dp_overlap=True, virtual_pipeline_stages=run.vp,
-                  precision="fp8", tp_comm_overlap=run.tp > 1)
+                  precision="fp8", tp_comm_overlap=run.tp > 1,
+                  software=catalog.software_profile("nemo-24.07"))
     replica = ReplicaReq(tuple(StageReq("H100-SXM", run.tp, layers // run.pp)
                                for _ in range(run.pp)), run.mbs, run.gbs // dp // run.mbs)
     return build_plan(run.name, run.model, [NodeReq("H100-SXM", 8, "cx7")] * (run.gpus // 8),
@@ -397,6 +403,7 @@ def _write(path: Path, header: str, plan: pb.DeploymentPlan) -> None:
 
 def main() -> None:
     catalog = load_catalog()
+    megatron_2021 = catalog.software_profile("megatron-lm-2021")
     for config in PAPER_CONFIGS:
         for regime, (_, _, balanced) in PAPER_REGIMES.items():
             header = PAPER_HEADER.format(name=config.name, cluster=config.cluster,
@@ -409,8 +416,9 @@ def main() -> None:
         header = MEGATRON_HEADER.format(
             params=run.name.removeprefix("gpt-").upper(), gpus=run.gpus, tp=run.tp, pp=run.pp,
             batch=run.batch, tflops=run.tflops_per_gpu, micro=run.micro_batch,
-            ddp_text=DDP_TEXT[run.ddp])
-        _write(SPACES / "megatron" / f"{run.name}.pbtxt", header, megatron_plan(run))
+            ddp_text=DDP_TEXT[run.ddp],
+            role=MEGATRON_ROLE[f"megatron/{run.name}" in megatron_2021.calibrated_on])
+        _write(SPACES / "megatron" / f"{run.name}.pbtxt", header, megatron_plan(run, catalog))
     for name, (tp, pp, dp, nodes, stack, stack_text) in PEER_PLANS.items():
         header = PEER_HEADER.format(
             nodes=nodes, layout=f"TP {tp}, PP {pp}, DP {dp}", stack_text=stack_text,

@@ -8,11 +8,13 @@ valid heterogeneous plans for agreement tests and benchmarks.
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass
 
 from xsweep.plan.stack import DEFAULT_STACK, Stack
 from xsweep.spec import xsweep_pb2 as pb
+from xsweep.spec.catalog import REFERENCE_SOFTWARE, SoftwareSpec, load_catalog
 from xsweep.spec.enums import FABRIC, PRECISION, RECOMPUTE, RESHARDING, SCHEDULE
 
 
@@ -57,6 +59,8 @@ def build_plan(name: str, model: str, nodes, replicas, *, schedule="1f1b", resha
     t.dp_bucket_params = stack.dp_bucket_params
     t.precision = PRECISION.value(stack.precision)
     t.tp_comm_overlap = stack.tp_comm_overlap
+    if stack.software != REFERENCE_SOFTWARE:  # unset means the reference profile
+        t.software = stack.software.name
     t.global_batch_size = sum(r.micro_batch_size * r.num_micro_batches for r in replicas)
     plan.cluster.fabric.kind = FABRIC.value(fabric)
     plan.cluster.fabric.oversubscription = oversubscription
@@ -188,7 +192,8 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
                   zero_stage=zero_stage, virtual_pipeline_stages=v,
                   dp_overlap=rng.random() < 0.5,
                   dp_bucket_params=rng.choice((0, 30_000_000, 100_000_000, 10**12)),
-                  precision="fp8" if fp8 else "bf16", tp_comm_overlap=overlap)
+                  precision="fp8" if fp8 else "bf16", tp_comm_overlap=overlap,
+                  software=_random_software(seed))
     schedule = "1f1b" if v > 1 else rng.choice(SCHEDULE.known())
     return build_plan(
         f"random-{seed}", model, nodes, replicas,
@@ -196,3 +201,15 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
         fabric=rng.choice(FABRIC.known()), oversubscription=rng.choice((1.0, 1.0, 2.0, 4.0)),
         stack=stack, seq_length=seq_length, num_layers=num_layers,
     )
+
+
+def _random_software(seed: int) -> SoftwareSpec:
+    """A software profile of the built-in catalog, from a stream of its own (the other
+    draws stay as they were)."""
+    profiles = sorted(_builtin_software().items())
+    return random.Random(f"software-{seed}").choice(profiles)[1]
+
+
+@functools.cache
+def _builtin_software() -> dict[str, SoftwareSpec]:
+    return load_catalog().software

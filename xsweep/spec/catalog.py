@@ -166,7 +166,7 @@ def describe_software(record: dict) -> str:
 
 #: The profile a plan that names none runs under: every factor 1, the catalog's rates as
 #: they stand (``xsweep/spec/data/software.yaml`` says which runs set which of them).
-REFERENCE_SOFTWARE = SoftwareSpec(name="reference", stack="the catalog's rates as they stand")
+REFERENCE_SOFTWARE = SoftwareSpec(name="reference")
 
 _SECTIONS = {"gpus": GpuSpec, "nics": NicSpec, "links": LinkSpec, "models": ModelSpec,
              "software": SoftwareSpec}
@@ -272,6 +272,7 @@ def load_catalog(extra_files: str | os.PathLike | Iterable[str | os.PathLike] | 
         file = os.fspath(path)
         _merge(tables, read_yaml_file(file), file)
         _check_gpu_references(tables, file)
+        _check_reference_software(tables, file)
     # The dicts are shared with the lookup tables, so an entry added to them is found too.
     return Catalog(
         gpus=tables["gpus"].entries,
@@ -524,3 +525,13 @@ def _check_gpu_references(tables: dict[str, _Table], file: str | None) -> None:
             if tables[section].find(getattr(gpu, key)) is None:
                 raise InputError(file, f"gpus.{gpu.name}.{key}", getattr(gpu, key),
                                  f"names no {what} in the catalog")
+
+
+def _check_reference_software(tables: dict[str, _Table], file: str) -> None:
+    """The reference profile stays what it is (factors 1): a plan that names no profile
+    runs on the catalog's rates as they stand."""
+    reference = tables["software"].entries.get(REFERENCE_SOFTWARE.name)
+    if reference != REFERENCE_SOFTWARE:
+        raise InputError(file, f"software.{REFERENCE_SOFTWARE.name}", None,
+                         "the reference profile is the catalog's rates as they stand and "
+                         "cannot change; give a new profile a name of its own")
