@@ -55,7 +55,7 @@ from xsweep.plan.workload import stage_cost
 from xsweep.search.space.apportion import apportion
 from xsweep.search.space.grid import Point
 from xsweep.spec import xsweep_pb2 as pb
-from xsweep.spec.catalog import Catalog, GpuSpec, ModelSpec
+from xsweep.spec.catalog import REFERENCE_SOFTWARE, Catalog, GpuSpec, ModelSpec
 from xsweep.spec.enums import FABRIC, PRECISION, RECOMPUTE, RESHARDING, SCHEDULE
 from xsweep.spec.limits import active_limits, over_limit
 from xsweep.spec.program_size import describe_program, estimate_program_size
@@ -591,7 +591,8 @@ def _build(point: Point, pools: list[_Pool], shapes: list[tuple[_Stage, ...]], l
     t.global_batch_size = point["training.global_batch_size"]
     t.schedule = SCHEDULE.value(point["training.schedule"])
     stack = layout_stack(point, catalog)
-    t.software = stack.software.name
+    if stack.software.name != REFERENCE_SOFTWARE.name:  # unset means the reference profile
+        t.software = stack.software.name
     t.recompute = RECOMPUTE.value(stack.recompute)
     t.precision = PRECISION.value(stack.precision)
     t.tp_comm_overlap = stack.tp_comm_overlap
