@@ -208,7 +208,8 @@ def infeasible_lines(group: dict) -> list[str]:
 
 def report_text(summary: dict, tables: list[str]) -> str:
     """What ``xsweep sweep`` prints: a heading, then per work group its front table
-    (``tables``, in the groups' order) and best plans, or why it has none; the outputs."""
+    (``tables``, in the groups' order) and best plans, or why it has none; the software
+    profiles the points ran under; the outputs."""
     objectives = ", ".join(summary["objectives"])
     groups = summary["groups"]
     exact = f"{summary['evaluated_exactly']:,} of {summary['points']:,} points evaluated exactly"
@@ -220,8 +221,6 @@ def report_text(summary: dict, tables: list[str]) -> str:
         per = " and ".join(summary["work_axes"])
         lines.append(f"Pareto fronts of {summary['sweep']} ({objectives}), one per {per}: "
                      f"{len(groups)} fronts; {exact}")
-    lines.append("software profile: " + "; ".join(describe_software(entry)
-                                                  for entry in summary["software"]))
     for group, table in zip(groups, tables, strict=True):
         if len(groups) > 1:
             lines.append("")
@@ -234,6 +233,8 @@ def report_text(summary: dict, tables: list[str]) -> str:
             lines += infeasible_lines(group)
     if len(groups) > 1:
         lines.append("")
+    lines.append("software profile: " + "; ".join(describe_software(entry)
+                                                  for entry in summary["software"]))
     lines += [f"{name:>12}: {path}" for name, path in summary["outputs"].items()]
     return "\n".join(lines)
 
