@@ -9,6 +9,8 @@
   to each replica's speed);
 * ``spaces/megatron/``: Narayanan et al. (2021), Table 1, the GPT runs of 1.7B-39.1B
   parameters on DGX A100 (they set the A100's sustained GEMM rate);
+* ``spaces/deepspeed/``: Megatron-Turing NLG 530B's runs on 2,240-3,360 A100s with
+  Megatron-DeepSpeed of 2021 (they set the deepspeed-2021 software profile, one held out);
 * ``spaces/peers/``: the reference workloads of the peer comparison (Llama-2-7B on
   8 and 64 A100-80GB);
 * ``spaces/published/``: the published real runs xsweep can express: FSDP runs in BF16
@@ -242,6 +244,59 @@ def megatron_plan(run: MegatronRun, catalog) -> pb.DeploymentPlan:
     return plan
 
 
+# -- Megatron-DeepSpeed of 2021: Megatron-Turing NLG 530B ---------------------------------
+DEEPSPEED_HEADER = """\
+# Real run: Smith et al. (2022), "Using DeepSpeed and Megatron to Train Megatron-Turing
+# NLG 530B", arXiv 2201.11990, section 2.4, as quoted by cli99/llm-analysis
+# (examples/megatron-turing-nlg/README.md): global batch 1920 on {nodes} DGX A100 servers
+# ({gpus} GPUs), {seconds} s per iteration, {tflops} achieved
+# teraFLOP/s per GPU (Megatron's count, recompute FLOPs included: eq. 3 of Narayanan et
+# al. gives {tflops} from the iteration time).
+# Stated by the paper: 105 layers, hidden 20480, 128 heads, sequence 2048, Megatron-LM's
+#   tensor parallelism 8 within a node, DeepSpeed's pipeline parallelism 35 across nodes
+#   and its data parallelism over the rest, mixed precision; Selene's DGX A100 servers
+#   (80 GB A100s, 8 x 200 Gb/s HDR InfiniBand each, per the NVIDIA and Microsoft posts).
+# Stack of 2021: no sequence parallelism, no fused (flash) attention.
+# Assumed: activation recompute of every layer and micro-batch 1 (Megatron's recipe for
+#   models of this size); ZeRO stage 1 (DeepSpeed's data parallelism beside a pipeline);
+#   DeepSpeed's 1F1B pipeline schedule with gradients reduced after the pipeline flush
+#   (not overlapped); GPT blocks with a 4h GELU FFN and dropout; vocabulary 51,200 (GPT-2's
+#   padded as Megatron pads it for TP 8); rail-optimized fabric, one ConnectX-6 per GPU.
+# Software profile deepspeed-2021 (software.yaml): {role}
+"""
+DEEPSPEED_ROLE = {True: "a calibration run of it.", False: "held out."}
+
+
+@dataclass(frozen=True)
+class DeepSpeedRun:
+    """One run of MT-NLG 530B's scaling table (arXiv 2201.11990, section 2.4)."""
+
+    gpus: int
+    seconds: float  # per iteration
+    tflops_per_gpu: float  # achieved teraFLOP/s per GPU, with recompute FLOPs
+
+    @property
+    def name(self) -> str:
+        return f"mt-nlg-530b-a100x{self.gpus}"
+
+
+DEEPSPEED_RUNS = (DeepSpeedRun(2240, 60.1, 126), DeepSpeedRun(2800, 50.2, 121),
+                  DeepSpeedRun(3360, 44.4, 113))
+
+
+def deepspeed_plan(run: DeepSpeedRun, catalog) -> pb.DeploymentPlan:
+    tp, pp, layers, batch = 8, 35, 105, 1920
+    dp = run.gpus // (tp * pp)
+    stack = Stack(sequence_parallel=False, flash_attention=False, recompute="full",
+                  zero_stage=1, software=catalog.software_profile("deepspeed-2021"))
+    replica = ReplicaReq(tuple(StageReq("A100-80GB", tp, layers // pp) for _ in range(pp)),
+                         1, batch // dp)
+    plan = build_plan(run.name, "", [NodeReq("A100-80GB", 8, "cx6")] * (run.gpus // 8),
+                      [replica] * dp, stack=stack)
+    _explicit_gpt(plan.model, layers, 20480, 128, vocab=51200, seq=2048, dropout=True)
+    return plan
+
+
 def _explicit_gpt(model: pb.Model, layers: int, hidden: int, heads: int, *, vocab: int,
                   seq: int, dropout: bool, ffn: int | None = None) -> None:
     model.Clear()
@@ -419,6 +474,12 @@ def main() -> None:
             ddp_text=DDP_TEXT[run.ddp],
             role=MEGATRON_ROLE[f"megatron/{run.name}" in megatron_2021.calibrated_on])
         _write(SPACES / "megatron" / f"{run.name}.pbtxt", header, megatron_plan(run, catalog))
+    deepspeed_2021 = catalog.software_profile("deepspeed-2021")
+    for run in DEEPSPEED_RUNS:
+        header = DEEPSPEED_HEADER.format(
+            nodes=run.gpus // 8, gpus=run.gpus, seconds=run.seconds, tflops=run.tflops_per_gpu,
+            role=DEEPSPEED_ROLE[f"deepspeed/{run.name}" in deepspeed_2021.calibrated_on])
+        _write(SPACES / "deepspeed" / f"{run.name}.pbtxt", header, deepspeed_plan(run, catalog))
     for name, (tp, pp, dp, nodes, stack, stack_text) in PEER_PLANS.items():
         header = PEER_HEADER.format(
             nodes=nodes, layout=f"TP {tp}, PP {pp}, DP {dp}", stack_text=stack_text,
