@@ -37,7 +37,7 @@ def naming(spaces_dir, tmp_path, software: str):
     return plan
 
 
-def test_simulate_names_the_profile_in_its_record_and_text(run_xsweep, spaces_dir, tmp_path):
+def test_simulate_and_plan_name_the_profile_in_their_records_and_text(run_xsweep, spaces_dir, tmp_path):
     plan = naming(spaces_dir, tmp_path, "nemo-2407")
     record = json.loads(run_xsweep("simulate", plan, "--json").stdout)
     assert record["software"] == {"name": "nemo-24.07", "gemm_factor": 1.0,
@@ -46,6 +46,9 @@ def test_simulate_names_the_profile_in_its_record_and_text(run_xsweep, spaces_di
     assert "software profile: nemo-24.07 (factors 1)" in text.splitlines()[:3]
     plain = run_xsweep("simulate", spaces_dir / "h100x8-baseline.pbtxt").stdout
     assert "software profile: reference (factors 1)" in plain
+    analysed = run_xsweep("plan", plan, "--json")
+    assert json.loads(analysed.stdout)["stack"]["software"]["name"] == "nemo-24.07"
+    assert "software profile: nemo-24.07 (factors 1)" in run_xsweep("plan", plan).stdout
 
 
 def test_an_unknown_profile_is_refused_in_one_line(run_xsweep, spaces_dir, tmp_path):
