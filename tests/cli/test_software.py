@@ -52,11 +52,11 @@ def test_simulate_and_plan_name_the_profile_in_their_records_and_text(run_xsweep
 
 
 def test_an_unknown_profile_is_refused_in_one_line(run_xsweep, spaces_dir, tmp_path):
-    plan = naming(spaces_dir, tmp_path, "deepspeed-2021")
+    plan = naming(spaces_dir, tmp_path, "colossal-ai-0.3")
     for command in ("simulate", "check", "plan"):
         line = one_line(run_xsweep(command, plan))
         assert line.startswith(f"{plan}: training.software: unknown software profile"), line
-        assert line.endswith("(got 'deepspeed-2021')")
+        assert line.endswith("(got 'colossal-ai-0.3')")
 
 
 def test_a_sweep_over_profiles_names_them_in_every_output(run_xsweep, tmp_path):
