@@ -9,6 +9,8 @@
   to each replica's speed);
 * ``spaces/megatron/``: Narayanan et al. (2021), Table 1, the GPT runs of 1.7B-39.1B
   parameters on DGX A100 (they set the A100's sustained GEMM rate);
+* ``spaces/deepspeed/``: Megatron-Turing NLG 530B's runs on 2,240-3,360 A100s with
+  Megatron-DeepSpeed of 2021 (they set the deepspeed-2021 software profile, one held out);
 * ``spaces/peers/``: the reference workloads of the peer comparison (Llama-2-7B on
   8 and 64 A100-80GB);
 * ``spaces/published/``: the published real runs xsweep can express: FSDP runs in BF16
@@ -225,11 +227,13 @@ MEGATRON_HEADER = """\
 # Stack of 2021: no sequence parallelism, no fused (flash) attention, 1F1B.
 # Assumed: GPT blocks with a 4h GELU FFN, dropout (0.1 in Megatron's GPT recipe),
 #   rail-optimized fabric. {role_text}
+# Software profile megatron-lm-2021 (software.yaml): {profile_role}
 """
-MEGATRON_ROLE = {
+MEGATRON_KIND = {
     True: ("Calibration run", "These runs set the A100's sustained GEMM rate (gpus.yaml)."),
     False: ("Held-out run", "Held out: no number of the model was set with this run."),
 }
+MEGATRON_ROLE = {True: "a calibration run of it.", False: "held out by it."}
 DDP_TEXT = {
     "torch": ("PyTorch DDP (DDP_impl torch):\n#   gradient all-reduce in buckets of "
               "25 MiB (its default, 13,107,200 fp16 parameters)\n#   overlapped with the "
@@ -238,18 +242,72 @@ DDP_TEXT = {
 }
 
 
-def megatron_plan(run: MegatronRun) -> pb.DeploymentPlan:
+def megatron_plan(run: MegatronRun, catalog) -> pb.DeploymentPlan:
     dp = run.gpus // (run.tp * run.pp)
     stages = tuple(StageReq("A100-80GB", run.tp, run.layers // run.pp) for _ in range(run.pp))
     replica = ReplicaReq(stages, run.micro_batch, run.batch // dp // run.micro_batch)
     torch_ddp = run.ddp == "torch"
     stack = Stack(sequence_parallel=False, flash_attention=False, recompute="full",
                   dp_overlap=torch_ddp, dp_bucket_params=TORCH_DDP_BUCKET_PARAMS if torch_ddp else 0,
-                  virtual_pipeline_stages=run.vp)
+                  virtual_pipeline_stages=run.vp,
+                  software=catalog.software_profile("megatron-lm-2021"))
     plan = build_plan(run.name, "", [NodeReq("A100-80GB", 8, "cx6")] * (run.gpus // 8),
                       [replica] * dp, stack=stack)
     _explicit_gpt(plan.model, run.layers, run.hidden, run.heads, vocab=51200, seq=2048,
                   dropout=True)
+    return plan
+
+
+# -- Megatron-DeepSpeed of 2021: Megatron-Turing NLG 530B ---------------------------------
+DEEPSPEED_HEADER = """\
+# Real run: Smith et al. (2022), "Using DeepSpeed and Megatron to Train Megatron-Turing
+# NLG 530B", arXiv 2201.11990, section 2.4, as quoted by cli99/llm-analysis
+# (examples/megatron-turing-nlg/README.md): global batch 1920 on {nodes} DGX A100 servers
+# ({gpus} GPUs), {seconds} s per iteration, {tflops} achieved
+# teraFLOP/s per GPU (Megatron's count, recompute FLOPs included: eq. 3 of Narayanan et
+# al. gives {tflops} from the iteration time).
+# Stated by the paper: 105 layers, hidden 20480, 128 heads, sequence 2048, Megatron-LM's
+#   tensor parallelism 8 within a node, DeepSpeed's pipeline parallelism 35 across nodes
+#   and its data parallelism over the rest, mixed precision; Selene's DGX A100 servers
+#   (80 GB A100s, 8 x 200 Gb/s HDR InfiniBand each, per the NVIDIA and Microsoft posts).
+# Stack of 2021: no sequence parallelism, no fused (flash) attention.
+# Assumed: activation recompute of every layer and micro-batch 1 (Megatron's recipe for
+#   models of this size); ZeRO stage 1 (DeepSpeed's data parallelism beside a pipeline);
+#   DeepSpeed's 1F1B pipeline schedule with gradients reduced after the pipeline flush
+#   (not overlapped); GPT blocks with a 4h GELU FFN and dropout; vocabulary 51,200 (GPT-2's
+#   padded as Megatron pads it for TP 8); rail-optimized fabric, one ConnectX-6 per GPU.
+# Software profile deepspeed-2021 (software.yaml): {role}
+"""
+DEEPSPEED_ROLE = {True: "a calibration run of it.", False: "held out."}
+
+
+@dataclass(frozen=True)
+class DeepSpeedRun:
+    """One run of MT-NLG 530B's scaling table (arXiv 2201.11990, section 2.4)."""
+
+    gpus: int
+    seconds: float  # per iteration
+    tflops_per_gpu: float  # achieved teraFLOP/s per GPU, with recompute FLOPs
+
+    @property
+    def name(self) -> str:
+        return f"mt-nlg-530b-a100x{self.gpus}"
+
+
+DEEPSPEED_RUNS = (DeepSpeedRun(2240, 60.1, 126), DeepSpeedRun(2800, 50.2, 121),
+                  DeepSpeedRun(3360, 44.4, 113))
+
+
+def deepspeed_plan(run: DeepSpeedRun, catalog) -> pb.DeploymentPlan:
+    tp, pp, layers, batch = 8, 35, 105, 1920
+    dp = run.gpus // (tp * pp)
+    stack = Stack(sequence_parallel=False, flash_attention=False, recompute="full",
+                  zero_stage=1, software=catalog.software_profile("deepspeed-2021"))
+    replica = ReplicaReq(tuple(StageReq("A100-80GB", tp, layers // pp) for _ in range(pp)),
+                         1, batch // dp)
+    plan = build_plan(run.name, "", [NodeReq("A100-80GB", 8, "cx6")] * (run.gpus // 8),
+                      [replica] * dp, stack=stack)
+    _explicit_gpt(plan.model, layers, 20480, 128, vocab=51200, seq=2048, dropout=True)
     return plan
 
 
@@ -357,6 +415,7 @@ NEMO_HEADER = """\
 # Stack as run: FP8 (Transformer Engine, hybrid format), flash attention, the distributed
 # optimizer (ZeRO-1) with overlapped gradient reduce-scatters and parameter all-gathers{sp}{cp_text}.
 # {role}
+# Software profile nemo-24.07 (software.yaml).
 # Assumed: no activation recompute (NeMo's performance recipes of that release); one
 #   400 Gb/s ConnectX-7 per GPU, rail-optimized (DGX-H100).
 """
@@ -407,7 +466,8 @@ def nemo_plan(run: NemoRun, catalog) -> pb.DeploymentPlan:
     dp = run.gpus // (run.tp * run.pp * run.cp)
     layers = catalog.models[run.model].num_layers
     stack = Stack(zero_stage=1, dp_overlap=True, virtual_pipeline_stages=run.vp,
-                  precision="fp8", tp_comm_overlap=run.tp > 1)
+                  precision="fp8", tp_comm_overlap=run.tp > 1,
+                  software=catalog.software_profile("nemo-24.07"))
     replica = ReplicaReq(tuple(StageReq("H100-SXM", run.tp, layers // run.pp)
                                for _ in range(run.pp)), run.mbs, run.gbs // dp // run.mbs)
     return build_plan(run.name, run.model, [NodeReq("H100-SXM", 8, "cx7")] * (run.gpus // 8),
@@ -421,6 +481,7 @@ def _write(path: Path, header: str, plan: pb.DeploymentPlan) -> None:
 
 def main() -> None:
     catalog = load_catalog()
+    megatron_2021 = catalog.software_profile("megatron-lm-2021")
     for config in PAPER_CONFIGS:
         for regime, (_, _, balanced) in PAPER_REGIMES.items():
             header = PAPER_HEADER.format(name=config.name, cluster=config.cluster,
@@ -430,15 +491,22 @@ def main() -> None:
             _write(SPACES / "paper" / f"{config.name.lower()}-{regime}.pbtxt", header,
                    paper_plan(config, regime, catalog))
     for run in MEGATRON_RUNS + MEGATRON_HELD_OUT:
-        role, role_text = MEGATRON_ROLE[run in MEGATRON_RUNS]
+        role, role_text = MEGATRON_KIND[run in MEGATRON_RUNS]
         header = MEGATRON_HEADER.format(
             params=run.name.removeprefix("gpt-").upper(), gpus=run.gpus, tp=run.tp, pp=run.pp,
             batch=run.batch, tflops=run.tflops_per_gpu, micro=run.micro_batch,
             ddp_text=DDP_TEXT[run.ddp], role=role, role_text=role_text,
+            profile_role=MEGATRON_ROLE[f"megatron/{run.name}" in megatron_2021.calibrated_on],
             vp_text=(f"\n# Interleaved 1F1B, {run.vp} model chunks per stage (the script's "
                      f"--num-layers-per-virtual-pipeline-stage {run.layers // run.pp // run.vp})."
                      if run.vp > 1 else ""))
-        _write(SPACES / "megatron" / f"{run.name}.pbtxt", header, megatron_plan(run))
+        _write(SPACES / "megatron" / f"{run.name}.pbtxt", header, megatron_plan(run, catalog))
+    deepspeed_2021 = catalog.software_profile("deepspeed-2021")
+    for run in DEEPSPEED_RUNS:
+        header = DEEPSPEED_HEADER.format(
+            nodes=run.gpus // 8, gpus=run.gpus, seconds=run.seconds, tflops=run.tflops_per_gpu,
+            role=DEEPSPEED_ROLE[f"deepspeed/{run.name}" in deepspeed_2021.calibrated_on])
+        _write(SPACES / "deepspeed" / f"{run.name}.pbtxt", header, deepspeed_plan(run, catalog))
     for name, (tp, pp, dp, nodes, stack, stack_text) in PEER_PLANS.items():
         header = PEER_HEADER.format(
             nodes=nodes, layout=f"TP {tp}, PP {pp}, DP {dp}", stack_text=stack_text,

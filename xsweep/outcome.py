@@ -14,6 +14,7 @@ from xsweep.cost import DEFAULT_COST, CostModel
 from xsweep.figures import plan_figures
 from xsweep.pipeline import Prepared
 from xsweep.sim import SimResult, rank_metrics, simulate, summary
+from xsweep.spec.catalog import describe_software
 
 
 def outcome(prepared: Prepared, result: SimResult, cost: CostModel = DEFAULT_COST) -> dict:
@@ -23,7 +24,8 @@ def outcome(prepared: Prepared, result: SimResult, cost: CostModel = DEFAULT_COS
     figures = {**summary(program, result),
                **{name: value[0].item() for name, value
                   in plan_figures([a], [result.iteration_time_s], cost).items()}}
-    doc = {"name": a.name, **{name: figures[name] for name in metrics.plan_names()}}
+    doc = {"name": a.name, "software": a.stack.software.record(),
+           **{name: figures[name] for name in metrics.plan_names()}}
     gpu_of = {g.id: g.gpu.name for g in a.groups}
     doc["per_rank"] = [{"rank": r["rank"], "device_group": r["device_group"],
                         "gpu": gpu_of[r["device_group"]],
@@ -51,6 +53,7 @@ def format_outcome(doc: dict) -> str:
     lines = [
         f"plan {doc['name']!r}: iteration {t:.4f} s, {doc['tokens_per_s']:,.0f} tokens/s, "
         f"MFU {doc['mfu']:.1%}",
+        f"software profile: {describe_software(doc['software'])}",
         f"memory: largest {doc['memory_per_gpu_gib']:.1f} GiB per GPU"
         + ("" if doc["memory_fits"] else "  (DOES NOT FIT)"),
         f"cost: capex {doc['capex_usd']:,.0f} USD, {doc['cost_rate_usd_per_hour']:,.2f} USD/h, "

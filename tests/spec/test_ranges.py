@@ -27,7 +27,8 @@ def out_of_range(bounds: ranges.Range) -> list[float]:
 
 CATALOG_FIELDS = [(section, name) for section, fields in ranges.CATALOG.items()
                   for name in fields]
-ENTRY = {"gpus": "H100-SXM", "nics": "cx7", "links": "nvlink4", "models": "llama2-7b"}
+ENTRY = {"gpus": "H100-SXM", "nics": "cx7", "links": "nvlink4", "models": "llama2-7b",
+         "software": "nemo-24.07"}
 
 
 @pytest.mark.parametrize(("section", "name"), CATALOG_FIELDS,

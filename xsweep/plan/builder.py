@@ -8,12 +8,14 @@ valid heterogeneous plans for agreement tests and benchmarks.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from dataclasses import dataclass
 
 from xsweep.plan.stack import DEFAULT_STACK, Stack
 from xsweep.spec import xsweep_pb2 as pb
+from xsweep.spec.catalog import REFERENCE_SOFTWARE, SoftwareSpec, load_catalog
 from xsweep.spec.enums import FABRIC, PRECISION, RECOMPUTE, RESHARDING, SCHEDULE
 
 
@@ -64,6 +66,8 @@ def build_plan(name: str, model: str, nodes, replicas, *, schedule="1f1b", resha
         t.expert_parallel = stack.expert_parallel
     if stack.moe_imbalance != 1.0:
         t.moe_imbalance = stack.moe_imbalance
+    if stack.software.name != REFERENCE_SOFTWARE.name:  # unset means the reference profile
+        t.software = stack.software.name
     t.global_batch_size = sum(r.micro_batch_size * r.num_micro_batches for r in replicas)
     plan.cluster.fabric.kind = FABRIC.value(fabric)
     plan.cluster.fabric.oversubscription = oversubscription
@@ -219,7 +223,8 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
                   dp_overlap=rng.random() < 0.5,
                   dp_bucket_params=rng.choice((0, 30_000_000, 100_000_000, 10**12)),
                   precision="fp8" if fp8 else "bf16", tp_comm_overlap=overlap,
-                  expert_parallel=ep, moe_imbalance=imbalance)
+                  expert_parallel=ep, moe_imbalance=imbalance,
+                  software=_random_software(seed))
     schedule = "1f1b" if v > 1 else rng.choice(SCHEDULE.known())
     return build_plan(
         f"random-{seed}", model, nodes, replicas,
@@ -239,3 +244,15 @@ def _draw_experts(seed: int, model: str, replicas) -> tuple[int, float]:
     tp = math.gcd(*(s.tp for r in replicas for s in r.stages))
     ep = rng.choice([d for d in range(1, tp + 1) if tp % d == 0 and experts % d == 0])
     return ep, rng.choice((1.0, 1.0, 1.25, 2.0))
+
+
+def _random_software(seed: int) -> SoftwareSpec:
+    """A software profile of the built-in catalog, from a stream of its own (the other
+    draws stay as they were)."""
+    profiles = sorted(_builtin_software().items())
+    return random.Random(f"software-{seed}").choice(profiles)[1]
+
+
+@functools.cache
+def _builtin_software() -> dict[str, SoftwareSpec]:
+    return load_catalog().software

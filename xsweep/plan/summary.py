@@ -7,6 +7,7 @@ import dataclasses
 from xsweep.plan.analysis import PlanAnalysis
 from xsweep.plan.groups import chunk_bytes_per_rank
 from xsweep.plan.program import Program
+from xsweep.spec.catalog import describe_software
 
 
 def plan_summary(a: PlanAnalysis, program: Program) -> dict:
@@ -41,7 +42,7 @@ def plan_summary(a: PlanAnalysis, program: Program) -> dict:
         "name": a.name,
         "model": a.model.name,
         "schedule": a.schedule,
-        "stack": dataclasses.asdict(a.stack),
+        "stack": {**dataclasses.asdict(a.stack), "software": a.stack.software.record()},
         "resharding_scheme": a.resharding,
         "dp_groups": dp_groups,
         "resharding": resharding,
@@ -69,10 +70,11 @@ def _gib(x: float) -> str:
 
 def format_plan(s: dict) -> str:
     """The readable form of :func:`plan_summary`."""
-    st = s["stack"]
+    st = {k: v for k, v in s["stack"].items() if k != "software"}
     out = [f"plan {s['name']!r}: model {s['model']}, schedule {s['schedule']}, "
            f"resharding {s['resharding_scheme']}",
-           "stack: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in st.items())]
+           "stack: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in st.items()),
+           f"software profile: {describe_software(s['stack']['software'])}"]
     out.append("\ndevice groups:")
     mem = {m["device_group"]: m for m in s["memory"]}
     for w in s["workload"]:

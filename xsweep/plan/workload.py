@@ -46,6 +46,13 @@ forward of the attention core to the backward pass, full recompute the forward o
 whole block. A measured :class:`~xsweep.spec.profile.Profile` replaces the estimate of
 the transformer blocks; embedding and head are always estimated.
 
+The software profile of the stack (``stack.software``, a catalog entry) multiplies the
+GEMM fractions (``gemm_efficiency``, ``fp8_gemm_efficiency``) by its ``gemm_factor`` and
+the fused attention fraction by its ``attention_factor``: a compute-bound kernel takes
+``1 / factor`` times as long, a memory-bound one is unchanged. The reference profile's
+factors are 1, which changes no number. A measured profile's block times are taken as
+measured (they were timed under some stack already).
+
 **FP8** (``stack.precision == "fp8"``), as Transformer Engine (TE) runs it with its
 delayed-scaling recipe (E4M3 forward, E5M2 backward, one scale per tensor from the amax
 history):
@@ -658,13 +665,15 @@ def stage_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
 
     Args:
         stack: training-stack options (sequence parallelism, flash attention, recompute,
-            expert parallelism and the token imbalance of a model with experts).
+            expert parallelism and the token imbalance of a model with experts, the
+            software profile, whose factors scale the GPU's compute fractions).
         cp: context-parallel ranks: each runs ``1/cp`` of every sequence's tokens and of
             its causal attention, and passes K/V blocks around the CP ring.
         profile: measured block times; where it has no entry for (GPU, TP, micro-batch
             size), or the size lies outside its measured range, the roofline is used. A
             measured time stands for every block, dense or MoE.
     """
+    gpu = stack.software.applied_to(gpu)
     total = _check_layers(model, first_layer, last_layer)
     if micro_batch_size < 1:
         raise ValueError(f"micro_batch_size must be at least 1, got {micro_batch_size}")

@@ -18,6 +18,7 @@ from xsweep.report.charts import LOG_DECADES, Bar, Series, esc, fmt, scatter, st
 from xsweep.report.result import FrontPlan, Group, Result, shown_plans
 from xsweep.search.folders import write_file
 from xsweep.search.sweep.plot import FRONT_COLOURS, MOST_LABELS, axes_of, label
+from xsweep.spec.catalog import REFERENCE_SOFTWARE, describe_software
 
 #: At most this many grey points are drawn (evenly chosen by index): a page stays light
 #: for a sweep of millions of points.
@@ -321,6 +322,9 @@ def page(result: Result) -> str:
         status = ", ".join(f"{v} {k}" for k, v in (s.get("status") or {}).items())
         lead = (f"{s.get('points', '?')} points ({status}); {s.get('evaluated_exactly', '?')} "
                 f"evaluated exactly; objectives: {', '.join(result.objectives)}; {groups}.")
+    lead += " Software profile: " + "; ".join(
+        describe_software(entry) for entry in s.get("software") or [REFERENCE_SOFTWARE.record()]
+    ) + "."
     body = "".join((pareto_section(result), time_section(result), memory_section(result),
                     cost_section(result), validation_section(result)))
     title = f"xsweep report: {result.name}" + (" (study)" if result.kind == "study" else "")

@@ -54,7 +54,12 @@ from xsweep.plan.stack import Stack
 from xsweep.plan.workload import stage_cost
 from xsweep.spec import xsweep_pb2 as pb
 from xsweep.spec.catalog import Catalog, GpuSpec, ModelSpec
-from xsweep.spec.resolve import resolve_model, resolve_nodes, resolve_training
+from xsweep.spec.resolve import (
+    resolve_model,
+    resolve_nodes,
+    resolve_software,
+    resolve_training,
+)
 
 #: The bound shrunk by this share: below the batched kernels' float32 rounding, so that
 #: it stays under the bound level's time whatever the dtype.
@@ -66,17 +71,17 @@ METRICS = ("iteration_time_s", "tokens_per_s", "training_time_s", "cost_per_run_
            "cost_per_million_tokens_usd")
 
 
-def stack_of(plan: pb.DeploymentPlan) -> Stack:
+def stack_of(plan: pb.DeploymentPlan, catalog: Catalog) -> Stack:
     """The training-stack options of ``plan`` (those that set its stages' compute, its
-    precision among them, and whether its TP communication overlaps the compute), as the
-    plan's validation reads them, unset options at their defaults."""
-    return resolve_training(plan.training).stack
+    precision and software profile among them, and whether its TP communication overlaps
+    the compute), as the plan's validation reads them, unset options at their defaults."""
+    return resolve_training(plan.training, resolve_software(plan.training, catalog)).stack
 
 
 def iteration_lower_bound(plan: pb.DeploymentPlan, catalog: Catalog) -> float:
     """A lower bound on ``plan``'s iteration time in seconds (see the module docstring)."""
     model = resolve_model(plan, catalog)
-    stack = stack_of(plan)
+    stack = stack_of(plan, catalog)
     node_of_rank = []
     nodes = resolve_nodes(plan.cluster, catalog)
     for index, node in enumerate(nodes):

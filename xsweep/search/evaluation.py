@@ -63,8 +63,8 @@ MAX_KEPT_RESULTS = 1 << 15
 
 
 def catalog_version(catalog: Catalog) -> str:
-    """A digest of every entry of every catalog section (GPUs, NICs, links, models):
-    equal digests, equal hardware and models."""
+    """A digest of every entry of every catalog section (GPUs, NICs, links, models,
+    software profiles): equal digests, equal hardware, models and profiles."""
     sections = [f.name for f in dataclasses.fields(catalog) if not f.name.startswith("_")]
     content = {kind: {name: dataclasses.asdict(spec)
                       for name, spec in sorted(getattr(catalog, kind).items())}

@@ -1,12 +1,13 @@
-"""Hardware and model catalogs: GPUs, NICs, link kinds and model presets.
+"""Hardware, model and software catalogs: GPUs, NICs, link kinds, model presets and
+software profiles.
 
 Defaults ship as package data (``xsweep/spec/data/*.yaml``, every number with its
 source in a comment); users merge their own YAML over them with ``--catalog``.
 Units live in the field names: ``gbps`` is gigabits per second, ``gib`` gibibytes
 (2^30 bytes, the unit vendors give HBM in), ``us`` microseconds.
 
-A catalog YAML file has up to four top-level keys, ``gpus``, ``nics``, ``links`` and
-``models``, each a mapping from an entry name to its fields. An entry may also
+A catalog YAML file has up to five top-level keys, ``gpus``, ``nics``, ``links``,
+``models`` and ``software``, each a mapping from an entry name to its fields. An entry may also
 list ``aliases``. Names are matched case-insensitively. A file merged over the
 defaults may give only some fields of an existing entry; a new entry needs all. One file
 gives each entry once: two keys of one section that name one entry (an alias and the
@@ -133,10 +134,64 @@ class ModelSpec:
         return self.num_experts > 0 and layer > self.moe_first_dense_layers
 
 
-_SECTIONS = {"gpus": GpuSpec, "nics": NicSpec, "links": LinkSpec, "models": ModelSpec}
-_DEFAULT_FILES = ("gpus.yaml", "nics.yaml", "links.yaml", "models.yaml")
+@dataclass(frozen=True)
+class SoftwareSpec:
+    """A software profile: what one training stack (framework and version) achieves of the
+    GPU's sustained rates where the model does not spell out the mechanism.
 
-Spec = TypeVar("Spec", GpuSpec, NicSpec, LinkSpec, ModelSpec)
+    Each factor multiplies a rate of every GPU's catalog entry for the compute of a plan
+    that names the profile: ``gemm_factor`` the GEMM fractions (``gemm_efficiency`` and,
+    where set, ``fp8_gemm_efficiency``), ``attention_factor`` the fused attention fraction
+    (``flash_attention_efficiency``). ``calibrated_on`` names the real runs that set the
+    factors, ``held_out`` those of the same stack that did not and check them.
+    """
+
+    name: str
+    gemm_factor: float = 1.0
+    attention_factor: float = 1.0
+    stack: str = ""  # the framework and version, in words
+    calibrated_on: tuple[str, ...] = ()
+    held_out: tuple[str, ...] = ()
+
+    def applied_to(self, gpu: GpuSpec) -> GpuSpec:
+        """``gpu`` with the profile's factors on its compute fractions (``gpu`` itself when
+        every factor is 1, so the reference profile changes no number)."""
+        if self.gemm_factor == 1.0 and self.attention_factor == 1.0:
+            return gpu
+        return dataclasses.replace(
+            gpu, gemm_efficiency=gpu.gemm_efficiency * self.gemm_factor,
+            fp8_gemm_efficiency=gpu.fp8_gemm_efficiency * self.gemm_factor,
+            flash_attention_efficiency=gpu.flash_attention_efficiency * self.attention_factor)
+
+
+    def record(self) -> dict:
+        """The profile as outputs name it (a simulate record, a sweep's summary): its name
+        and factors."""
+        return {"name": self.name, "gemm_factor": self.gemm_factor,
+                "attention_factor": self.attention_factor}
+
+
+def describe_software(record: dict) -> str:
+    """One line of a :meth:`SoftwareSpec.record`: the name, and its factors."""
+    factors = {"GEMM": record["gemm_factor"], "attention": record["attention_factor"]}
+    if all(value == 1.0 for value in factors.values()):
+        return f"{record['name']} (factors 1)"
+    return f"{record['name']} (" + ", ".join(f"{kind} x{value:g}"
+                                             for kind, value in factors.items()) + ")"
+
+
+#: The profile a plan that names none runs under: every factor 1, the catalog's rates as
+#: they stand (``xsweep/spec/data/software.yaml`` says which runs set which of them).
+REFERENCE_SOFTWARE = SoftwareSpec(name="reference")
+
+_SECTIONS = {"gpus": GpuSpec, "nics": NicSpec, "links": LinkSpec, "models": ModelSpec,
+             "software": SoftwareSpec}
+_DEFAULT_FILES = ("gpus.yaml", "nics.yaml", "links.yaml", "models.yaml", "software.yaml")
+
+_KINDS = {"software": "software profile"}  # what an entry is called, where not the section's
+# name in the singular
+
+Spec = TypeVar("Spec", GpuSpec, NicSpec, LinkSpec, ModelSpec, SoftwareSpec)
 
 
 @dataclass
@@ -175,6 +230,7 @@ class Catalog:
     links: dict[str, LinkSpec]
     models: dict[str, ModelSpec]
     _tables: dict[str, _Table] = field(repr=False, compare=False)
+    software: dict[str, SoftwareSpec] = field(default_factory=dict)
 
     def canonical(self, section: str, name: str) -> str | None:
         """The name of the entry of ``section`` called ``name`` (any case, or an alias), or
@@ -204,6 +260,12 @@ class Catalog:
         """The model preset called ``name``; InputError (naming ``file``/``field``) if unknown."""
         return self._tables["models"].get(name, file, field)
 
+    def software_profile(self, name: str, *, file: str | None = None,
+                         field: str | None = None) -> SoftwareSpec:
+        """The software profile called ``name`` (empty: ``reference``); InputError (naming
+        ``file``/``field``) if unknown."""
+        return self._tables["software"].get(name or REFERENCE_SOFTWARE.name, file, field)
+
 
 def load_catalog(extra_files: str | os.PathLike | Iterable[str | os.PathLike] | None = (),
                  ) -> Catalog:
@@ -218,7 +280,7 @@ def load_catalog(extra_files: str | os.PathLike | Iterable[str | os.PathLike] | 
             file that is not a valid catalog (naming the file and the field).
     """
     files = _catalog_paths(extra_files)
-    tables = {section: _Table(section[:-1]) for section in _SECTIONS}
+    tables = {section: _Table(_KINDS.get(section, section[:-1])) for section in _SECTIONS}
     for file, document in _default_documents():
         _merge(tables, document, file)
     _check_gpu_references(tables, "xsweep/spec/data/gpus.yaml")
@@ -226,6 +288,7 @@ def load_catalog(extra_files: str | os.PathLike | Iterable[str | os.PathLike] | 
         file = os.fspath(path)
         _merge(tables, read_yaml_file(file), file)
         _check_gpu_references(tables, file)
+        _check_reference_software(tables, file)
     # The dicts are shared with the lookup tables, so an entry added to them is found too.
     return Catalog(
         gpus=tables["gpus"].entries,
@@ -233,6 +296,7 @@ def load_catalog(extra_files: str | os.PathLike | Iterable[str | os.PathLike] | 
         links=tables["links"].entries,
         models=tables["models"].entries,
         _tables=tables,
+        software=tables["software"].entries,
     )
 
 
@@ -333,12 +397,12 @@ def _merge(tables: dict[str, _Table], document: object, file: str) -> None:
         return
     if not isinstance(document, Mapping):
         raise InputError(file, None, type(document).__name__,
-                         "a catalog is a mapping with keys gpus, nics, links, models")
+                         "a catalog is a mapping with keys gpus, nics, links, models, software")
     for section, entries in document.items():
         if section not in _SECTIONS:
             raise InputError(file, str(section), None,
                              f"unknown catalog section{did_you_mean(str(section), _SECTIONS)} "
-                             "(expected gpus, nics, links or models)")
+                             "(expected gpus, nics, links, models or software)")
         if entries is None:
             continue
         if not isinstance(entries, Mapping):
@@ -473,6 +537,11 @@ def check_moe_fields(model: ModelSpec, file: str | None, path: str) -> None:
 
 def _check_value(section: str, key: str, value: object, file: str, path: str) -> object:
     kind = {f.name: f.type for f in dataclasses.fields(_SECTIONS[section])}[key]
+    if kind == "tuple[str, ...]":
+        if not isinstance(value, list) or not all(isinstance(v, str) and v.strip()
+                                                  for v in value):
+            raise InputError(file, path, value, "expected a list of names")
+        return tuple(value)
     if kind == "bool":
         if not isinstance(value, bool):
             raise InputError(file, path, value, "expected true or false")
@@ -499,3 +568,13 @@ def _check_gpu_references(tables: dict[str, _Table], file: str | None) -> None:
             if tables[section].find(getattr(gpu, key)) is None:
                 raise InputError(file, f"gpus.{gpu.name}.{key}", getattr(gpu, key),
                                  f"names no {what} in the catalog")
+
+
+def _check_reference_software(tables: dict[str, _Table], file: str) -> None:
+    """The reference profile stays what it is (factors 1): a plan that names no profile
+    runs on the catalog's rates as they stand."""
+    reference = tables["software"].entries.get(REFERENCE_SOFTWARE.name)
+    if reference != REFERENCE_SOFTWARE:
+        raise InputError(file, f"software.{REFERENCE_SOFTWARE.name}", None,
+                         "the reference profile is the catalog's rates as they stand and "
+                         "cannot change; give a new profile a name of its own")

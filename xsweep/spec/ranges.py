@@ -142,6 +142,12 @@ CATALOG = {
         "launch_latency_us": LAUNCH_US,
     },
     "models": {**MODEL, **MOE_MODEL},
+    # a software profile's factors only slow the catalog's rates, so a factor times any
+    # GPU's fraction stays a fraction (docs/model.md, "Software profiles")
+    "software": {
+        "gemm_factor": FRACTION,
+        "attention_factor": FRACTION,
+    },
 }
 
 PRICING = ("capex", "cloud")

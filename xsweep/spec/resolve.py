@@ -14,7 +14,14 @@ from typing import NamedTuple
 
 from xsweep.errors import InputError
 from xsweep.spec import xsweep_pb2
-from xsweep.spec.catalog import Catalog, GpuSpec, ModelSpec, NicSpec
+from xsweep.spec.catalog import (
+    REFERENCE_SOFTWARE,
+    Catalog,
+    GpuSpec,
+    ModelSpec,
+    NicSpec,
+    SoftwareSpec,
+)
 from xsweep.spec.enums import (
     FABRIC,
     MLP,
@@ -102,9 +109,11 @@ def fabric_name(plan: DeploymentPlan, file: str | None = None) -> str:
     return enum_name(FABRIC, plan.cluster.fabric.kind, file)
 
 
-def resolve_training(training: xsweep_pb2.Training) -> TrainingOptions:
+def resolve_training(training: xsweep_pb2.Training,
+                     software: SoftwareSpec = REFERENCE_SOFTWARE) -> TrainingOptions:
     """The training options of a valid plan, unset ones at Megatron-LM's recipe defaults
-    (a new :class:`Stack`: callers that share stacks intern it)."""
+    (a new :class:`Stack`: callers that share stacks intern it); ``software`` is the
+    profile ``training.software`` names (:func:`resolve_software`)."""
     t = training
     stack = Stack(
         sequence_parallel=t.sequence_parallel if t.HasField("sequence_parallel")
@@ -120,11 +129,19 @@ def resolve_training(training: xsweep_pb2.Training) -> TrainingOptions:
         tp_comm_overlap=bool(t.tp_comm_overlap),
         expert_parallel=max(1, int(t.expert_parallel)),
         moe_imbalance=float(t.moe_imbalance) or 1.0,
+        software=software,
     )
     return TrainingOptions(global_batch_size=int(t.global_batch_size),
                            total_tokens=float(t.total_tokens),
                            schedule=enum_name(SCHEDULE, t.schedule),
                            resharding=enum_name(RESHARDING, t.resharding), stack=stack)
+
+
+def resolve_software(training: xsweep_pb2.Training, catalog: Catalog,
+                     file: str | None = None) -> SoftwareSpec:
+    """The software profile ``training.software`` names (empty: ``reference``); InputError
+    naming the field, with the close names, for an unknown one."""
+    return catalog.software_profile(training.software, file=file, field="training.software")
 
 
 def resolve_nodes(cluster: xsweep_pb2.Cluster, catalog: Catalog,

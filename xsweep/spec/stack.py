@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from xsweep.spec.catalog import REFERENCE_SOFTWARE, SoftwareSpec
+
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp8")
 ZERO_STAGES = (0, 1, 3)
@@ -57,6 +59,9 @@ class Stack:
         moe_imbalance: the assumed load of the busiest expert over the mean (1.0: tokens
             spread evenly); the busiest rank's expert work and all-to-all traffic scale by
             it (by the capacity factor when that is lower); none at EP 1.
+        software: the software profile (a catalog entry): factors on the GPUs' compute
+            fractions for what the framework and its version achieve where the model does
+            not spell out the mechanism; the reference profile's factors are all 1.
     """
 
     sequence_parallel: bool = True
@@ -70,6 +75,7 @@ class Stack:
     tp_comm_overlap: bool = False
     expert_parallel: int = 1
     moe_imbalance: float = 1.0
+    software: SoftwareSpec = REFERENCE_SOFTWARE
 
     def __post_init__(self):
         if self.recompute not in RECOMPUTE:

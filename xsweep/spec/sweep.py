@@ -240,6 +240,9 @@ class Training(_Strict):
     # TP communication beside the GEMMs (Transformer Engine's userbuffers); needs
     # sequence_parallel (a point without it is infeasible), no effect at TP 1
     tp_comm_overlap: Annotated[Axis[bool], LAYOUT] = [False]
+    # software profiles (catalog section software): factors on the GPUs' compute rates
+    # for what a framework and its version achieve
+    software: Annotated[Axis[Annotated[str, Field(min_length=1)]], NUMERIC] = ["reference"]
     total_tokens: Annotated[float, Field(gt=0, le=ranges.PLAN["training.total_tokens"].high)] \
         | None = None  # whole run, for cost per run
     # mixture of experts: the assumed load of the busiest expert over the mean (not an axis;
@@ -594,6 +597,9 @@ def _loc_path(loc: tuple) -> str:
     return text
 
 
+_ENTRY_KINDS = {"software": "software profile"}
+
+
 def _one_name_each(sweep: Sweep, file: str | None, catalog: Catalog | None = None) -> None:
     """Refuse two pools of one GPU, and one model or NIC twice in an axis, also when spelled
     apart (by the names and aliases of ``catalog``; default: the built-in one)."""
@@ -606,22 +612,27 @@ def _one_name_each(sweep: Sweep, file: str | None, catalog: Catalog | None = Non
         raise InputError(file, f"cluster.pools[{index}].gpu", pools[index],
                          f"another pool, cluster.pools[{first}], {same}; one pool per GPU")
     for field, section, axis in (("model", "models", sweep.model),
+                                 ("training.software", "software", sweep.training.software),
                                  *((f"cluster.pools[{index}].nic", "nics", pool.nic)
                                    for index, pool in enumerate(sweep.cluster.pools))):
         repeat = repeated_entry(section, axis or (), catalog)
         if repeat is not None:
             first, index = repeat
             raise InputError(file, f"{field}[{index}]", axis[index],
-                             f"names the same {section[:-1]} as {field}[{first}] "
+                             f"names the same {_ENTRY_KINDS.get(section, section[:-1])} "
+                             f"as {field}[{first}] "
                              f"({axis[first]!r}) in another spelling; give each value once")
 
 
 def check_sweep_names(sweep: Sweep, catalog: Catalog, file: str | None = None) -> None:
-    """Raise InputError if a model, GPU or NIC the sweep names is not in the catalog, or
+    """Raise InputError if a model, GPU, NIC or software profile the sweep names is not in
+    the catalog, or
     if two of its values name one entry (a user catalog's own aliases included)."""
     _one_name_each(sweep, file, catalog)
     for index, name in enumerate(sweep.model):
         catalog.model(name, file=file, field=f"model[{index}]")
+    for index, name in enumerate(sweep.training.software):
+        catalog.software_profile(name, file=file, field=f"training.software[{index}]")
     for index, pool in enumerate(sweep.cluster.pools):
         catalog.gpu(pool.gpu, file=file, field=f"cluster.pools[{index}].gpu")
         for k, nic in enumerate(pool.nic or ()):

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from xsweep.errors import InputError
 from xsweep.memo import Memo, cached
 from xsweep.spec import ranges, xsweep_pb2
-from xsweep.spec.catalog import Catalog, ModelSpec, check_model_dimensions
+from xsweep.spec.catalog import Catalog, ModelSpec, SoftwareSpec, check_model_dimensions
 from xsweep.spec.enums import (
     FABRIC,
     MLP,
@@ -44,6 +44,7 @@ from xsweep.spec.resolve import (
     resolve_cluster,
     resolve_groups,
     resolve_model,
+    resolve_software,
     resolve_training,
 )
 from xsweep.spec.stack import DEFAULT_STACK, Stack
@@ -146,8 +147,9 @@ def _checked(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str | None
                          (FABRIC, plan.cluster.fabric.kind), (MLP, plan.model.mlp)):
         enum_name(table, value, file)
     preset, model = _checked_model(plan, catalog, file)
-    options = _TRAININGS.get(training.SerializeToString(),
-                             lambda: _checked_training(training, file))
+    software = resolve_software(training, catalog, file)
+    options = _TRAININGS.get((training.SerializeToString(), software),
+                             lambda: _checked_training(training, software, file))
     hardware, cluster = _checked_cluster(plan, catalog, file, limits)
     if options.stack.precision == "fp8":
         _check_fp8(cluster, file)
@@ -161,7 +163,7 @@ def _checked(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str | None
     if model.is_moe or options.stack.expert_parallel > 1:
         _check_moe(model, options, typed, file)
     entries = (*((("models", plan.model.preset, preset),) if preset is not None else ()),
-               *hardware)
+               *hardware, ("software", software.name, software))
     return entries, model, options, cluster, typed, size
 
 
@@ -175,10 +177,11 @@ def _checked_model(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog,
     return entry, _MODELS.get(key, lambda: _check_model(plan, catalog, file))
 
 
-def _checked_training(training: xsweep_pb2.Training, file: str | None) -> TrainingOptions:
+def _checked_training(training: xsweep_pb2.Training, software: SoftwareSpec,
+                      file: str | None) -> TrainingOptions:
     """The training options, once they passed :func:`_check_training`."""
     _check_training(training, file)
-    options = resolve_training(training)
+    options = resolve_training(training, software)
     stack = _interned(options.stack)
     return options if stack is options.stack else dataclasses.replace(options, stack=stack)
 

@@ -225,7 +225,7 @@ def test_points_of_one_variant_have_one_plan(spaces_dir, catalog):
 def test_every_training_stack_option_reaches_the_plan(catalog, sequence):
     stack = {"recompute": "selective", **sequence, "flash_attention": False,
              "virtual_pipeline_stages": 2, "dp_overlap": True, "dp_bucket_params": 5_000_000,
-             "zero_stage": 1, "precision": "fp8"}
+             "zero_stage": 1, "precision": "fp8", "software": "nemo-24.07"}
     hopper = {"cluster__pools": [{"gpu": "H100-SXM", "nodes": 1}, {"gpu": "H200", "nodes": 1}],
               "parallelism__tp": {"H100-SXM": 4, "H200": 4}}  # FP8 needs FP8 tensor cores
     out = plan_one(catalog, **{f"training__{k}": v for k, v in stack.items()}, **hopper)
@@ -233,8 +233,8 @@ def test_every_training_stack_option_reaches_the_plan(catalog, sequence):
     validate_plan(out.plan, catalog)
     analysis = analyze(out.plan, catalog)
     # a dense model: no expert parallelism, no imbalance (tests/search/space/test_planner_moe.py)
-    assert dataclasses.asdict(analysis.stack) == {**stack, "expert_parallel": 1,
-                                                  "moe_imbalance": 1.0}
+    assert {**dataclasses.asdict(analysis.stack), "software": analysis.stack.software.name} \
+        == {**stack, "expert_parallel": 1, "moe_imbalance": 1.0}
     for group in out.plan.device_groups:  # interleaving: layers in multiples of 2, counts of pp
         assert (group.last_layer - group.first_layer + 1) % 2 == 0
         assert group.num_micro_batches % 2 == 0
@@ -296,7 +296,7 @@ def test_fsdp_with_replicas_of_one_shape_is_built(catalog):
 OLD_PER_POINT = re.compile(r"cluster\.pools\[\d+\]\.nic|training\.resharding|cluster\.fabric"
                            r"|cluster\.oversubscription|cost\.pricing"
                            r"|training\.dp_overlap|training\.dp_bucket_params")
-OLD_NUMERIC = re.compile(r"training\.(recompute|sequence_parallel|flash_attention|precision)")
+OLD_NUMERIC = re.compile(r"training\.(recompute|sequence_parallel|flash_attention|precision|software)")
 
 
 def _axis_fields(model: type[BaseModel], prefix: str = "") -> dict[str, FieldInfo]:

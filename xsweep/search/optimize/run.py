@@ -226,6 +226,8 @@ def _search(storage, shown_url: str, locked: bool, sweep, text: str, job: Job,
          f"study {study_name!r} holds {best.counts['total']:,} trials, "
          f"{best.counts['counted']:,} with a result", final=True)
     summary = {"sweep": sweep.name, "study": study_name, "storage": shown_url,
+               "software": [job.catalog.software_profile(name).record()
+                            for name in sweep.training.software],
                "sampler": sampler_name, "batch": batch, "trials_target": target,
                "trials_this_run": told, "trials_per_s": told / spent if spent else None,
                "objectives": list(sweep.objectives),

@@ -60,7 +60,7 @@ from xsweep.plan.workload import stage_cost
 from xsweep.search.space.apportion import apportion
 from xsweep.search.space.grid import Point
 from xsweep.spec import xsweep_pb2 as pb
-from xsweep.spec.catalog import Catalog, GpuSpec, ModelSpec
+from xsweep.spec.catalog import REFERENCE_SOFTWARE, Catalog, GpuSpec, ModelSpec
 from xsweep.spec.enums import FABRIC, PRECISION, RECOMPUTE, RESHARDING, SCHEDULE
 from xsweep.spec.limits import active_limits, over_limit
 from xsweep.spec.program_size import describe_program, estimate_program_size
@@ -232,7 +232,7 @@ class Planner:
         pools = self._pools(point)
         b, batch = point["parallelism.micro_batch_size"], point["training.global_batch_size"]
         p, mix = point["parallelism.pp"], point["parallelism.pipeline_mix"]
-        stack = layout_stack(point, self.sweep.training.moe_imbalance or 1.0)
+        stack = layout_stack(point, self.catalog, self.sweep.training.moe_imbalance or 1.0)
         # Arithmetic first: nothing per GPU, TP group or replica exists until the point is
         # known to have a layout within the GPU limit.
         reason = self._arithmetic(point, pools, model, stack)
@@ -257,7 +257,8 @@ class Planner:
         reason = self._size_limits(pools, counts)
         if reason:
             return Infeasible(reason, memory_gib)
-        return _Template(_build(point, pools, shapes, layout, counts, b, self.sweep),
+        return _Template(_build(point, pools, shapes, layout, counts, b, self.sweep,
+                                self.catalog),
                          tuple(p.index for p in pools for _ in range(p.nodes)), memory_gib)
 
     def _arithmetic(self, point: Point, pools: list[_Pool], model: ModelSpec,
@@ -356,11 +357,12 @@ class Planner:
         return largest, worst
 
 
-def layout_stack(point: Point, imbalance: float = 1.0) -> Stack:
+def layout_stack(point: Point, catalog: Catalog, imbalance: float = 1.0) -> Stack:
     """The point's training-stack options that shape its stages' speed and memory (the
-    gradient-bucket options, per point, are left at their defaults), with the sweep's
-    token ``imbalance`` of a model with experts."""
-    return Stack(sequence_parallel=point["training.sequence_parallel"],
+    gradient-bucket options, per point, are left at their defaults), its software profile
+    from ``catalog``, with the sweep's token ``imbalance`` of a model with experts."""
+    return Stack(software=catalog.software_profile(point["training.software"]),
+                 sequence_parallel=point["training.sequence_parallel"],
                  flash_attention=point["training.flash_attention"],
                  recompute=point["training.recompute"],
                  zero_stage=point["training.zero_stage"],
@@ -647,13 +649,15 @@ def _replicas_mixed(pools: list[_Pool], p: int) -> _Layout:
 
 
 def _build(point: Point, pools: list[_Pool], shapes: list[tuple[_Stage, ...]], layout: _Layout,
-           counts: list[int], b: int, sweep: Sweep) -> pb.DeploymentPlan:
+           counts: list[int], b: int, sweep: Sweep, catalog: Catalog) -> pb.DeploymentPlan:
     plan = pb.DeploymentPlan()
     plan.model.preset = point["model"]
     t = plan.training
     t.global_batch_size = point["training.global_batch_size"]
     t.schedule = SCHEDULE.value(point["training.schedule"])
-    stack = layout_stack(point, sweep.training.moe_imbalance or 1.0)
+    stack = layout_stack(point, catalog, sweep.training.moe_imbalance or 1.0)
+    if stack.software.name != REFERENCE_SOFTWARE.name:  # unset means the reference profile
+        t.software = stack.software.name
     t.recompute = RECOMPUTE.value(stack.recompute)
     t.precision = PRECISION.value(stack.precision)
     t.tp_comm_overlap = stack.tp_comm_overlap

@@ -235,7 +235,9 @@ def _publish(table: Table, funnel: Funnels, sweep, catalog: Catalog, grid: Grid,
     return the summary and each group's front table as text."""
     table["status"][funnel.pruned] = "pruned"
     found = answers(table, grid, sweep.objectives, sweep.validation.top)
-    summary = {"sweep": sweep.name, **summary_of(table, grid, sweep, found),
+    software = [catalog.software_profile(name).record() for name in sweep.training.software]
+    summary = {"sweep": sweep.name, "software": software,
+               **summary_of(table, grid, sweep, found),
                "rounds": funnel.rounds, "closed_form_rounds": funnel.closed_form_rounds,
                "outputs": {name: str(folder.path(name)) for name in
                            ("sweep.zarr", "pareto.png", "pareto.csv", "summary.json", "plans")}}
@@ -254,7 +256,8 @@ def _publish(table: Table, funnel: Funnels, sweep, catalog: Catalog, grid: Grid,
     png = pareto_png(table, grid, sweep.objectives, found, sweep.name)
     attrs = attrs | {"evaluated_exactly": summary["evaluated_exactly"], "fronts": sweep.fronts,
                      **{f"tier_{name}": count for name, count in summary["tiers"].items()},
-                     "work_axes": [grid.names[path] for path in grid.work]}
+                     "work_axes": [grid.names[path] for path in grid.work],
+                     "software": ", ".join(entry["name"] for entry in software)}
     folder.publish(to_dataset(grid, table, attrs),
                    {"pareto.csv": report.csv_text(rows, [key for key, _ in axes],
                                                   objectives=sweep.objectives).encode(),

@@ -18,6 +18,7 @@ from xsweep.search.space.grid import Grid
 from xsweep.search.space.planner import MEMORY_NUMBERS, REASON_KINDS, reason_kind, unused_axes
 from xsweep.search.sweep.results import Answer, axis_attrs
 from xsweep.search.table import Table
+from xsweep.spec.catalog import describe_software
 from xsweep.spec.sweep import Sweep
 
 #: The layout of summary.json (2: one entry per work group in ``groups``).
@@ -207,7 +208,8 @@ def infeasible_lines(group: dict) -> list[str]:
 
 def report_text(summary: dict, tables: list[str]) -> str:
     """What ``xsweep sweep`` prints: a heading, then per work group its front table
-    (``tables``, in the groups' order) and best plans, or why it has none; the outputs."""
+    (``tables``, in the groups' order) and best plans, or why it has none; the software
+    profiles the points ran under; the outputs."""
     objectives = ", ".join(summary["objectives"])
     groups = summary["groups"]
     exact = f"{summary['evaluated_exactly']:,} of {summary['points']:,} points evaluated exactly"
@@ -231,6 +233,8 @@ def report_text(summary: dict, tables: list[str]) -> str:
             lines += infeasible_lines(group)
     if len(groups) > 1:
         lines.append("")
+    lines.append("software profile: " + "; ".join(describe_software(entry)
+                                                  for entry in summary["software"]))
     lines += [f"{name:>12}: {path}" for name, path in summary["outputs"].items()]
     return "\n".join(lines)
 
