@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from xsweep.search.evaluation import Job, Session
+from xsweep.search.levels import Level
 from xsweep.search.sweep.units import bound_chunk, exact_batch
 from xsweep.search.table import concat
 from xsweep.spec import load_sweep
@@ -19,7 +20,7 @@ def test_a_chunk_is_the_same_in_one_unit_or_two(spaces_dir, catalog):
     job = Job(load_sweep(spaces_dir / "quickstart.yaml", catalog), catalog)
     whole, spent = bound_chunk(session, job, 200, 384)
     assert spent["planning_s"] > 0 and spent["bound_s"] > 0
-    assert (whole["level"] == "bound").sum() > 20
+    assert (whole["level"] == Level.BOUND).sum() > 20
     pieces = concat([bound_chunk(session, job, 200, 290)[0],
                      bound_chunk(session, job, 290, 384)[0]])
     assert whole.keys() == pieces.keys()
@@ -28,4 +29,4 @@ def test_a_chunk_is_the_same_in_one_unit_or_two(spaces_dir, catalog):
     # duplicates of one plan (pools of 0 nodes make the other pool's TP irrelevant) agree
     exact, _ = exact_batch(session, job, np.array([252, 253, 258, 259]))
     assert len(set(exact["iteration_time_s"].tolist())) == 1
-    assert set(exact["level"]) == {"exact"} and exact["feasible"].all()
+    assert set(exact["level"]) == {Level.EXACT} and exact["feasible"].all()

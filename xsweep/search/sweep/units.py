@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from xsweep.search.evaluation import Job, Session, evaluate_points
-from xsweep.search.levels import BOUND, EXACT
+from xsweep.search.levels import Level
 from xsweep.search.space.grid import Grid, Walk
 from xsweep.search.space.planner import plan_name, varies_fast
 from xsweep.search.space.screen import columns_of_grid, screen
@@ -31,7 +31,7 @@ def bound_walk(sweep: Sweep) -> Walk:
 
 
 def bound_chunk(session: Session, job: Job, start: int, stop: int,
-                level: str = BOUND) -> tuple[Table, dict[str, float]]:
+                level: Level = Level.BOUND) -> tuple[Table, dict[str, float]]:
     """Plan the points at positions ``start .. stop-1`` of :func:`bound_walk` and evaluate
     the buildable ones at ``level``, the bound level or the closed form (rows in that
     order)."""
@@ -42,17 +42,17 @@ def bound_batch(session: Session, job: Job,
                 indices: np.ndarray) -> tuple[Table, dict[str, float]]:
     """Plan ``indices`` again and evaluate them at the bound level (the closed-form tier's
     rounds: lowered only when their closed form could still reach the answer)."""
-    return _evaluate(session, job, np.asarray(indices), BOUND)
+    return _evaluate(session, job, np.asarray(indices), Level.BOUND)
 
 
 def exact_batch(session: Session, job: Job,
                 indices: np.ndarray) -> tuple[Table, dict[str, float]]:
     """Plan ``indices`` again and evaluate them at the exact level."""
-    return _evaluate(session, job, np.asarray(indices), EXACT)
+    return _evaluate(session, job, np.asarray(indices), Level.EXACT)
 
 
 def _evaluate(session: Session, job: Job, indices: np.ndarray,
-              level: str) -> tuple[Table, dict[str, float]]:
+              level: Level) -> tuple[Table, dict[str, float]]:
     began = time.perf_counter()
     grid = Grid(job.sweep)
     screened = screen(job.sweep, job.catalog, columns_of_grid(grid, indices))
