@@ -56,6 +56,10 @@ METRICS = metrics.plan_names()
 MEMORY_METRIC = "memory_per_gpu_gib"
 #: The column of each point's :func:`plan_digest` ("" where the point has no plan).
 PLAN_DIGEST = "plan_digest"
+#: The column of a point's plan in protobuf text, where a table carries plans (a sweep's
+#: exact points: its answer's plans are written from it, never planned again); "" where
+#: the point has none. Not a variable of any dataset.
+PLAN_TEXT = "plan_pbtxt"
 
 
 #: Plan results a session keeps at most (a few kilobytes each: about 100 MB in all).

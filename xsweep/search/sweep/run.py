@@ -33,7 +33,7 @@ from xsweep.metrics import jsonable
 from xsweep.runtime import accelerator_possible, usable_cores
 from xsweep.search import command, report
 from xsweep.search.closed_form import METRICS as CLOSED_FORM_METRICS
-from xsweep.search.evaluation import PLAN_DIGEST, Job, Session, exact_feasible
+from xsweep.search.evaluation import PLAN_DIGEST, PLAN_TEXT, Job, Session, exact_feasible
 from xsweep.search.folders import sweep_folder
 from xsweep.search.funnel import Funnel
 from xsweep.search.levels import Level, Status
@@ -228,10 +228,9 @@ def _publish(table: Table, funnel: Funnels, sweep, catalog: Catalog, grid: Grid,
                "rounds": funnel.rounds, "closed_form_rounds": funnel.closed_form_rounds,
                "outputs": {name: str(folder.path(name)) for name in
                            ("sweep.zarr", "pareto.png", "pareto.csv", "summary.json", "plans")}}
-    planner = Planner(sweep, catalog)
     shown = sorted({int(i) for a in found
                     for i in (*a.front, *(j for t in a.top.values() for j in t))})
-    built = {i: planner.plan(grid.point(i), plan_name(sweep, i)).plan for i in shown}
+    plans = _answer_plans(table, shown, sweep, catalog, grid)
     pools = [p.gpu for p in sweep.cluster.pools]
     axes = [(grid.names[path], report.axis_label(path, pools)) for path in grid.dims]
     within = [axis for path, axis in zip(grid.dims, axes, strict=True) if path not in grid.work]
@@ -250,8 +249,23 @@ def _publish(table: Table, funnel: Funnels, sweep, catalog: Catalog, grid: Grid,
                     "pareto.png": png,
                     "summary.json": (json.dumps(jsonable(summary), indent=2, allow_nan=False)
                                      + "\n").encode()},
-                   {f"point-{i}.pbtxt": plan_to_text(plan) for i, plan in built.items()})
+                   {f"point-{i}.pbtxt": text for i, text in plans.items()})
     return summary, tables
+
+
+def _answer_plans(table: Table, shown: list[int], sweep, catalog: Catalog,
+                  grid: Grid) -> dict[int, str]:
+    """The plans of the points ``shown`` in protobuf text: as their exact units wrote them
+    (:data:`~xsweep.search.evaluation.PLAN_TEXT`), planned here only where a unit of an
+    earlier version, resumed, did not."""
+    kept = table.get(PLAN_TEXT)
+    planner = Planner(sweep, catalog)
+    out = {}
+    for i in shown:
+        text = str(kept[i]) if kept is not None else ""
+        out[i] = text or plan_to_text(planner.plan(grid.point(i),
+                                                   plan_name(sweep, i)).plan)
+    return out
 
 
 def _add(timings: dict, more: dict) -> None:

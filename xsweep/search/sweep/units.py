@@ -13,12 +13,13 @@ import time
 
 import numpy as np
 
-from xsweep.search.evaluation import Job, Session, evaluate_points
+from xsweep.search.evaluation import PLAN_TEXT, Job, Session, evaluate_points
 from xsweep.search.levels import Level
 from xsweep.search.space.grid import Grid, Walk
 from xsweep.search.space.planner import plan_name, varies_fast
 from xsweep.search.space.screen import columns_of_grid, screen
 from xsweep.search.table import Table
+from xsweep.spec import plan_to_text
 from xsweep.spec.sweep import Sweep
 
 
@@ -59,7 +60,13 @@ def _evaluate(session: Session, job: Job, indices: np.ndarray,
     rest = indices[screened.to_plan]
     names = [plan_name(job.sweep, index) for index in rest.tolist()]
     screening = time.perf_counter() - began
+    built: dict[int, object] | None = {} if level == Level.EXACT else None
     table, timings = evaluate_points(session, job, indices, grid.points(rest), names, level,
-                                     screened=screened)
+                                     screened=screened, built=built)
+    if built:  # the answer's plans are among the exact points': written as they are
+        text = np.full(len(indices), "", object)
+        for row, plan in built.items():
+            text[row] = plan_to_text(plan)
+        table[PLAN_TEXT] = text
     timings["planning_s"] += screening
     return table, timings
