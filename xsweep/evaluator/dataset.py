@@ -145,14 +145,6 @@ def joined(tables: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray] | N
     return {name: _joined(tables, name) for name in tables[0]} if tables else None
 
 
-def empty_columns() -> dict[str, np.ndarray]:
-    """The columns of :func:`joined` for no plans."""
-    columns = {name: np.zeros(0) for name in (*metrics.plan_names(), *DIAGNOSTICS)}
-    columns |= {name: np.zeros((0, 0)) for name in metrics.STREAM_METRICS}
-    return columns | {"status": np.zeros(0, np.int8), "feasible": np.zeros(0, bool),
-                      "reason": np.zeros(0, object), "name": np.zeros(0, object)}
-
-
 def assemble(columns: dict[str, np.ndarray] | None, level: str, dtype: str,
              cost: CostModel, coords: Mapping[str, Sequence] | None = None,
              attrs: Mapping[str, object] | None = None) -> xr.Dataset:

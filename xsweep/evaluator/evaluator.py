@@ -21,7 +21,7 @@ from xsweep.evaluator.arguments import (
     evaluation_plans,
 )
 from xsweep.evaluator.compiles import compile_count
-from xsweep.evaluator.dataset import assemble, empty_columns, joined, table, table_of
+from xsweep.evaluator.dataset import assemble, joined, table, table_of
 from xsweep.evaluator.derived import Derived
 from xsweep.evaluator.driver import run_programs, shapes_known
 from xsweep.evaluator.executables import Executables
@@ -275,7 +275,7 @@ class Evaluator:
         dtype, cost = dtype or self.dtype, cost or self.cost
         columns, seconds = self._columns(plans, level, catalog, None, cost, dtype, None,
                                          progress)
-        return (columns if columns is not None else empty_columns()), dict(seconds)
+        return columns, dict(seconds)
 
     def _columns(self, plans: Sequence, level: str, catalog, profile, cost: CostModel,
                  dtype: str, chunk_size, progress) -> tuple[dict | None, dict]:
