@@ -236,8 +236,27 @@ def _publish(found: Outcome, folder: Path) -> Outcome:
     summary = {**found.summary, "folder": str(folder), "plans": [str(p) for p in written]}
     write_file(folder / STUDY_SUMMARY, (json.dumps(jsonable(summary), indent=2, allow_nan=False)
                                         + "\n").encode())
-    problem = "" if found.best.trials else found.best.no_answer_line()
-    return Outcome(folder, summary, problem=problem, best=found.best)
+    problem = "" if summary["best"] else found.best.no_answer_line()
+    return Outcome(folder, summary, report_text(summary, found.best, folder), problem,
+                   best=found.best)
+
+
+def report_text(summary: dict, best: Best, folder: Path) -> str:
+    """What ``xsweep optimize`` prints: a heading (the answer, the deadline, the trials by
+    state), the front tables, and where the plans, summary and study are."""
+    what = ("Pareto front" if summary["answer"] == "front"
+            else f"best {len(summary['best'])} by {summary['objectives'][0]}")
+    deadline = (f" within {summary['training_days_max']:g} days"
+                if summary["training_days_max"] else "")
+    trials = summary["trials"]
+    counts = ", ".join(f"{n:,} {state.lower()}" for state, n in trials["state"].items())
+    if trials["unfinished"]:
+        counts += f"; {trials['unfinished']:,} unfinished, not counted"
+    return "\n".join([f"{what} of study {summary['study']!r}{deadline} "
+                      f"({trials['total']:,} trials: {counts})",
+                      best.table_text(),
+                      f"plans: {folder / 'plans'}", f"summary: {folder / STUDY_SUMMARY}",
+                      f"study: {summary['storage']}"])
 
 
 def sqlite_url(path: Path) -> str:
