@@ -2,16 +2,18 @@
 the session a process evaluates in, and :func:`evaluate_points`, which plans points and
 evaluates the buildable ones.
 
-:func:`evaluate_points` returns a :data:`~xsweep.search.table.Table` (one row per point)
+:func:`evaluate_points` returns a :class:`~xsweep.search.table.Table` (one row per point)
 and the seconds it spent planning and evaluating. Infeasible points get their reason and
-``level = "none"``; a point with a plan gets its :func:`plan_digest` (column
-``plan_digest``), equal for points that build the same plan under the same pricing.
+level :attr:`~xsweep.search.levels.Level.NONE`; a point with a plan gets its
+:func:`plan_digest` (column ``plan_digest``), equal for points that build the same plan
+under the same pricing.
 
 What a process evaluates it keeps from call to call in a :class:`Session`, an object its
 owner makes and passes to every call: its :class:`~xsweep.evaluator.Evaluator` (program
 structures and compiled kernels are reused; it streams a call's plans in chunks, over
 worker processes where a call is large enough) and the results of the plans it
-evaluated. The owners: a sweep's run for the units it runs itself, each of the sweep's
+evaluated, as the evaluator gives them (columns, never a Dataset), in one table with a
+row per plan. The owners: a sweep's run for the units it runs itself, each of the sweep's
 worker processes (:mod:`xsweep.search.sweep.processes`), each Dask worker
 (:mod:`xsweep.search.sweep.distributed`) and a study's run. Points that plan to the same
 plan under the same pricing are evaluated once and share the result, within a call and
