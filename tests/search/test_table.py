@@ -67,3 +67,14 @@ def test_codes_are_saved_as_codes_and_names_of_older_files_read_back_as_codes(tm
         for column in table:
             assert loaded[column].dtype == table[column].dtype, (name, column)
             np.testing.assert_array_equal(loaded[column], table[column])
+
+
+def test_text_of_any_numpy_dtype_takes_the_canonical_dtypes():
+    """A dataset read back may hold text as fixed-width or variable-width strings."""
+    for dtype in (str, object, np.dtypes.StringDType()):
+        table = from_rows({"status": np.array(["ok", "pruned"], dtype=dtype),
+                           "level": np.array(["exact", "none"], dtype=dtype),
+                           "reason": np.array(["", "does not fit"], dtype=dtype)})
+        assert table["status"].tolist() == [Status.OK, Status.PRUNED], dtype
+        assert table["level"].tolist() == [Level.EXACT, Level.NONE], dtype
+        assert table["reason"].dtype == object and table["reason"].tolist() == ["", "does not fit"]

@@ -76,7 +76,9 @@ def codes(labels: Iterable[str] | np.ndarray, kind: type[Level] | type[Status]) 
       ValueError: a label names no member of ``kind``.
     """
     by_name = {member.label: member.value for member in kind}
-    text = np.asarray(labels, dtype=str)
+    text = np.asarray(labels)
+    if text.dtype.kind != "U":  # objects, numpy's variable-width strings (as Zarr 3 reads)
+        text = text.astype(object).astype(str)
     unique, inverse = np.unique(text, return_inverse=True)
     unknown = [str(u) for u in unique if u not in by_name]
     if unknown:

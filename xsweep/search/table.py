@@ -50,12 +50,14 @@ def _canonical(name: str, values) -> np.ndarray:
     if name == "point":
         return values.astype(np.int64)
     if name in CODED:
-        return (codes(values, CODED[name]) if values.dtype.kind in "OUS"
-                else values.astype(CODE_DTYPE))
+        return (values.astype(CODE_DTYPE) if values.dtype.kind in "biu"
+                else codes(values, CODED[name]))  # names, in any text dtype
     if values.dtype.kind == "b":
         return values.astype(bool)
     if values.dtype.kind in "iuf":
         return values.astype(np.float64)
+    if values.dtype.kind in "UT":  # fixed or variable width (as Zarr 3 reads text)
+        return values.astype(object)
     return values.astype(str).astype(object)
 
 
