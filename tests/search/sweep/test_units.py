@@ -52,7 +52,7 @@ def test_exact_units_keep_the_plans_they_evaluated(spaces_dir, catalog):
         planned = planner.plan(grid.point(index), plan_name(job.sweep, index)).plan
         assert exact[PLAN_TEXT][row] == plan_to_text(planned)
     assert PLAN_TEXT not in bound_chunk(session, job, 0, 8)[0]
-    whole = from_rows({"point": np.arange(grid.size), "status": np.zeros(grid.size),
+    whole = from_rows({"point": np.arange(grid.size), "status": np.zeros(grid.size, np.int8),
                        "level": np.full(grid.size, Level.EXACT), PLAN_TEXT: [""] * grid.size})
     ds = to_dataset(grid, whole, {})
     assert PLAN_TEXT not in ds.data_vars and set(ds["level"].values.ravel()) == {"exact"}
