@@ -122,6 +122,7 @@ def throughput(work: Path, trials: int, session) -> None:
     import optuna
 
     from xsweep.search.evaluation import Job, evaluate_points
+    from xsweep.search.levels import Level, Status
     from xsweep.search.optimize import trials as trial_io
     from xsweep.spec import load_catalog, load_sweep
 
@@ -135,7 +136,8 @@ def throughput(work: Path, trials: int, session) -> None:
         point = trial_io.suggest_point(trial, domains)
         row, _ = evaluate_points(session, job, np.array([trial.number]), [point], ["one"],
                                  "exact")
-        if row["level"][0] != "exact" or row["status"][0] != "ok" or not row["feasible"][0]:
+        if (row["level"][0] != Level.EXACT or row["status"][0] != Status.OK
+                or not row["feasible"][0]):
             raise optuna.TrialPruned()
         return [float(row[name][0]) for name in OBJECTIVES]
 

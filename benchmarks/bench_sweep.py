@@ -145,7 +145,7 @@ def arrays() -> None:
     per-point planner for the rest, closed form per layout), points per second."""
 
     from xsweep.search.evaluation import Job, Session
-    from xsweep.search.levels import CLOSED_FORM
+    from xsweep.search.levels import Level
     from xsweep.search.space.grid import Grid
     from xsweep.search.space.screen import columns_of_grid, screen
     from xsweep.search.sweep.units import bound_chunk, bound_walk
@@ -170,7 +170,7 @@ def arrays() -> None:
     walk = bound_walk(sweep)
     began = time.perf_counter()
     for start, stop in walk.chunks(1024):
-        bound_chunk(session, job, start, stop, CLOSED_FORM)
+        bound_chunk(session, job, start, stop, Level.CLOSED_FORM)
     seconds = time.perf_counter() - began
     print(f"planning {GPT3.name} to the closed form (one process, first time): "
           f"{walk.size / seconds:,.0f} points/s ({seconds:.2f} s)")

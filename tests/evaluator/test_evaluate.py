@@ -164,3 +164,18 @@ def test_worker_shares_cover_the_plans_in_pieces_of_one_size(n, processes):
     assert all(0 < size <= HOST_CHUNK for size in sizes)
     assert len(set(sizes[:-1])) <= 1 and sizes[-1] <= sizes[0]
     assert len(shares) <= 4 * processes + n // HOST_CHUNK
+
+
+def test_columns_are_the_dataset_before_it_is_made(plans, exact):
+    """What a search's session keeps (``Evaluator.evaluate_columns``) holds the Dataset's
+    values, with status codes where the Dataset has their names."""
+    from xsweep.evaluator import default_evaluator
+    from xsweep.evaluator.dataset import STATUS_NAMES
+
+    columns, seconds = default_evaluator().evaluate_columns(plans, "exact")
+    assert seconds["kernels_s"] >= 0 and "compile_s" in seconds
+    assert columns["status"].dtype == np.int8
+    assert [STATUS_NAMES[s] for s in columns["status"]] == list(exact["status"].values)
+    for name in ("iteration_time_s", "mfu", "feasible", "reason", "steps"):
+        np.testing.assert_array_equal(columns[name], exact[name].values, err_msg=name)
+    assert columns["name"].tolist() == list(EXAMPLES)

@@ -9,6 +9,7 @@ import pytest
 
 from xsweep.evaluator import default_evaluator
 from xsweep.search.evaluation import Job, Session, evaluate_points
+from xsweep.search.levels import Level
 from xsweep.search.space.grid import Grid
 from xsweep.search.space.planner import plan_name
 from xsweep.spec import load_sweep
@@ -21,9 +22,9 @@ class Counting:
         self.inner, self.plans = inner, 0
         self.platform = inner.platform
 
-    def evaluate(self, plans, *args, **kwargs):
+    def evaluate_columns(self, plans, *args, **kwargs):
         self.plans += len(plans)
-        return self.inner.evaluate(plans, *args, **kwargs)
+        return self.inner.evaluate_columns(plans, *args, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ def test_a_session_evaluates_a_plan_once(job):
     counting = Counting(default_evaluator())
     session = Session(counting)
     first = bounded(session, job, points)
-    assert 0 < counting.plans < int(np.sum(first["level"] == "bound"))
+    assert 0 < counting.plans < int(np.sum(first["level"] == Level.BOUND))
     asked = counting.plans
     again = bounded(session, job, points)
     assert counting.plans == asked  # every plan's result was kept
@@ -56,6 +57,6 @@ def test_a_session_evaluates_a_plan_once(job):
 def test_a_session_that_never_evaluates_makes_no_evaluator(job):
     session = Session()
     rows = bounded(session, job, np.arange(24))  # pools of no nodes: nothing to evaluate
-    assert set(rows["level"]) == {"none"}
+    assert set(rows["level"]) == {Level.NONE}
     assert session._evaluator is None
     assert session.evaluator is default_evaluator()  # made when first asked for

@@ -78,28 +78,8 @@ def run(args) -> int:
                       catalog_files=tuple(args.catalog))
     with sweep_file_errors(args.space):
         outcome = run_optimize(args.space, options, Progress())
-    summary = outcome.summary
-    # no feasible trial: a check failed (exit 1), with why on stderr, as a sweep does
-    status = EXIT_OK if summary["best"] else EXIT_CHECK_FAILED
-    if args.json:
-        emit(json_text(summary))
-        if status != EXIT_OK:
-            print(outcome.best.no_answer_line(), file=sys.stderr)
-        return status
-    what = ("Pareto front" if summary["answer"] == "front"
-            else f"best {len(summary['best'])} by {summary['objectives'][0]}")
-    deadline = (f" within {summary['training_days_max']:g} days"
-                if summary["training_days_max"] else "")
-    trials = summary["trials"]
-    counts = ", ".join(f"{n:,} {state.lower()}" for state, n in trials["state"].items())
-    if trials["unfinished"]:
-        counts += f"; {trials['unfinished']:,} unfinished, not counted"
-    lines = [f"{what} of study {summary['study']!r}{deadline} "
-             f"({trials['total']:,} trials: {counts})",
-             outcome.best.table_text(),
-             f"plans: {outcome.folder / 'plans'}", f"summary: {outcome.folder / 'study.json'}",
-             f"study: {summary['storage']}"]
-    emit("\n".join(lines))
-    if status != EXIT_OK:
-        print(outcome.best.no_answer_line(), file=sys.stderr)
-    return status
+    emit(json_text(outcome.summary) if args.json else outcome.text)
+    if outcome.problem:  # no feasible trial: a check failed, as a sweep's empty front
+        print(outcome.problem, file=sys.stderr)
+        return EXIT_CHECK_FAILED
+    return EXIT_OK

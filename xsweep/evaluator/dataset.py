@@ -39,6 +39,11 @@ _DIAGNOSTIC_ABOUT = {
 }
 
 
+def status_names(codes: np.ndarray) -> np.ndarray:
+    """The names of status ``codes`` (:data:`STATUS_NAMES`), an object array of ``str``."""
+    return np.array(STATUS_NAMES, dtype=object)[np.asarray(codes, np.int64)]
+
+
 def _attrs(name: str) -> dict:
     m = metrics.metric_of(name)
     return {"units": m.unit, "description": m.description}
@@ -117,11 +122,10 @@ def table_of(static: Mapping[str, np.ndarray], out: Mapping[str, np.ndarray]
     status = np.asarray(out["status"], int)
     fits = data["memory_fits"].astype(bool)
     converged = status == Status.OK
-    names = np.array([STATUS_NAMES[s] for s in status], dtype=object)
-    data["status"] = names
+    data["status"] = status.astype(np.int8)  # codes: named only in the Dataset
     data["feasible"] = fits & converged
     data["reason"] = np.where(~fits, "does not fit in GPU memory",
-                              np.where(converged, "", names)).astype(object)
+                              np.where(converged, "", status_names(status))).astype(object)
     for name in DIAGNOSTICS:
         data[name] = np.asarray(out[name])
     data["name"] = np.asarray(static["name"], dtype=object)
@@ -136,17 +140,22 @@ def _joined(tables: Sequence[dict[str, np.ndarray]], name: str) -> np.ndarray:
     return np.concatenate(parts)
 
 
-def assemble(tables: Sequence[dict[str, np.ndarray]], level: str, dtype: str,
+def joined(tables: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray] | None:
+    """The tables of :func:`table` as one, rows in order (None for no tables)."""
+    return {name: _joined(tables, name) for name in tables[0]} if tables else None
+
+
+def assemble(columns: dict[str, np.ndarray] | None, level: str, dtype: str,
              cost: CostModel, coords: Mapping[str, Sequence] | None = None,
              attrs: Mapping[str, object] | None = None) -> xr.Dataset:
-    """The Dataset of the plans of ``tables`` (from :func:`table`), in their order.
+    """The Dataset of the plans of ``columns`` (:func:`joined` tables), in their order;
+    the one place the evaluator's results become a Dataset, and status codes names.
 
     Args:
       coords: per-variant values that identify each variant (a sweep's axes, say),
         added as coordinates along ``variant``.
       attrs: more attributes (timings, say).
     """
-    columns = {name: _joined(tables, name) for name in tables[0]} if tables else None
     n = len(columns["name"]) if columns else 0
     data: dict[str, tuple] = {}
     for name in metrics.plan_names():
@@ -157,6 +166,8 @@ def assemble(tables: Sequence[dict[str, np.ndarray]], level: str, dtype: str,
     for name in ("status", "feasible", "reason", *DIAGNOSTICS):
         empty = np.zeros(0, bool if name == "feasible" else float)
         values = columns[name] if columns else empty
+        if name == "status" and columns:
+            values = status_names(values)
         data[name] = (("variant",), values.astype(str) if values.dtype == object else values,
                       {"description": _DIAGNOSTIC_ABOUT[name]} if name in DIAGNOSTICS else {})
     data["level"] = (("variant",), np.full(n, level))

@@ -21,7 +21,7 @@ from xsweep.evaluator.arguments import (
     evaluation_plans,
 )
 from xsweep.evaluator.compiles import compile_count
-from xsweep.evaluator.dataset import assemble, table, table_of
+from xsweep.evaluator.dataset import assemble, joined, table, table_of
 from xsweep.evaluator.derived import Derived
 from xsweep.evaluator.driver import run_programs, shapes_known
 from xsweep.evaluator.executables import Executables
@@ -251,8 +251,37 @@ class Evaluator:
         check_evaluate_arguments(plans, level, catalog=catalog, profile=profile, cost=cost,
                                  dtype=dtype, chunk_size=chunk_size, progress=progress,
                                  coords=coords)
-        catalog, profile = self.inputs(catalog, profile)
         dtype, cost = dtype or self.dtype, cost or self.cost
+        columns, seconds = self._columns(plans, level, catalog, profile, cost, dtype,
+                                         chunk_size, progress)
+        start = time.perf_counter()
+        ds = assemble(columns, level, dtype, cost, coords, seconds)
+        ds.attrs["results_s"] += time.perf_counter() - start
+        return ds
+
+    @_taking_turns
+    def evaluate_columns(self, plans: Sequence, level: str = "exact", *,
+                         catalog: Catalog | None = None, cost: CostModel | None = None,
+                         dtype: str | None = None,
+                         progress: Callable[[int, int], None] | None = None,
+                         ) -> tuple[dict[str, np.ndarray], dict]:
+        """What :meth:`evaluate` gives, as columns over the plans before any Dataset is
+        made: each variable by name (``status`` as integer codes, the kernels' and
+        :class:`xsweep.search.levels.Status`'s; ``name`` the plans' names; no ``level``),
+        and where the time went (the Dataset's attributes). For callers that keep results
+        in tables of their own (a search's session)."""
+        check_evaluate_arguments(plans, level, catalog=catalog, cost=cost, dtype=dtype,
+                                 progress=progress)
+        dtype, cost = dtype or self.dtype, cost or self.cost
+        columns, seconds = self._columns(plans, level, catalog, None, cost, dtype, None,
+                                         progress)
+        return columns, dict(seconds)
+
+    def _columns(self, plans: Sequence, level: str, catalog, profile, cost: CostModel,
+                 dtype: str, chunk_size, progress) -> tuple[dict | None, dict]:
+        """Evaluate checked arguments: the joined result tables (None for no plans) and
+        where the time went."""
+        catalog, profile = self.inputs(catalog, profile)
         items = evaluation_arguments(plans, catalog, profile=profile, cost=cost,
                                      chunk_size=chunk_size, progress=progress)
         n = len(items)
@@ -280,9 +309,9 @@ class Evaluator:
             tables, seconds = self.tables(list(validated_plans(items, catalog)), level,
                                           progress=progress, **options)
         start = time.perf_counter()
-        ds = assemble(tables, level, dtype, cost, coords, seconds)
-        ds.attrs["results_s"] += time.perf_counter() - start
-        return ds
+        columns = joined(tables)
+        seconds["results_s"] += time.perf_counter() - start
+        return columns, seconds
 
     @_taking_turns
     def tables(self, plans: Sequence, level: str, *, catalog: Catalog | None = None,

@@ -17,8 +17,10 @@ never another command's folder:
   inputs, ``sweep_result`` and ``study_result``; which points, ``winners``; the
   comparison, ``compare``).
 
-Shared here: ``evaluation`` (the job, the session a process evaluates in and
-``evaluate_points``), ``table`` (per-point tables and their files), ``pareto`` (fronts
+Shared here: ``command`` (the options, outcome and setup of ``sweep`` and ``optimize``),
+``evaluation`` (the job, the session a process evaluates in and ``evaluate_points``),
+``table`` (the one table of results every step passes on, and its files), ``levels``
+(the integer codes of levels and statuses, and their names), ``pareto`` (fronts
 and top points), ``funnel`` (the exact funnel), ``report`` (the front table),
 ``folders`` (where outputs go), ``storage`` (where a study lives) and ``progress``.
 """

@@ -2,16 +2,18 @@
 the session a process evaluates in, and :func:`evaluate_points`, which plans points and
 evaluates the buildable ones.
 
-:func:`evaluate_points` returns a :data:`~xsweep.search.table.Table` (one row per point)
+:func:`evaluate_points` returns a :class:`~xsweep.search.table.Table` (one row per point)
 and the seconds it spent planning and evaluating. Infeasible points get their reason and
-``level = "none"``; a point with a plan gets its :func:`plan_digest` (column
-``plan_digest``), equal for points that build the same plan under the same pricing.
+level :attr:`~xsweep.search.levels.Level.NONE`; a point with a plan gets its
+:func:`plan_digest` (column ``plan_digest``), equal for points that build the same plan
+under the same pricing.
 
 What a process evaluates it keeps from call to call in a :class:`Session`, an object its
 owner makes and passes to every call: its :class:`~xsweep.evaluator.Evaluator` (program
 structures and compiled kernels are reused; it streams a call's plans in chunks, over
 worker processes where a call is large enough) and the results of the plans it
-evaluated. The owners: a sweep's run for the units it runs itself, each of the sweep's
+evaluated, as the evaluator gives them (columns, never a Dataset), in one table with a
+row per plan. The owners: a sweep's run for the units it runs itself, each of the sweep's
 worker processes (:mod:`xsweep.search.sweep.processes`), each Dask worker
 (:mod:`xsweep.search.sweep.distributed`) and a study's run. Points that plan to the same
 plan under the same pricing are evaluated once and share the result, within a call and
@@ -38,7 +40,7 @@ from xsweep.search.closed_form import (
     cluster_rates_of,
     iteration_lower_bound,
 )
-from xsweep.search.levels import CLOSED_FORM
+from xsweep.search.levels import CODE_DTYPE, Level, Status
 from xsweep.search.space.grid import Point
 from xsweep.search.space.planner import Built, Planner
 from xsweep.search.space.screen import Screened
@@ -56,6 +58,10 @@ METRICS = metrics.plan_names()
 MEMORY_METRIC = "memory_per_gpu_gib"
 #: The column of each point's :func:`plan_digest` ("" where the point has no plan).
 PLAN_DIGEST = "plan_digest"
+#: The column of a point's plan in protobuf text, where a table carries plans (a sweep's
+#: exact points: its answer's plans are written from it, never planned again); "" where
+#: the point has none. Not a variable of any dataset.
+PLAN_TEXT = "plan_pbtxt"
 
 
 #: Plan results a session keeps at most (a few kilobytes each: about 100 MB in all).
@@ -89,7 +95,8 @@ class Job:
 
 class Session:
     """What one process keeps between the calls it evaluates: an Evaluator and the results
-    of the plans it evaluated, by plan, pricing, level, dtype and catalog.
+    of the plans it evaluated, by plan, pricing, level, dtype and catalog, as one table
+    (a row per plan, :class:`ResultStore`).
 
     Args:
       evaluator: what it evaluates with; by default the process's default evaluator
@@ -99,7 +106,7 @@ class Session:
 
     def __init__(self, evaluator=None):
         self._evaluator = evaluator
-        self._results: dict[tuple, dict[str, object]] = {}
+        self._results = ResultStore(MAX_KEPT_RESULTS)
         self._lock = threading.RLock()  # threads of one process may share a session
 
     @property
@@ -113,33 +120,66 @@ class Session:
             return self._evaluator
 
     def results(self, job: Job, plans: dict[bytes, object], cost, level: str,
-                timings: dict[str, float], progress=None) -> list[dict[str, object]]:
-        """Each plan's per-variant results (``plans``: plan key -> plan), evaluating only
-        those this session has not; adds where the time went to ``timings``; ``progress``
-        is the evaluator's (``progress(done, total)`` over the plans evaluated)."""
-        keys = {key: (hashlib.blake2b(key, digest_size=16).digest(), cost, level, job.dtype,
-                      job.catalog_version) for key in plans}
+                timings: dict[str, float], progress=None) -> Table:
+        """Each plan's results (``plans``: plan key -> plan), a row per plan in order,
+        evaluating only those this session has not; adds where the time went to
+        ``timings``; ``progress`` is the evaluator's (``progress(done, total)`` over the
+        plans evaluated)."""
+        keys = [(hashlib.blake2b(key, digest_size=16).digest(), cost, level, job.dtype,
+                 job.catalog_version) for key in plans]
         with self._lock:
-            return self._results_of(job, plans, keys, cost, level, timings, progress)
+            todo = [i for i, key in enumerate(keys) if key not in self._results]
+            if todo:
+                found = list(plans.values())
+                columns, seconds = self.evaluator.evaluate_columns(
+                    [found[i] for i in todo], level, catalog=job.catalog, cost=cost,
+                    dtype=job.dtype, progress=progress)
+                for stage in ("prepare_s", "kernels_s", "results_s", "compile_s"):
+                    name = f"{level}_{stage}"
+                    timings[name] = timings.get(name, 0.0) + seconds[stage]
+                self._results.add([keys[i] for i in todo], from_rows(
+                    {name: values for name, values in columns.items()
+                     if values.ndim == 1 and name not in _NOT_KEPT}))
+            return self._results.get(keys)
 
-    def _results_of(self, job: Job, plans: dict[bytes, object], keys: dict[bytes, tuple], cost,
-                    level: str, timings: dict[str, float],
-                    progress=None) -> list[dict[str, object]]:
-        todo = [key for key in plans if keys[key] not in self._results]
-        if todo:
-            ds = self.evaluator.evaluate([plans[key] for key in todo], level,
-                                         catalog=job.catalog, cost=cost, dtype=job.dtype,
-                                         progress=progress)
-            for stage in ("prepare_s", "kernels_s", "results_s", "compile_s"):
-                name = f"{level}_{stage}"
-                timings[name] = timings.get(name, 0.0) + ds.attrs[stage]
-            columns = {name: var.values for name, var in ds.data_vars.items()
-                       if var.dims == ("variant",) and name not in BATCH_DIAGNOSTICS}
-            if len(self._results) + len(todo) > MAX_KEPT_RESULTS:
-                self._results.clear()
-            for i, key in enumerate(todo):
-                self._results[keys[key]] = {name: values[i] for name, values in columns.items()}
-        return [self._results[keys[key]] for key in plans]
+
+#: Columns of an evaluator's results a session does not keep: a plan's name (each point
+#: has its own), and what describes the batch rather than the plan.
+_NOT_KEPT = ("name", *BATCH_DIAGNOSTICS)
+
+
+class ResultStore:
+    """Rows of results by key, as one table whose columns grow by doubling; emptied when
+    more than ``limit`` rows would be kept."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._row: dict[tuple, int] = {}
+        self._columns: dict[str, np.ndarray] = {}
+
+    def __contains__(self, key: tuple) -> bool:
+        return key in self._row
+
+    def add(self, keys: list[tuple], rows: Table) -> None:
+        """Keep ``rows`` (one per key, columns of every call alike) under ``keys``."""
+        if len(self._row) + len(keys) > self.limit:
+            self._row.clear()
+        begin = len(self._row)
+        end = begin + len(keys)
+        for name, values in rows.items():
+            column = self._columns.get(name)
+            if column is None or len(column) < end:
+                grown = np.empty(max(end, 2 * begin, 64), values.dtype)
+                if column is not None:
+                    grown[:begin] = column[:begin]
+                self._columns[name] = column = grown
+            column[begin:end] = values
+        self._row.update(zip(keys, range(begin, end), strict=True))
+
+    def get(self, keys: list[tuple]) -> Table:
+        """The rows of ``keys`` (each kept), in order."""
+        index = np.fromiter((self._row[key] for key in keys), np.int64, len(keys))
+        return Table({name: column[index] for name, column in self._columns.items()})
 
 
 def _blank_metrics(n: int) -> dict[str, np.ndarray]:
@@ -147,10 +187,24 @@ def _blank_metrics(n: int) -> dict[str, np.ndarray]:
             else np.full(n, np.nan) for name in METRICS}
 
 
+@dataclass
+class _Planned:
+    """What planning a call's points found: per pricing, each distinct plan's rows; the
+    plans by key; each plan's layout rank (the rank of its layout's first plan)."""
+
+    groups: dict[object, dict[bytes, list[int]]] = dataclasses.field(default_factory=dict)
+    plans: dict[bytes, object] = dataclasses.field(default_factory=dict)
+    layout_of: dict[bytes, int] = dataclasses.field(default_factory=dict)
+    keys: dict[int, bytes] = dataclasses.field(default_factory=dict)  # row -> plan key
+    # the closed form's memos: iteration bounds by layout, prices by pricing and nodes
+    lower_bounds: dict[int, float] = dataclasses.field(default_factory=dict)
+    prices: dict[tuple, tuple[float, float]] = dataclasses.field(default_factory=dict)
+
+
 def evaluate_points(session: Session, job: Job, numbers: np.ndarray, points: Iterable[Point],
-                    names: Sequence[str], level: str, planner: Planner | None = None,
-                    progress=None,
-                    screened: Screened | None = None) -> tuple[Table, dict[str, float]]:
+                    names: Sequence[str], level: str | Level, planner: Planner | None = None,
+                    progress=None, screened: Screened | None = None,
+                    built: dict[int, object] | None = None) -> tuple[Table, dict[str, float]]:
     """Plan ``points`` (one row each, column ``point`` = ``numbers``, plans named ``names``)
     and evaluate the buildable ones at ``level`` in ``session``, each distinct plan once;
     ``planner`` (one of ``job``'s sweep) keeps its layouts between calls; ``progress`` is
@@ -159,76 +213,102 @@ def evaluate_points(session: Session, job: Job, numbers: np.ndarray, points: Ite
     ``screened``: the verdicts of the grid's arrays on these points
     (:func:`xsweep.search.space.screen.screen`); the points they prove infeasible take
     their reason and memory, and ``points`` and ``names`` then hold only the others
-    (``screened.to_plan``, in order)."""
+    (``screened.to_plan``, in order).
+
+    ``built``: filled with the plan of each buildable row (row -> plan, named as the
+    row's point), for a caller that uses the plans too (and so never plans them again)."""
+    level = Level[str(level).upper()] if isinstance(level, str) else Level(level)
     began = time.perf_counter()
     planner = planner or Planner(job.sweep, job.catalog)
     n = len(numbers)
-    rows = {"point": np.asarray(numbers), "level": np.full(n, "none", object),
-            "status": np.full(n, "infeasible", object), "feasible": np.zeros(n, bool),
+    rows = {"point": np.asarray(numbers),
+            "level": np.full(n, Level.NONE, CODE_DTYPE),
+            "status": np.full(n, Status.INFEASIBLE, CODE_DTYPE), "feasible": np.zeros(n, bool),
             "reason": np.full(n, "", object), PLAN_DIGEST: np.full(n, "", object),
             **_blank_metrics(n)}
-    digests: dict[tuple, str] = {}
-    groups: dict[object, dict[bytes, list[int]]] = {}  # cost model -> plan key -> rows
-    plans: dict[bytes, object] = {}
-    layouts: dict[tuple, int] = {}  # the rank of each layout's first point
-    layout_of: dict[bytes, int] = {}
-    known: dict[tuple, tuple[bytes, float]] = {}  # a variant's plan key and memory
     planned_rows: Iterable[int] = range(n)
     if screened is not None:
         rows["reason"][screened.infeasible] = screened.reason[screened.infeasible]
         rows[MEMORY_METRIC][:] = screened.memory_gib
         planned_rows = screened.to_plan.tolist()
+    found = _plan_rows(planner, rows, planned_rows, points, names)
+    if built is not None:
+        built.update(_named_plans(found, dict(zip(planned_rows, names, strict=True))))
+    planned = time.perf_counter()
+    timings = {"planning_s": planned - began, f"{level.label}_s": 0.0}
+    for cost, by_plan in found.groups.items():
+        # Plans of one layout side by side: those that differ only in numbers (NICs, say)
+        # then share a worker process, which lowers their structure once.
+        ordered = sorted(by_plan, key=found.layout_of.__getitem__)
+        results = _results(session, job, found, ordered, cost, level, timings, progress)
+        members = [by_plan[key] for key in ordered]
+        take = np.concatenate([np.full(len(m), i) for i, m in enumerate(members)])
+        where = np.concatenate([np.asarray(m) for m in members])
+        for name, values in results.items():  # per-stream detail stays with single plans
+            if name not in rows:
+                rows[name] = blank(values, n)
+            rows[name][where] = values[take]
+        rows["level"][where] = level
+    timings[f"{level.label}_s"] = time.perf_counter() - planned
+    return from_rows(rows), timings
+
+
+def _plan_rows(planner: Planner, rows: dict[str, np.ndarray], planned_rows: Iterable[int],
+               points: Iterable[Point], names: Sequence[str]) -> _Planned:
+    """Plan each row of ``planned_rows``, filling its memory, reason and digest in ``rows``;
+    a variant met before is not built again."""
+    found = _Planned()
+    digests: dict[tuple, str] = {}
+    layouts: dict[tuple, int] = {}  # the rank of each layout's first point
+    known: dict[tuple, tuple[bytes, float]] = {}  # a variant's plan key and memory
     for row, point, name in zip(planned_rows, points, names, strict=True):
         variant = planner.variant(point)
         if variant in known:  # the same plan as an earlier point's: not built again
             key, rows[MEMORY_METRIC][row] = known[variant]
             cost = planner.cost_model(point)
-            groups.setdefault(cost, {}).setdefault(key, []).append(row)
-            rows[PLAN_DIGEST][row] = _digest(digests, key, cost)
-            continue
-        out = planner.plan(point, name)
-        rows[MEMORY_METRIC][row] = out.memory_per_gpu_gib
-        if not isinstance(out, Built):
-            rows["reason"][row] = out.reason
-            continue
-        key = plan_key(out.plan)
-        known[variant] = (key, out.memory_per_gpu_gib)
-        plans.setdefault(key, out.plan)
-        layout_of.setdefault(key, layouts.setdefault(out.layout, len(layouts)))
-        groups.setdefault(out.cost, {}).setdefault(key, []).append(row)
-        rows[PLAN_DIGEST][row] = _digest(digests, key, out.cost)
-    planned = time.perf_counter()
-    timings = {"planning_s": planned - began, f"{level}_s": 0.0}
-    columns: dict[str, np.ndarray] = {}
-    lower_bounds: dict[int, float] = {}  # the closed form's, by layout
-    prices: dict[tuple, tuple[float, float]] = {}
-    for cost, by_plan in groups.items():
-        # Plans of one layout side by side: those that differ only in numbers (NICs, say)
-        # then share a worker process, which lowers their structure once.
-        ordered = sorted(by_plan, key=layout_of.__getitem__)
-        members = [by_plan[key] for key in ordered]
-        if level == CLOSED_FORM:  # arithmetic on each plan: nothing lowered
-            found = [_closed_form_row(job, plans[key], layout_of[key], cost, lower_bounds,
-                                      prices) for key in ordered]
         else:
-            found = session.results(job, {key: plans[key] for key in ordered}, cost, level,
-                                     timings, progress)
-        take = np.concatenate([np.full(len(m), i) for i, m in enumerate(members)])
-        where = np.concatenate([np.asarray(m) for m in members])
-        for name in found[0]:  # per-stream detail stays with single-plan evaluation
-            values = from_rows({name: np.array([r[name] for r in found])})[name][take]
-            if name not in columns:
-                columns[name] = blank(values, n)
-            columns[name][where] = values
-        rows["level"][where] = level
-    evaluated = rows["level"] == level
-    for name, values in columns.items():
-        if name in rows:
-            rows[name][evaluated] = values[evaluated]
-        else:
-            rows[name] = values
-    timings[f"{level}_s"] = time.perf_counter() - planned
-    return from_rows(rows), timings
+            out = planner.plan(point, name)
+            rows[MEMORY_METRIC][row] = out.memory_per_gpu_gib
+            if not isinstance(out, Built):
+                rows["reason"][row] = out.reason
+                continue
+            key, cost = plan_key(out.plan), out.cost
+            known[variant] = (key, out.memory_per_gpu_gib)
+            found.plans.setdefault(key, out.plan)
+            found.layout_of.setdefault(key, layouts.setdefault(out.layout, len(layouts)))
+        found.groups.setdefault(cost, {}).setdefault(key, []).append(row)
+        found.keys[row] = key
+        rows[PLAN_DIGEST][row] = _digest(digests, key, cost)
+    return found
+
+
+def _named_plans(found: _Planned, names: dict[int, str]) -> dict[int, object]:
+    """Each planned row's plan under its own name (a plan shared with an earlier row is
+    copied, renamed)."""
+    out = {}
+    for row, key in found.keys.items():
+        plan = found.plans[key]
+        if plan.name != names[row]:
+            plan = type(plan)()
+            plan.CopyFrom(found.plans[key])
+            plan.name = names[row]
+        out[row] = plan
+    return out
+
+
+def _results(session: Session, job: Job, found: _Planned, ordered: list[bytes], cost,
+             level: Level, timings: dict[str, float], progress) -> Table:
+    """The results of the plans ``ordered`` (keys of ``found``) at ``level``, a row each."""
+    if level != Level.CLOSED_FORM:
+        return session.results(job, {key: found.plans[key] for key in ordered}, cost,
+                                level.label, timings, progress)
+    # arithmetic on each plan: nothing lowered
+    per_plan = [_closed_form_row(job, found.plans[key], found.layout_of[key], cost,
+                                 found.lower_bounds, found.prices) for key in ordered]
+    table = from_rows({name: np.array([r[name] for r in per_plan]) for name in per_plan[0]})
+    table["status"][:] = Status.OK
+    table["feasible"][:] = True
+    return table
 
 
 def _closed_form_row(job: Job, plan, layout: int, cost, lower_bounds: dict[int, float],
@@ -243,7 +323,7 @@ def _closed_form_row(job: Job, plan, layout: int, cost, lower_bounds: dict[int, 
     if nodes not in prices:
         prices[nodes] = cluster_rates_of(plan, job.catalog, cost)
     return {**closed_form_metrics(plan, job.catalog, cost, seconds, prices[nodes]),
-            "status": "ok", "feasible": True}
+            "status": Status.OK, "feasible": True}
 
 
 def plan_digest(key: bytes, cost) -> str:
@@ -280,4 +360,4 @@ def plan_ids(table: Table) -> np.ndarray:
 
 def exact_feasible(table: Table) -> np.ndarray:
     """``bool[n]``: points evaluated exactly with a feasible, converged result."""
-    return (table["level"] == "exact") & table["feasible"] & (table["status"] == "ok")
+    return (table["level"] == Level.EXACT) & table["feasible"] & (table["status"] == Status.OK)

@@ -1,39 +1,71 @@
-"""Tables of per-point results: columns of equal length keyed by name, and their files.
+"""The one table of a search's results: numpy columns of equal length, by name.
 
-Numbers are float64 (NaN where a point has no value), flags bool, text Python ``str``
-in object arrays; column ``point`` holds the points' grid indices. A table is saved as
-one ``.npz`` file without pickle: each text column as its distinct values and an
-integer code per row, so long repeated reasons cost little. Files are written under a
-temporary name and renamed, so a file that exists is whole.
+Every step of a search passes results on as a :class:`Table`: the evaluation of points
+(:func:`xsweep.search.evaluation.evaluate_points`, one row per point; a session's kept
+results, one row per plan), the funnel's and the fronts' inputs, a sweep's work files
+and answer, a study's batches and validation's input. The Dataset of a sweep is made from
+it only when the sweep publishes (:mod:`xsweep.search.sweep.results`).
+
+Numbers are float64 (NaN where a point has no value), flags bool, ``status`` and
+``level`` integer codes (:mod:`xsweep.search.levels`, ``int8``: named only where results
+are written), other text Python ``str`` in object arrays; column ``point`` holds the
+points' grid indices (int64). A table is saved as one ``.npz`` file without pickle: each
+text column as its distinct values and an integer code per row, so long repeated reasons
+cost little. Files are written under a temporary name and renamed, so a file that exists
+is whole.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
-Table = dict[str, np.ndarray]
+from xsweep.search.levels import CODE_DTYPE, Level, Status, codes
+
+#: The columns of integer codes and what they code.
+CODED: dict[str, type[Level] | type[Status]] = {"status": Status, "level": Level}
 
 _TEXT_VALUES, _TEXT_CODES = ".text_values", ".text_codes"
 
 
-def from_rows(columns: dict[str, np.ndarray]) -> Table:
-    """A table with each column in its canonical dtype (float64, bool, object text, int64 point)."""
-    out: Table = {}
-    for name, values in columns.items():
-        values = np.asarray(values)
-        if name == "point":
-            out[name] = values.astype(np.int64)
-        elif values.dtype.kind == "b":
-            out[name] = values.astype(bool)
-        elif values.dtype.kind in "iuf":
-            out[name] = values.astype(np.float64)
-        else:
-            out[name] = values.astype(str).astype(object)
-    return out
+class Table(dict):
+    """Columns of equal length by name (a ``dict`` of numpy arrays in canonical dtypes:
+    see the module docstring); make one with :func:`from_rows`."""
+
+    @property
+    def rows(self) -> int:
+        """How many rows the table holds."""
+        return len(next(iter(self.values()))) if self else 0
+
+    def take(self, index: np.ndarray) -> Table:
+        """The rows at ``index`` (integers or a boolean mask), every column."""
+        return Table({name: values[index] for name, values in self.items()})
+
+
+def _canonical(name: str, values) -> np.ndarray:
+    values = np.asarray(values)
+    if name == "point":
+        return values.astype(np.int64)
+    if name in CODED:
+        return (values.astype(CODE_DTYPE) if values.dtype.kind in "biu"
+                else codes(values, CODED[name]))  # names, in any text dtype
+    if values.dtype.kind == "b":
+        return values.astype(bool)
+    if values.dtype.kind in "iuf":
+        return values.astype(np.float64)
+    if values.dtype.kind in "UT":  # fixed or variable width (as Zarr 3 reads text)
+        return values.astype(object)
+    return values.astype(str).astype(object)
+
+
+def from_rows(columns: Mapping[str, np.ndarray]) -> Table:
+    """A table with each column in its canonical dtype (float64, bool, int8 codes of
+    ``status`` and ``level``, which may come as codes or names, object text, int64
+    ``point``)."""
+    return Table({name: _canonical(name, values) for name, values in columns.items()})
 
 
 def blank(like: np.ndarray, n: int) -> np.ndarray:
@@ -47,18 +79,18 @@ def blank(like: np.ndarray, n: int) -> np.ndarray:
     return np.full(n, "", object)
 
 
-def concat(tables: Sequence[Table]) -> Table:
+def concat(tables: Sequence[Mapping[str, np.ndarray]]) -> Table:
     """Rows of all tables in order; a column some tables lack is blank there."""
     names: dict[str, np.ndarray] = {}
     for table in tables:
         for name, values in table.items():
             names.setdefault(name, values)
-    return {name: np.concatenate([t[name] if name in t else blank(like, len(t["point"]))
-                                  for t in tables])
-            for name, like in names.items()}
+    return Table({name: np.concatenate([t[name] if name in t else blank(like, len(t["point"]))
+                                        for t in tables])
+                  for name, like in names.items()})
 
 
-def update(base: Table, rows: Table) -> None:
+def update(base: Table, rows: Mapping[str, np.ndarray]) -> None:
     """Overwrite ``base``'s rows at the points of ``rows`` (``base`` covers points 0..n-1 in
     order), adding the columns ``base`` lacks."""
     where = rows["point"]
@@ -69,14 +101,14 @@ def update(base: Table, rows: Table) -> None:
         base[name][where] = values
 
 
-def save(table: Table, path: Path) -> None:
+def save(table: Mapping[str, np.ndarray], path: Path) -> None:
     """Write ``table`` to ``path`` (.npz) atomically."""
     arrays = {}
     for name, values in table.items():
         if values.dtype == object:
-            text, codes = np.unique(values.astype(str), return_inverse=True)
+            text, inverse = np.unique(values.astype(str), return_inverse=True)
             arrays[name + _TEXT_VALUES] = text
-            arrays[name + _TEXT_CODES] = codes.astype(np.int32)
+            arrays[name + _TEXT_CODES] = inverse.astype(np.int32)
         else:
             arrays[name] = values
     partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
@@ -88,10 +120,16 @@ def save(table: Table, path: Path) -> None:
 
 
 def load(path: Path) -> Table:
-    """Read a table written by :func:`save` (no pickle)."""
+    """Read a table written by :func:`save` (no pickle); ``status`` and ``level`` saved as
+    names (by earlier versions) come back as codes.
+
+    Raises:
+      ValueError: a ``status`` or ``level`` name is not one of its codes' (besides what
+        ``numpy.load`` raises for a file that is not a table).
+    """
     with np.load(path, allow_pickle=False) as data:
         arrays = {name: data[name] for name in data.files}
-    table: Table = {}
+    table = Table()
     for name, values in arrays.items():
         if name.endswith(_TEXT_CODES):
             continue
@@ -100,4 +138,7 @@ def load(path: Path) -> Table:
             table[base] = values.astype(object)[arrays[base + _TEXT_CODES]]
         else:
             table[name] = values
+    for name in CODED:
+        if name in table and table[name].dtype != CODE_DTYPE:
+            table[name] = _canonical(name, table[name])
     return table

@@ -8,6 +8,7 @@ import xarray as xr
 
 from xsweep.errors import InputError
 from xsweep.search import table as tables
+from xsweep.search.levels import Level
 from xsweep.search.sweep.store import SweepFolder
 
 
@@ -42,9 +43,9 @@ def test_concat_and_update_fill_missing_columns():
     assert both["point"].tolist() == [0, 1, 2]
     assert np.isnan(both["iteration_time_s"][2]) and both["reason"][2] == ""
     tables.update(both, {"point": np.array([1]), "iteration_time_s": np.array([9.0]),
-                         "level": np.array(["exact"], object)})
+                         "level": np.array([Level.EXACT], np.int8)})
     assert both["iteration_time_s"].tolist()[:2] == [0.0, 9.0]
-    assert both["level"].tolist() == ["", "exact", ""]
+    assert both["level"].tolist() == [-1, Level.EXACT, -1]  # -1: no code where missing
 
 
 MANIFEST = {"format": 1, "sweep_sha256": "a", "catalog_version": "c", "xsweep_version": "v",

@@ -148,13 +148,14 @@ def test_sigkill_never_leaves_unfinished_points_as_finished(env, reference, tmp_
     # No dataset is published before the sweep is whole; what is kept is whole chunks.
     assert not (tmp_path / "sweep.zarr").exists()
     from xsweep.search import table as tables
+    from xsweep.search.levels import Level
 
     walk = bound_walk(load_sweep(QUICKSTART, catalog))
     for path in finished_chunks(tmp_path):
         chunk = tables.load(path)
         begin, end = (int(x) for x in path.stem.split("-"))  # positions in the bound walk
         assert chunk["point"].tolist() == walk.points(begin, end).tolist()
-        assert set(chunk["level"]) <= {"closed_form", "bound", "none"}
+        assert set(chunk["level"]) <= {Level.CLOSED_FORM, Level.BOUND, Level.NONE}
     code, _, stderr = finish(start(env, tmp_path))
     assert code == 0, stderr
     assert_same(load(tmp_path), load(reference[0]))

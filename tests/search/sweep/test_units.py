@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from xsweep.search.evaluation import Job, Session
+from xsweep.search.levels import Level
 from xsweep.search.sweep.units import bound_chunk, exact_batch
-from xsweep.search.table import concat
+from xsweep.search.table import concat, from_rows
 from xsweep.spec import load_sweep
 
 pytestmark = pytest.mark.slow
@@ -19,7 +20,7 @@ def test_a_chunk_is_the_same_in_one_unit_or_two(spaces_dir, catalog):
     job = Job(load_sweep(spaces_dir / "quickstart.yaml", catalog), catalog)
     whole, spent = bound_chunk(session, job, 200, 384)
     assert spent["planning_s"] > 0 and spent["bound_s"] > 0
-    assert (whole["level"] == "bound").sum() > 20
+    assert (whole["level"] == Level.BOUND).sum() > 20
     pieces = concat([bound_chunk(session, job, 200, 290)[0],
                      bound_chunk(session, job, 290, 384)[0]])
     assert whole.keys() == pieces.keys()
@@ -28,4 +29,30 @@ def test_a_chunk_is_the_same_in_one_unit_or_two(spaces_dir, catalog):
     # duplicates of one plan (pools of 0 nodes make the other pool's TP irrelevant) agree
     exact, _ = exact_batch(session, job, np.array([252, 253, 258, 259]))
     assert len(set(exact["iteration_time_s"].tolist())) == 1
-    assert set(exact["level"]) == {"exact"} and exact["feasible"].all()
+    assert set(exact["level"]) == {Level.EXACT} and exact["feasible"].all()
+
+
+def test_exact_units_keep_the_plans_they_evaluated(spaces_dir, catalog):
+    """The plan each exact point was evaluated with travels with its row (and so reaches
+    plans/ without being planned again); the bound phase's rows carry none, and the
+    dataset never holds them."""
+    from xsweep.search.evaluation import PLAN_TEXT
+    from xsweep.search.space.grid import Grid
+    from xsweep.search.space.planner import Planner, plan_name
+    from xsweep.search.sweep.results import to_dataset
+    from xsweep.spec import plan_to_text
+
+    session = Session()
+    job = Job(load_sweep(spaces_dir / "quickstart.yaml", catalog), catalog)
+    indices = np.array([0, 252, 253])  # no nodes at all, then two points of one plan
+    exact, _ = exact_batch(session, job, indices)
+    planner, grid = Planner(job.sweep, catalog), Grid(job.sweep)
+    assert exact[PLAN_TEXT][0] == ""
+    for row, index in enumerate(indices[1:].tolist(), start=1):
+        planned = planner.plan(grid.point(index), plan_name(job.sweep, index)).plan
+        assert exact[PLAN_TEXT][row] == plan_to_text(planned)
+    assert PLAN_TEXT not in bound_chunk(session, job, 0, 8)[0]
+    whole = from_rows({"point": np.arange(grid.size), "status": np.zeros(grid.size, np.int8),
+                       "level": np.full(grid.size, Level.EXACT), PLAN_TEXT: [""] * grid.size})
+    ds = to_dataset(grid, whole, {})
+    assert PLAN_TEXT not in ds.data_vars and set(ds["level"].values.ravel()) == {"exact"}

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from xsweep.search.levels import Level
 from xsweep.search.validate.compare import (
     COMPARED,
     FLOAT32_SLACK,
@@ -44,23 +45,23 @@ def test_missing_values():
 
 def test_an_exact_point_passes_within_the_tolerance_and_fails_beyond_it():
     close = {**SIMULATED, "iteration_time_s": 2.0 * 1.01}
-    checks = compare("exact", close, SIMULATED, 0.05)
+    checks = compare(Level.EXACT, close, SIMULATED, 0.05)
     assert [c.metric for c in checks] == list(COMPARED)
     assert all(c.passed for c in checks)
-    failed = [c for c in compare("exact", close, SIMULATED, 0.001) if not c.passed]
+    failed = [c for c in compare(Level.EXACT, close, SIMULATED, 0.001) if not c.passed]
     assert [c.metric for c in failed] == ["iteration_time_s"]
-    line = failure_line("point 7", "exact", failed, 0.001)
+    line = failure_line("point 7", Level.EXACT, failed, 0.001)
     assert line == ("point 7: iteration_time_s batched 2.02, simulated 2: relative error "
                     "0.01 exceeds the tolerance 0.001")
 
 
 def test_a_bound_passes_at_or_below_the_simulated_time_only():
     low = {**SIMULATED, "iteration_time_s": 1.5, "bubble_s_max": 0.0}  # parts are not judged
-    assert all(c.passed for c in compare("bound", low, SIMULATED, 1e-9))
+    assert all(c.passed for c in compare(Level.BOUND, low, SIMULATED, 1e-9))
     rounding = {**SIMULATED, "iteration_time_s": 2.0 * (1 + FLOAT32_SLACK / 2)}
-    assert all(c.passed for c in compare("bound", rounding, SIMULATED, 1e-9))
+    assert all(c.passed for c in compare(Level.BOUND, rounding, SIMULATED, 1e-9))
     above = {**SIMULATED, "iteration_time_s": 2.0 * (1 + 10 * FLOAT32_SLACK)}
-    failed = [c for c in compare("bound", above, SIMULATED, 0.05) if not c.passed]
+    failed = [c for c in compare(Level.BOUND, above, SIMULATED, 0.05) if not c.passed]
     assert [c.metric for c in failed] == ["iteration_time_s"]
-    assert failure_line("trial 3", "bound", failed, 0.05).startswith(
+    assert failure_line("trial 3", Level.BOUND, failed, 0.05).startswith(
         "trial 3 (bound only): iteration_time_s bound 2.002 is above the simulated 2 ")

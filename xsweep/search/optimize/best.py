@@ -20,6 +20,7 @@ import numpy as np
 from xsweep.search import report
 from xsweep.search.evaluation import plan_key
 from xsweep.search.folders import replace_folder, staging_folder
+from xsweep.search.levels import Level
 from xsweep.search.optimize import trials as trial_io
 from xsweep.search.pareto import non_dominated, objective_matrix, top_points
 from xsweep.search.space.grid import work_values
@@ -34,7 +35,7 @@ def exact_trials(study, met: Callable[[np.ndarray], np.ndarray]) -> list:
 
     done = [t for t in study.get_trials(deepcopy=False,
                                         states=(optuna.trial.TrialState.COMPLETE,))
-            if t.user_attrs.get(trial_io.LEVEL) == "exact"]
+            if t.user_attrs.get(trial_io.LEVEL) == Level.EXACT.label]
     times = np.array([_number(t.user_attrs[trial_io.METRICS_ATTR]["training_time_s"])
                       for t in done], float)
     return [t for t, ok in zip(done, met(times), strict=True) if ok]

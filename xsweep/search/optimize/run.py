@@ -44,9 +44,11 @@ import numpy as np
 
 from xsweep.errors import InputError
 from xsweep.metrics import jsonable
+from xsweep.search import command as shared
 from xsweep.search.evaluation import Job, Session, evaluate_points, exact_feasible
 from xsweep.search.folders import checked_folder, refuse_foreign, study_folder, write_file
 from xsweep.search.funnel import Funnel
+from xsweep.search.levels import Level, Status
 from xsweep.search.locks import FolderLock, command_line
 from xsweep.search.optimize import trials as trial_io
 from xsweep.search.optimize.best import Best, best_of_study, exact_trials
@@ -54,7 +56,7 @@ from xsweep.search.optimize.study import default_sampler, make_sampler, open_stu
 from xsweep.search.pareto import non_dominated, objective_matrix
 from xsweep.search.progress import Progress
 from xsweep.search.space.grid import work_values
-from xsweep.search.space.planner import Built, Planner
+from xsweep.search.space.planner import Planner
 from xsweep.search.storage import (
     STUDY_DB,
     interrupts_deferred,
@@ -62,9 +64,8 @@ from xsweep.search.storage import (
     open_storage,
     sqlite_file,
 )
-from xsweep.search.table import update
-from xsweep.spec import load_catalog, load_sweep, plan_to_text
-from xsweep.spec.reader import read_text_file
+from xsweep.search.table import Table, update
+from xsweep.spec import plan_to_text
 from xsweep.spec.sweep import check_name
 
 SECONDS_PER_DAY = 86_400.0
@@ -75,8 +76,9 @@ PUBLISH_WAIT_S = 60.0
 
 
 @dataclass(frozen=True)
-class Options:
-    """How to run a search; ``None`` takes the sweep's ``search`` section (or the default)."""
+class Options(shared.Options):
+    """How to run a search; ``None`` takes the sweep's ``search`` section (or the default);
+    ``out_dir`` by default results/<sweep name>/study (see ``study_folder``)."""
 
     trials: int | None = None  # the study's total, this run's and earlier ones together
     batch: int | None = None
@@ -84,18 +86,14 @@ class Options:
     study: str | None = None  # default: the sweep's name
     sampler: str | None = None
     seed: int | None = None
-    out_dir: Path | None = None  # default: results/<sweep name>/study (see study_folder)
-    catalog_files: tuple[str, ...] = ()
-    dtype: str = "float32"
 
 
 @dataclass
-class Outcome:
-    """A finished search: its summary document, best plans and where they were written."""
+class Outcome(shared.Outcome):
+    """A finished study (:class:`xsweep.search.command.Outcome`), with its answer: the best
+    plans, as trials (``problem`` says when it has none)."""
 
-    summary: dict
-    best: Best
-    folder: Path
+    best: Best | None = None
 
 
 class Deadline:
@@ -136,10 +134,8 @@ def run_optimize(path: str | Path, options: Options = Options(),
     if options.study is not None:
         check_name(options.study, "--study")
     out_dir = checked_folder(options.out_dir) if options.out_dir is not None else None
-    catalog = load_catalog(options.catalog_files)
-    text = read_text_file(str(path))
-    sweep = load_sweep(path, catalog)
-    job = Job(sweep, catalog, options.dtype)
+    setup = shared.set_up(path, options)
+    text, sweep, job = setup.text, setup.sweep, setup.job
     search = sweep.search
     target = options.trials if options.trials is not None else search.trials
     batch = options.batch if options.batch is not None else search.batch
@@ -232,7 +228,7 @@ def _search(storage, shown_url: str, locked: bool, sweep, text: str, job: Job,
                "trials_this_run": told, "trials_per_s": told / spent if spent else None,
                "objectives": list(sweep.objectives),
                "training_days_max": sweep.constraints.training_days_max, **best.summary()}
-    return Outcome(summary, best, Path())
+    return Outcome(Path(), summary, best=best)
 
 
 def _publish(found: Outcome, folder: Path) -> Outcome:
@@ -242,7 +238,27 @@ def _publish(found: Outcome, folder: Path) -> Outcome:
     summary = {**found.summary, "folder": str(folder), "plans": [str(p) for p in written]}
     write_file(folder / STUDY_SUMMARY, (json.dumps(jsonable(summary), indent=2, allow_nan=False)
                                         + "\n").encode())
-    return Outcome(summary, found.best, folder)
+    problem = "" if summary["best"] else found.best.no_answer_line()
+    return Outcome(folder, summary, report_text(summary, found.best, folder), problem,
+                   best=found.best)
+
+
+def report_text(summary: dict, best: Best, folder: Path) -> str:
+    """What ``xsweep optimize`` prints: a heading (the answer, the deadline, the trials by
+    state), the front tables, and where the plans, summary and study are."""
+    what = ("Pareto front" if summary["answer"] == "front"
+            else f"best {len(summary['best'])} by {summary['objectives'][0]}")
+    deadline = (f" within {summary['training_days_max']:g} days"
+                if summary["training_days_max"] else "")
+    trials = summary["trials"]
+    counts = ", ".join(f"{n:,} {state.lower()}" for state, n in trials["state"].items())
+    if trials["unfinished"]:
+        counts += f"; {trials['unfinished']:,} unfinished, not counted"
+    return "\n".join([f"{what} of study {summary['study']!r}{deadline} "
+                      f"({trials['total']:,} trials: {counts})",
+                      best.table_text(),
+                      f"plans: {folder / 'plans'}", f"summary: {folder / STUDY_SUMMARY}",
+                      f"study: {summary['storage']}"])
 
 
 def sqlite_url(path: Path) -> str:
@@ -265,10 +281,12 @@ def _run_batch(study, asked: list, session: Session, job: Job, planner: Planner,
         points.append(trial_io.suggest_point(trial, domains))
         note("suggested", len(points), n)
     names = [f"{sweep.name}-t{trial.number}" for trial in asked]
-    table, _ = evaluate_points(session, job, np.arange(n), points, names, "bound", planner,
-                               lambda done, total: note("bound evaluation", done, total))
+    plans: dict[int, object] = {}  # each buildable trial's plan, planned once
+    table, _ = evaluate_points(session, job, np.arange(n), points, names, Level.BOUND,
+                               planner, lambda done, total: note("bound evaluation", done, total),
+                               built=plans)
     front, work = _exact_front(study, sweep, deadline)
-    candidates = ((table["level"] == "bound") & (table["status"] == "ok")
+    candidates = ((table["level"] == Level.BOUND) & (table["status"] == Status.OK)
                   & deadline.met(table["training_time_s"]))
     work += [work_values(sweep, point) for point in points]  # a funnel per work group
     groups = {w: g for g, w in enumerate(dict.fromkeys(work))}
@@ -281,36 +299,35 @@ def _run_batch(study, asked: list, session: Session, job: Job, planner: Planner,
         rows = picks - len(front)
         rounds += 1
         exact, _ = evaluate_points(
-            session, job, rows, [points[i] for i in rows], [names[i] for i in rows], "exact",
+            session, job, rows, [points[i] for i in rows], [names[i] for i in rows], Level.EXACT,
             planner, lambda done, total, r=rounds: note(f"exact round {r}", done, total))
         update(table, exact)
         feasible = exact_feasible(exact) & deadline.met(exact["training_time_s"])
         funnel.record(picks, objective_matrix(exact, sweep.objectives), feasible)
     for i, trial in enumerate(asked):
-        row = {name: values[i] for name, values in table.items()}
-        reason = _failure(row, sweep.objectives)
+        reason = _failure(table, i, sweep.objectives)
         if reason:
             trial_io.fail(study, trial, reason, points[i])
         else:
-            built = planner.plan(points[i], names[i])
-            assert isinstance(built, Built)  # it was built for its evaluation
-            trial_io.complete(study, trial, sweep, row, points[i], plan_to_text(built.plan),
-                              deadline.days_past(row["training_time_s"]))
+            trial_io.complete(study, trial, sweep, table, i, points[i], plan_to_text(plans[i]),
+                              deadline.days_past(table["training_time_s"][i]))
         note("told", i + 1, n)
 
 
-def _failure(row: dict, objectives: list[str]) -> str:
-    """Why a row has no objective values to tell ("" when it has them)."""
-    if row["level"] == "none":
-        return row["reason"] or "not buildable"
-    if row["status"] != "ok":
-        detail = f": {row['reason']}" if row["reason"] else ""
-        return f"{row['level']} evaluation: {row['status']}{detail}"
-    if row["level"] == "exact" and not row["feasible"]:
-        return row["reason"] or "infeasible"
-    missing = [name for name in objectives if not np.isfinite(row[name])]
+def _failure(table: Table, i: int, objectives: list[str]) -> str:
+    """Why row ``i`` has no objective values to tell ("" when it has them)."""
+    level, status, reason = Level(table["level"][i]), Status(table["status"][i]), \
+        str(table["reason"][i])
+    if level == Level.NONE:
+        return reason or "not buildable"
+    if status != Status.OK:
+        detail = f": {reason}" if reason else ""
+        return f"{level.label} evaluation: {status.label}{detail}"
+    if level == Level.EXACT and not table["feasible"][i]:
+        return reason or "infeasible"
+    missing = [name for name in objectives if not np.isfinite(table[name][i])]
     if missing:
-        return f"objective {missing[0]} is not a number at the {row['level']} level"
+        return f"objective {missing[0]} is not a number at the {level.label} level"
     return ""
 
 

@@ -24,7 +24,9 @@ from __future__ import annotations
 import math
 
 from xsweep.search.evaluation import METRICS
+from xsweep.search.levels import Level
 from xsweep.search.space.grid import Point
+from xsweep.search.table import Table
 from xsweep.spec.sweep import IntRange, Sweep
 
 LEVEL, METRICS_ATTR, POINT, PLAN, REASON = "level", "metrics", "point", "plan_pbtxt", "reason"
@@ -47,11 +49,12 @@ def suggest_point(trial, domains: dict[str, list | IntRange]) -> Point:
     return point
 
 
-def metrics_of(row: dict[str, object]) -> dict[str, float | None]:
-    """Every plan metric of one evaluated row as JSON-ready floats (``None`` for NaN)."""
+def metrics_of(table: Table, i: int) -> dict[str, float | None]:
+    """Every plan metric of row ``i`` of an evaluated table as JSON-ready floats (``None``
+    for NaN)."""
     out = {}
     for name in METRICS:
-        value = float(row[name])
+        value = float(table[name][i])
         out[name] = value if math.isfinite(value) else None
     return out
 
@@ -60,18 +63,19 @@ def metrics_of(row: dict[str, object]) -> dict[str, float | None]:
 DEADLINE_CONSTRAINT = "days_past_deadline"
 
 
-def complete(study, trial, sweep: Sweep, row: dict, point: Point, plan_text: str,
+def complete(study, trial, sweep: Sweep, table: Table, i: int, point: Point, plan_text: str,
              days_past_deadline: float | None = None) -> None:
-    """Tell ``trial`` its objective values from ``row`` (evaluated at ``row['level']``) and,
-    with a deadline, how many days past it the plan trains (Optuna's constraint, which
-    every sampler that handles constraints reads)."""
+    """Tell ``trial`` its objective values from row ``i`` of ``table`` (evaluated at its
+    ``level``, which the trial's attribute names) and, with a deadline, how many days past
+    it the plan trains (Optuna's constraint, which every sampler that handles constraints
+    reads)."""
     if days_past_deadline is not None:
         trial.set_constraint(DEADLINE_CONSTRAINT, days_past_deadline)
-    trial.set_user_attr(LEVEL, str(row["level"]))
-    trial.set_user_attr(METRICS_ATTR, metrics_of(row))
+    trial.set_user_attr(LEVEL, Level(table["level"][i]).label)
+    trial.set_user_attr(METRICS_ATTR, metrics_of(table, i))
     trial.set_user_attr(POINT, point)
     trial.set_user_attr(PLAN, plan_text)
-    study.tell(trial, [float(row[name]) for name in sweep.objectives])
+    study.tell(trial, [float(table[name][i]) for name in sweep.objectives])
 
 
 def fail(study, trial, reason: str, point: Point | None) -> None:

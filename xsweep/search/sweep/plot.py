@@ -12,6 +12,7 @@ import numpy as np
 from xsweep.metrics import metric_of
 from xsweep.report.charts import use_log
 from xsweep.search.evaluation import exact_feasible
+from xsweep.search.levels import Status
 from xsweep.search.space.grid import Grid
 from xsweep.search.sweep.results import Answer
 from xsweep.search.table import Table
@@ -52,7 +53,7 @@ def pareto_png(table: Table, grid: Grid, objectives: list[str], found: list[Answ
     x_name, y_name = axes_of(objectives)
     x, y = (np.asarray(table[name], float) for name in (x_name, y_name))
     exact = exact_feasible(table)
-    pruned = table["status"] == "pruned"
+    pruned = table["status"] == Status.PRUNED
     figure, axes = plt.subplots(figsize=(7.5, 5.0), dpi=120)
     # markers of one line, not a scatter collection: as drawn, and for a large sweep's tens
     # of thousands of points several times faster to draw and to place the legend around

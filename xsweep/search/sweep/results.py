@@ -10,10 +10,11 @@ import numpy as np
 import xarray as xr
 
 from xsweep import metrics
-from xsweep.search.evaluation import METRICS, PLAN_DIGEST, exact_feasible, plan_ids
+from xsweep.search.evaluation import METRICS, PLAN_DIGEST, PLAN_TEXT, exact_feasible, plan_ids
+from xsweep.search.levels import names as level_names
 from xsweep.search.pareto import non_dominated, objective_matrix, top_points
 from xsweep.search.space.grid import Grid
-from xsweep.search.table import Table
+from xsweep.search.table import CODED, Table
 
 
 @dataclass(frozen=True)
@@ -140,8 +141,12 @@ def to_dataset(grid: Grid, table: Table, attrs: dict) -> xr.Dataset:
     dims = tuple(names[path] for path in grid.dims)
     data = {}
     first = ("point", "feasible", "status", "level", "reason", *METRICS)
-    for name in sorted(table, key=lambda n: (first.index(n) if n in first else len(first), n)):
-        values = table[name].reshape(grid.shape).squeeze(axis=singletons)
+    kept = [name for name in table if name != PLAN_TEXT]  # plans go to plans/, not here
+    for name in sorted(kept, key=lambda n: (first.index(n) if n in first else len(first), n)):
+        values = table[name]
+        if name in CODED:  # codes become names here, where the results are written
+            values = level_names(values, CODED[name])
+        values = values.reshape(grid.shape).squeeze(axis=singletons)
         data[name] = (dims, _text(values), variable_attrs(name))
     coords = {names[path]: (names[path], _text(np.array(grid.axes[path])), axis_attrs(path))
               for path in grid.dims}

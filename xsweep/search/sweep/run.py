@@ -22,7 +22,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -31,12 +31,12 @@ import xsweep
 from xsweep.errors import InputError
 from xsweep.metrics import jsonable
 from xsweep.runtime import accelerator_possible, usable_cores
-from xsweep.search import report
+from xsweep.search import command, report
 from xsweep.search.closed_form import METRICS as CLOSED_FORM_METRICS
-from xsweep.search.evaluation import PLAN_DIGEST, Job, Session, exact_feasible
+from xsweep.search.evaluation import PLAN_DIGEST, PLAN_TEXT, Job, Session, exact_feasible
 from xsweep.search.folders import sweep_folder
 from xsweep.search.funnel import Funnel
-from xsweep.search.levels import BOUND, CLOSED_FORM, EXACT, NONE
+from xsweep.search.levels import Level, Status
 from xsweep.search.locks import FolderLock, command_line
 from xsweep.search.pareto import objective_matrix
 from xsweep.search.progress import Progress, eta
@@ -55,11 +55,10 @@ from xsweep.spec.catalog import Catalog
 
 
 @dataclass(frozen=True)
-class Options:
-    """How to run a sweep (none of these change its answer)."""
+class Options(command.Options):
+    """How to run a sweep (none of these change its answer); ``out_dir`` by default
+    results/<sweep name>/sweep."""
 
-    out_dir: Path | None = None  # default: results/<sweep name>/sweep
-    catalog_files: tuple[str, ...] = ()
     overwrite: bool = False
     scheduler: str | None = None  # a Dask scheduler address
     chunk_size: int | None = None  # points planned and bounded per unit (default below)
@@ -68,7 +67,6 @@ class Options:
     bound_batch: int = 64  # points per unit of the closed-form tier's rounds
     exact_batch: int = 64  # points per exact unit
     exhaustive: bool = False  # evaluate every bounded point exactly (no pruning)
-    dtype: str = "float32"
     processes: int | None = None  # worker processes of the bound phase (default: per core)
     platform: str | None = None  # "cpu" or "gpu" (an accelerator): default, the devices'
 
@@ -85,19 +83,12 @@ CHUNK_SIZE = {"cpu": 1024, "gpu": 16384}
 
 
 @dataclass
-class Outcome:
-    """A finished sweep: where it went, its summary, its front tables as text (one per work
-    group, in order), what the command prints (``text``) and, where a work group has no
-    feasible point, the one line that says so (``problem``; "" when every front has a
-    plan): the command then exits 1, its outputs written."""
+class Outcome(command.Outcome):
+    """A finished sweep (:class:`xsweep.search.command.Outcome`), with its front tables as
+    text (one per work group, in order) and whether it resumed an interrupted run."""
 
-    folder: Path
-    summary: dict
-    front_text: str
-    resumed: bool
-    timings: dict[str, float] = field(default_factory=dict)
-    text: str = ""
-    problem: str = ""
+    front_text: str = ""
+    resumed: bool = False
 
 
 def plan_of(path: str | Path, index: int, catalog_files=()) -> Built | Infeasible:
@@ -171,10 +162,8 @@ def _run_sweep(path: str | Path, options: Options, progress: Progress | None,
     """:func:`run_sweep`, the output folder's lock entered on ``held``."""
     began = time.perf_counter()
     show = progress.update if progress is not None else (lambda text, final=False: None)
-    catalog = load_catalog(options.catalog_files)
-    text = Path(path).read_text(encoding="utf-8")
-    sweep = load_sweep(path, catalog)
-    check_grid(sweep, str(path))
+    setup = command.set_up(path, options, whole_grid=True)
+    text, sweep, catalog = setup.text, setup.sweep, setup.catalog
     grid = Grid(sweep)
     folder = SweepFolder(options.out_dir or sweep_folder(sweep.name, str(path)))
     # one run per folder: another is refused while this one holds it
@@ -184,7 +173,7 @@ def _run_sweep(path: str | Path, options: Options, progress: Progress | None,
     try:
         options = replace(options, platform=platform,
                           chunk_size=options.chunk_size or CHUNK_SIZE[platform])
-        job = Job(sweep, catalog, options.dtype)
+        job = setup.job
         manifest = {
             "format": FOLDER_FORMAT, "sweep_sha256": hashlib.sha256(text.encode()).hexdigest(),
             "catalog_version": job.catalog_version, "xsweep_version": xsweep.__version__,
@@ -225,15 +214,15 @@ def _run_sweep(path: str | Path, options: Options, progress: Progress | None,
     empty = [g for g in summary["groups"] if not g["front"]]
     problem = "; ".join((f"{work_label(g['work'])}: " if g["work"] else "")
                         + infeasible_lines(g)[0] for g in empty)
-    return Outcome(folder.root, summary, "\n\n".join(tables), resumed, timings,
-                   report_text(summary, tables), problem)
+    return Outcome(folder.root, summary, report_text(summary, tables), problem, timings,
+                   front_text="\n\n".join(tables), resumed=resumed)
 
 
 def _publish(table: Table, funnel: Funnels, sweep, catalog: Catalog, grid: Grid,
              folder: SweepFolder, attrs: dict) -> tuple[dict, list[str]]:
     """Mark the pruned points, find the answer of each work group and write every output;
     return the summary and each group's front table as text."""
-    table["status"][funnel.pruned] = "pruned"
+    table["status"][funnel.pruned] = Status.PRUNED
     found = answers(table, grid, sweep.objectives, sweep.validation.top)
     software = [catalog.software_profile(name).record() for name in sweep.training.software]
     summary = {"sweep": sweep.name, "software": software,
@@ -241,10 +230,9 @@ def _publish(table: Table, funnel: Funnels, sweep, catalog: Catalog, grid: Grid,
                "rounds": funnel.rounds, "closed_form_rounds": funnel.closed_form_rounds,
                "outputs": {name: str(folder.path(name)) for name in
                            ("sweep.zarr", "pareto.png", "pareto.csv", "summary.json", "plans")}}
-    planner = Planner(sweep, catalog)
     shown = sorted({int(i) for a in found
                     for i in (*a.front, *(j for t in a.top.values() for j in t))})
-    built = {i: planner.plan(grid.point(i), plan_name(sweep, i)).plan for i in shown}
+    plans = _answer_plans(table, shown, sweep, catalog, grid)
     pools = [p.gpu for p in sweep.cluster.pools]
     axes = [(grid.names[path], report.axis_label(path, pools)) for path in grid.dims]
     within = [axis for path, axis in zip(grid.dims, axes, strict=True) if path not in grid.work]
@@ -264,8 +252,23 @@ def _publish(table: Table, funnel: Funnels, sweep, catalog: Catalog, grid: Grid,
                     "pareto.png": png,
                     "summary.json": (json.dumps(jsonable(summary), indent=2, allow_nan=False)
                                      + "\n").encode()},
-                   {f"point-{i}.pbtxt": plan_to_text(plan) for i, plan in built.items()})
+                   {f"point-{i}.pbtxt": text for i, text in plans.items()})
     return summary, tables
+
+
+def _answer_plans(table: Table, shown: list[int], sweep, catalog: Catalog,
+                  grid: Grid) -> dict[int, str]:
+    """The plans of the points ``shown`` in protobuf text: as their exact units wrote them
+    (:data:`~xsweep.search.evaluation.PLAN_TEXT`), planned here only where a unit of an
+    earlier version, resumed, did not."""
+    kept = table.get(PLAN_TEXT)
+    planner = Planner(sweep, catalog)
+    out = {}
+    for i in shown:
+        text = str(kept[i]) if kept is not None else ""
+        out[i] = text or plan_to_text(planner.plan(grid.point(i),
+                                                   plan_name(sweep, i)).plan)
+    return out
 
 
 def _add(timings: dict, more: dict) -> None:
@@ -285,7 +288,7 @@ def _bound_phase(grid: Grid, folder: SweepFolder, job: Job, executor, options: O
         show(f"resuming: {reused} of {len(chunks)} chunks already planned and bounded", final=True)
     started, done_points = time.perf_counter(), 0
     left = sum(stop - start for (start, stop), _ in todo)
-    buildable = sum(int(np.sum(t["level"] != NONE)) for t in found.values() if t is not None)
+    buildable = sum(int(np.sum(t["level"] != Level.NONE)) for t in found.values() if t is not None)
     units = executor
     processes = min(len(todo), options.processes or usable_cores())
     if isinstance(executor, LocalExecutor) and processes > 1 and options.platform == "cpu":
@@ -301,10 +304,10 @@ def _bound_phase(grid: Grid, folder: SweepFolder, job: Job, executor, options: O
                                    "points_bounded": stop - start})
             done_points += stop - start
             elapsed = time.perf_counter() - started
-            buildable += int(np.sum(table["level"] != NONE))
+            buildable += int(np.sum(table["level"] != Level.NONE))
             show(f"planned {grid.size - left + done_points:,}/{grid.size:,} points "
                  f"({buildable:,} buildable, bounded "
-                 f"{'in closed form' if level == CLOSED_FORM else 'by the kernels'}), "
+                 f"{'in closed form' if level == Level.CLOSED_FORM else 'by the kernels'}), "
                  f"{done_points / elapsed:,.0f} points/s, "
                  f"ETA {eta(done_points, left, elapsed)}", final=done_points == left)
     finally:
@@ -330,12 +333,13 @@ class Funnels:
     closed_form_rounds: int = 0
 
 
-def first_level(sweep) -> str:
+def first_level(sweep) -> Level:
     """The level a sweep's chunks are planned to: the closed form where it bounds every
     objective (:data:`xsweep.search.closed_form.METRICS`), else the bound level, as every
     point would be lowered anyway (a NaN closed form prunes nothing)."""
     known = set(CLOSED_FORM_METRICS)
-    return CLOSED_FORM if all(name in known for name in sweep.objectives) else BOUND
+    return (Level.CLOSED_FORM if all(name in known for name in sweep.objectives)
+            else Level.BOUND)
 
 
 def _funnel_phase(table: Table, grid: Grid, folder: SweepFolder, job: Job, executor,
@@ -351,12 +355,12 @@ def _funnel_phase(table: Table, grid: Grid, folder: SweepFolder, job: Job, execu
     sweep = job.sweep
     groups, plans = grid.group_of(table["point"]), plan_ids(table)
     cheap = Funnel(objective_matrix(table, sweep.objectives),
-                   (table["level"] == CLOSED_FORM) & (table["status"] == "ok"),
+                   (table["level"] == Level.CLOSED_FORM) & (table["status"] == Status.OK),
                    sweep.validation.top, options.max_round, options.exhaustive,
                    groups=groups, plans=plans, pick_top=options.lowered_top)
     out = Funnels(np.zeros(len(table["point"]), bool))
     bound_pruned = out.pruned
-    if first_level(sweep) == BOUND:  # every point bounded already: the exact funnel alone
+    if first_level(sweep) == Level.BOUND:  # every point bounded already: the exact funnel alone
         out.pruned = _exact_phase(table, grid, folder, job, executor, options, timings, show,
                                   out)
         return out
@@ -397,8 +401,8 @@ def _exact_phase(table: Table, grid: Grid, folder: SweepFolder, job: Job, execut
     among the top points, over every bounded point, the exact results so far recorded;
     its rounds are numbered on from ``out.rounds``. Returns the points it pruned."""
     sweep = job.sweep
-    done = table["level"] == EXACT
-    candidates = ((table["level"] == BOUND) & (table["status"] == "ok")) | done
+    done = table["level"] == Level.EXACT
+    candidates = ((table["level"] == Level.BOUND) & (table["status"] == Status.OK)) | done
     funnel = Funnel(objective_matrix(table, sweep.objectives), candidates,
                     sweep.validation.top, options.max_round, options.exhaustive,
                     groups=grid.group_of(table["point"]), plans=plan_ids(table))

@@ -13,7 +13,7 @@ import numpy as np
 from xsweep import metrics
 from xsweep.search import report
 from xsweep.search.evaluation import MEMORY_METRIC, PLAN_DIGEST, exact_feasible
-from xsweep.search.levels import BOUND, CLOSED_FORM, EXACT, NONE
+from xsweep.search.levels import Level, Status, names
 from xsweep.search.space.grid import Grid
 from xsweep.search.space.planner import MEMORY_NUMBERS, REASON_KINDS, reason_kind, unused_axes
 from xsweep.search.sweep.results import Answer, axis_attrs
@@ -26,7 +26,7 @@ SUMMARY_FORMAT = 2
 #: Nearest misses listed per work group without a feasible point.
 NEAREST_MISSES = 3
 #: Statuses of points that are feasible (at their level).
-_FEASIBLE = ("ok", "pruned")
+_FEASIBLE = (Status.OK, Status.PRUNED)
 
 
 def point_row(table: Table, grid: Grid, sweep: Sweep, index: int, objectives=(),
@@ -54,19 +54,19 @@ def summary_of(table: Table, grid: Grid, sweep: Sweep, found: list[Answer]) -> d
     units), and one entry per work group with its front, top plans and infeasible points."""
     objectives = list(sweep.objectives)
     level = table["level"]
-    bounded = int(np.sum((level == BOUND) | (level == EXACT)))
-    exact = int(np.sum(level == EXACT))
+    bounded = int(np.sum((level == Level.BOUND) | (level == Level.EXACT)))
+    exact = int(np.sum(level == Level.EXACT))
     groups = grid.group_of(table["point"])
     entries = [_group(table, grid, sweep, answer, groups == answer.group) for answer in found]
     shown = [name for name, _, _ in report.columns(objectives) if name in table]
     return {
         "format": SUMMARY_FORMAT,
         "points": grid.size,
-        "status": _counts(table["status"]),
-        "level": _counts(table["level"]),
+        "status": _counts(table["status"], Status),
+        "level": _counts(table["level"], Level),
         "evaluated_exactly": exact,
-        "tiers": {"planned": grid.size, CLOSED_FORM: int(np.sum(level != NONE)),
-                  BOUND: bounded, EXACT: exact},
+        "tiers": {"planned": grid.size, Level.CLOSED_FORM.label: int(np.sum(level != Level.NONE)),
+                  Level.BOUND.label: bounded, Level.EXACT.label: exact},
         "exact_share_of_bounded": exact / bounded if bounded else 0.0,
         "objectives": objectives,
         "fronts": sweep.fronts,
@@ -91,10 +91,10 @@ def _group(table: Table, grid: Grid, sweep: Sweep, answer: Answer, mine: np.ndar
     return {
         "work": {grid.names[path]: _plain(value) for path, value in answer.work.items()},
         "points": int(mine.sum()),
-        "status": _counts(status),
-        "level": _counts(table["level"][mine]),
-        "evaluated_exactly": int(np.sum(table["level"][mine] == "exact")),
-        "pruned": int(np.sum(status == "pruned")),
+        "status": _counts(status, Status),
+        "level": _counts(table["level"][mine], Level),
+        "evaluated_exactly": int(np.sum(table["level"][mine] == Level.EXACT)),
+        "pruned": int(np.sum(status == Status.PRUNED)),
         "feasible_exact": int(np.sum(mine & exact_feasible(table))),
         "front": [row(i) for i in answer.front],
         "top": {name: [row(i) for i in points] for name, points in answer.top.items()},
@@ -108,8 +108,9 @@ def infeasible(table: Table, rows: np.ndarray) -> dict:
     memory kind), and the nearest misses (the points nearest to fitting in memory, by the
     share of its GPU's memory the worst group needs; points with the same reason once)."""
     status, level = table["status"][rows], table["level"][rows]
-    failed = rows[~np.isin(status, _FEASIBLE) | ((level == "exact") & ~table["feasible"][rows])]
-    reasons = [str(table["reason"][i]) or str(table["status"][i]) for i in failed]
+    failed = rows[~np.isin(status, _FEASIBLE)
+                  | ((level == Level.EXACT) & ~table["feasible"][rows])]
+    reasons = [str(table["reason"][i]) or Status(table["status"][i]).label for i in failed]
     kinds = [reason_kind(r) for r in reasons]
     memory = [(i, reason) for i, reason, kind in zip(failed.tolist(), reasons, kinds,
                                                      strict=True) if kind.name == "memory"]
@@ -167,8 +168,9 @@ def _metric(name: str, objectives: list[str]) -> dict:
             "objective": name in objectives}
 
 
-def _counts(values: np.ndarray) -> dict[str, int]:
-    return dict(sorted(Counter(values.tolist()).items()))
+def _counts(values: np.ndarray, kind: type[Level] | type[Status]) -> dict[str, int]:
+    """How many of ``values`` (codes of ``kind``) have each name, by name."""
+    return dict(sorted(Counter(names(values, kind).tolist()).items()))
 
 
 # -- the text the command prints ----------------------------------------------------------

@@ -13,12 +13,13 @@ import time
 
 import numpy as np
 
-from xsweep.search.evaluation import Job, Session, evaluate_points
-from xsweep.search.levels import BOUND, EXACT
+from xsweep.search.evaluation import PLAN_TEXT, Job, Session, evaluate_points
+from xsweep.search.levels import Level
 from xsweep.search.space.grid import Grid, Walk
 from xsweep.search.space.planner import plan_name, varies_fast
 from xsweep.search.space.screen import columns_of_grid, screen
 from xsweep.search.table import Table
+from xsweep.spec import plan_to_text
 from xsweep.spec.sweep import Sweep
 
 
@@ -31,7 +32,7 @@ def bound_walk(sweep: Sweep) -> Walk:
 
 
 def bound_chunk(session: Session, job: Job, start: int, stop: int,
-                level: str = BOUND) -> tuple[Table, dict[str, float]]:
+                level: Level = Level.BOUND) -> tuple[Table, dict[str, float]]:
     """Plan the points at positions ``start .. stop-1`` of :func:`bound_walk` and evaluate
     the buildable ones at ``level``, the bound level or the closed form (rows in that
     order)."""
@@ -42,24 +43,30 @@ def bound_batch(session: Session, job: Job,
                 indices: np.ndarray) -> tuple[Table, dict[str, float]]:
     """Plan ``indices`` again and evaluate them at the bound level (the closed-form tier's
     rounds: lowered only when their closed form could still reach the answer)."""
-    return _evaluate(session, job, np.asarray(indices), BOUND)
+    return _evaluate(session, job, np.asarray(indices), Level.BOUND)
 
 
 def exact_batch(session: Session, job: Job,
                 indices: np.ndarray) -> tuple[Table, dict[str, float]]:
     """Plan ``indices`` again and evaluate them at the exact level."""
-    return _evaluate(session, job, np.asarray(indices), EXACT)
+    return _evaluate(session, job, np.asarray(indices), Level.EXACT)
 
 
 def _evaluate(session: Session, job: Job, indices: np.ndarray,
-              level: str) -> tuple[Table, dict[str, float]]:
+              level: Level) -> tuple[Table, dict[str, float]]:
     began = time.perf_counter()
     grid = Grid(job.sweep)
     screened = screen(job.sweep, job.catalog, columns_of_grid(grid, indices))
     rest = indices[screened.to_plan]
     names = [plan_name(job.sweep, index) for index in rest.tolist()]
     screening = time.perf_counter() - began
+    built: dict[int, object] | None = {} if level == Level.EXACT else None
     table, timings = evaluate_points(session, job, indices, grid.points(rest), names, level,
-                                     screened=screened)
+                                     screened=screened, built=built)
+    if built:  # the answer's plans are among the exact points': written as they are
+        text = np.full(len(indices), "", object)
+        for row, plan in built.items():
+            text[row] = plan_to_text(plan)
+        table[PLAN_TEXT] = text
     timings["planning_s"] += screening
     return table, timings

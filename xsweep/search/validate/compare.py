@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass
 
 from xsweep import metrics
+from xsweep.search.levels import Level
 
 #: The metrics compared, in report order: iteration time, the worst rank's pipeline
 #: bubble, straggler wait and exposed communication of each kind, the run's cost and the
@@ -34,8 +35,6 @@ SMALL_PART = 0.01
 #: Relative amount a float32 bound may exceed the float64 simulated time by rounding.
 FLOAT32_SLACK = 1e-4
 
-EXACT = "exact"
-BOUND = "bound"
 
 
 @dataclass(frozen=True)
@@ -66,14 +65,15 @@ def relative_error(metric: str, batched: float | None, simulated: float | None,
     return abs(b - s) / scale
 
 
-def compare(level: str, batched: dict, simulated: dict, tolerance: float) -> list[Comparison]:
-    """Every metric of :data:`COMPARED` for one point evaluated at ``level``."""
+def compare(level: Level, batched: dict, simulated: dict, tolerance: float) -> list[Comparison]:
+    """Every metric of :data:`COMPARED` for one point evaluated at ``level`` (exact or
+    bound)."""
     t = simulated["iteration_time_s"]
     out = []
     for name in COMPARED:
         b, s = _number(batched.get(name)), _number(simulated.get(name))
         error = relative_error(name, b, s, t)
-        if level == EXACT:
+        if level == Level.EXACT:
             passed = error is None or error <= tolerance
         else:  # a bound is judged by its iteration time alone
             passed = name != BOUNDED or (b is not None and s is not None
@@ -82,12 +82,12 @@ def compare(level: str, batched: dict, simulated: dict, tolerance: float) -> lis
     return out
 
 
-def failure_line(label: str, level: str, failed: list[Comparison], tolerance: float) -> str:
+def failure_line(label: str, level: Level, failed: list[Comparison], tolerance: float) -> str:
     """The one-line message for a point whose comparisons ``failed`` (in report order): the
     first in full, the others by name and error."""
     c = failed[0]
     others = "".join(f"; also {k.metric} (error {_show(k.error)})" for k in failed[1:])
-    if level == EXACT:
+    if level == Level.EXACT:
         return (f"{label}: {c.metric} batched {_show(c.batched)}, simulated "
                 f"{_show(c.simulated)}: relative error {_show(c.error)} exceeds the "
                 f"tolerance {tolerance:g}{others}")

@@ -70,7 +70,7 @@ def validate(candidates: list[Candidate], catalog: Catalog, tolerance: float, ou
             if failed:
                 failures.append(failure_line(c.label, c.level, failed, tolerance))
             points.append({
-                "name": c.name, "level": c.level, "picked": list(c.picked),
+                "name": c.name, "level": c.level.label, "picked": list(c.picked),
                 "same_plan": list(c.same),
                 "passed": all(k.passed for k in checks),
                 "metrics": {k.metric: {"batched": k.batched, "simulated": k.simulated,

@@ -28,11 +28,12 @@ import numpy as np
 
 from xsweep.errors import InputError
 from xsweep.search.evaluation import catalog_version, plan_key
+from xsweep.search.levels import Level, codes
 from xsweep.search.pareto import objective_matrix
 from xsweep.search.space.grid import work_values
 from xsweep.search.space.planner import Planner
 from xsweep.search.storage import storage_class
-from xsweep.search.validate.compare import BOUND, COMPARED, EXACT
+from xsweep.search.validate.compare import COMPARED
 from xsweep.search.validate.winners import Candidate, merged, pick
 from xsweep.spec.catalog import Catalog
 from xsweep.spec.plan_io import plan_from_text
@@ -71,7 +72,7 @@ class StudyResult:
     def candidates(self, top: int) -> list[Candidate]:
         """The winners to re-run (:mod:`xsweep.search.validate.winners`), exact ones first."""
         attrs = [self._trial_attrs(t) for t in self.trials]
-        levels = np.array([a["level"] for a in attrs], dtype=object)
+        levels = codes([a["level"] for a in attrs], Level)
         values = objective_matrix({name: [_float(t.values[j]) for t in self.trials]
                                    for j, name in enumerate(self.objectives)}, self.objectives)
         planner = Planner(self.sweep, self.catalog)
@@ -89,7 +90,7 @@ class StudyResult:
         groups = np.array([{w: i for i, w in enumerate(dict.fromkeys(work))}[w] for w in work],
                           np.int64)
         out = []
-        for level in (EXACT, BOUND):
+        for level in (Level.EXACT, Level.BOUND):
             eligible = levels == level
             for row, why in pick(values, self.objectives, eligible, top, groups,
                                  plan_of).items():
@@ -110,7 +111,7 @@ class StudyResult:
         if missing:
             raise InputError(where, None, None, f"lacks the user attribute(s) "
                              f"{', '.join(missing)} that xsweep optimize writes")
-        if attrs["level"] not in (EXACT, BOUND):
+        if attrs["level"] not in (Level.EXACT.label, Level.BOUND.label):
             raise InputError(where, "level", attrs["level"], "expected 'exact' or 'bound'")
         if not isinstance(attrs["metrics"], dict) or not isinstance(attrs["point"], dict):
             raise InputError(where, "metrics", None, "metrics and point must be mappings")

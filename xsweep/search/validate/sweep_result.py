@@ -15,10 +15,12 @@ import numpy as np
 from xsweep.errors import InputError
 from xsweep.search.dataset import open_sweep_dataset
 from xsweep.search.evaluation import PLAN_DIGEST, exact_feasible, plan_ids
+from xsweep.search.levels import Level
 from xsweep.search.pareto import objective_matrix
 from xsweep.search.space.grid import Grid
 from xsweep.search.space.planner import Built, Planner, plan_name
-from xsweep.search.validate.compare import BOUND, COMPARED, EXACT
+from xsweep.search.table import Table, from_rows
+from xsweep.search.validate.compare import COMPARED
 from xsweep.search.validate.winners import Candidate, merged, pick
 from xsweep.spec.catalog import Catalog
 from xsweep.spec.sweep import Sweep, Validation, sweep_from_text
@@ -36,7 +38,7 @@ class SweepResult:
     folder: Path
     sweep: Sweep
     catalog: Catalog
-    table: dict[str, np.ndarray]  # flat columns, row i = point i
+    table: Table  # flat columns, row i = point i
 
     @property
     def validation(self) -> Validation:
@@ -52,13 +54,13 @@ class SweepResult:
         dataset without it by the plans built here), standing for the points of its plan."""
         table, objectives = self.table, self.objectives
         values = objective_matrix(table, objectives)
-        bounded = (table["level"] == BOUND) & table["feasible"]
+        bounded = (table["level"] == Level.BOUND) & table["feasible"]
         planner, grid = Planner(self.sweep, self.catalog), Grid(self.sweep)
         groups = grid.group_of(table["point"])
         digests = table.get(PLAN_DIGEST)
         plans = plan_ids(table) if digests is not None else None
         out = []
-        for level, eligible in ((EXACT, exact_feasible(table)), (BOUND, bounded)):
+        for level, eligible in ((Level.EXACT, exact_feasible(table)), (Level.BOUND, bounded)):
             for index, why in pick(values, objectives, eligible, top, groups, plans).items():
                 built = planner.plan(grid.point(index), plan_name(self.sweep, index))
                 if not isinstance(built, Built):
@@ -93,7 +95,9 @@ def open_sweep_result(folder: Path, catalog: Catalog) -> SweepResult:
     if not np.array_equal(points[order], np.arange(Grid(sweep).size)):
         raise InputError(str(store), "point", None, "does not cover the sweep's grid")
     optional = (PLAN_DIGEST,) if PLAN_DIGEST in ds.data_vars else ()  # older datasets lack it
-    table = {name: ds[name].values.ravel()[order] for name in
-             dict.fromkeys((*_COLUMNS, *COMPARED, *sweep.objectives, *optional))}
-    table["feasible"] = table["feasible"].astype(bool)
+    try:  # the dataset's names of statuses and levels back to codes
+        table = from_rows({name: ds[name].values.ravel()[order] for name in
+                           dict.fromkeys((*_COLUMNS, *COMPARED, *sweep.objectives, *optional))})
+    except ValueError as error:
+        raise InputError(str(store), None, None, f"holds {error}") from None
     return SweepResult(folder, sweep, catalog, table)

@@ -16,6 +16,7 @@ import numpy as np
 
 from xsweep.cost import CostModel
 from xsweep.search.evaluation import plan_key
+from xsweep.search.levels import Level
 from xsweep.search.pareto import non_dominated, top_points
 from xsweep.spec.plan_io import DeploymentPlan
 
@@ -28,7 +29,7 @@ class Candidate:
 
     name: str  # "point-267", "trial-12": file names
     label: str  # "point 267", "trial 12": messages
-    level: str  # "exact" or "bound"
+    level: Level  # exact or bound
     picked: tuple[str, ...]  # "front", "top iteration_time_s", ...
     plan: DeploymentPlan
     cost: CostModel
