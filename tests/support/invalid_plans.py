@@ -148,6 +148,8 @@ RULES: tuple[Invalid, ...] = (
     Invalid("TP overlap with expert parallelism", "training.tp_comm_overlap",
             _both(set_path("model.preset", "mixtral-8x7b"), set_path("training.expert_parallel", 2),
                   set_path("training.tp_comm_overlap", True))),
+    Invalid("context parallelism with experts", f"{G}[0].context_parallel",
+            _both(set_path("model.preset", "mixtral-8x7b"), _context_parallel(2))),
     Invalid("imbalance below 1", "training.moe_imbalance",
             set_path("training.moe_imbalance", 0.5)),
     Invalid("top-k above the experts", "model.moe_top_k",
