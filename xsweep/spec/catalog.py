@@ -163,7 +163,6 @@ class SoftwareSpec:
             fp8_gemm_efficiency=gpu.fp8_gemm_efficiency * self.gemm_factor,
             flash_attention_efficiency=gpu.flash_attention_efficiency * self.attention_factor)
 
-
     def record(self) -> dict:
         """The profile as outputs name it (a simulate record, a sweep's summary): its name
         and factors."""
