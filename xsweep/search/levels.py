@@ -25,7 +25,16 @@ from collections.abc import Iterable
 import numpy as np
 
 
-class Level(enum.IntEnum):
+class _Code(enum.IntEnum):
+    """An integer code with a name in files (:attr:`label`)."""
+
+    @property
+    def label(self) -> str:
+        """The member's name in files: ``closed_form``, ``not_converged``, ``pruned``, ..."""
+        return self.name.lower()
+
+
+class Level(_Code):
     """How far a point went; each level's iteration time bounds the next's from below."""
 
     NONE = 0
@@ -33,13 +42,8 @@ class Level(enum.IntEnum):
     BOUND = 2
     EXACT = 3
 
-    @property
-    def label(self) -> str:
-        """The level's name in files: ``none``, ``closed_form``, ``bound``, ``exact``."""
-        return self.name.lower()
 
-
-class Status(enum.IntEnum):
+class Status(_Code):
     """How a point's evaluation ended (the kernels' codes, then the funnel's ``pruned``)."""
 
     OK = 0
@@ -47,11 +51,6 @@ class Status(enum.IntEnum):
     OVERFLOW = 2
     INFEASIBLE = 3
     PRUNED = 4
-
-    @property
-    def label(self) -> str:
-        """The status's name in files: ``ok``, ``not_converged``, ``pruned``, ..."""
-        return self.name.lower()
 
 
 #: The dtype of a column of codes.
