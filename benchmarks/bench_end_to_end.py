@@ -44,7 +44,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 #: Reference rates of peers.md (variants or configs per second on this machine kind).
-PEER_RATES = {"Calculon exhaustive search": (30, 80), "xsweep 0.1.0 bound": (28, 46),
+#: Calculon's are its search's full evaluations with its DEBUG log records switched off
+#: (with them on, three quarters of its time goes into records it drops: 30-80/s): 1,420/s
+#: in peers.md, about 2,000/s in ``bench_sweep.py --calculon`` on a quieter machine.
+PEER_RATES = {"Calculon search, DEBUG off": (1420, 2070), "xsweep 0.1.0 bound": (28, 46),
               "xsweep 0.1.0 exact": (25, 35)}
 
 

@@ -135,3 +135,25 @@ def test_workers_run_jax_on_the_cpu_whatever_the_caller_asks(monkeypatch):
     finally:
         cpu_only.close()
     assert found == {0: (["cpu"], "cpu"), 1: (["cpu"], "cpu")}
+
+
+def test_the_caller_answers_requests_itself_while_the_workers_start(pool):
+    def local(request):
+        time.sleep(request[1])
+        return "slept here"
+
+    # 20 requests of 0.15 s: about 3 s for the caller alone, while a worker starts in
+    # about a tenth of a second, so both take some
+    found = dict(pool.run([("sleep", 0.15)] * 20, local=local))
+    assert sorted(found) == list(range(20))  # every request answered, once
+    assert set(found.values()) == {"slept here", "slept"}
+    assert len(pool.pids()) == 2
+
+
+def test_a_failing_local_answer_stops_the_workers(pool):
+    def local(request):
+        raise ZeroDivisionError("in the caller")
+
+    with pytest.raises(ZeroDivisionError, match="in the caller"):
+        dict(pool.run([("sleep", 0.3)] * 6, local=local))
+    assert pool.pids() == []

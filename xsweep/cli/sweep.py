@@ -40,7 +40,8 @@ def register(subparsers) -> None:
                    "rerun resumes from and what a Dask worker takes)")
     p.add_argument("--processes", type=positive_int, metavar="N",
                    help="worker processes that plan and bound chunks on this machine "
-                   "(default: one per core; 1 runs everything in this process)")
+                   "(default: one per core, started once the work left would take this "
+                   "process alone more than a few seconds; 1 runs everything in this process)")
     p.add_argument("--emit-plan", type=int, metavar="INDEX",
                    help="print the plan of point INDEX (the dataset's `point`) and exit")
 

@@ -92,7 +92,8 @@ class Pool:
 
     def run(self, requests: Iterable, *, context: object = _NO_CONTEXT,
             on_note: Callable[[int, str, object], None] | None = None,
-            first_alone: bool = False) -> Iterator[tuple[int, object]]:
+            first_alone: bool = False,
+            local: Callable[[object], object] | None = None) -> Iterator[tuple[int, object]]:
         """Hand each request to whichever worker is free; yield ``(index, answer)`` (the
         request's place in ``requests``) in the order answers come back.
 
@@ -108,6 +109,9 @@ class Pool:
           first_alone: on the pool's first call, the other workers start only once the
             first has answered, or has sent the note ``"open"`` (what it compiles, the
             others then load instead of compiling it too).
+          local: the caller's thread works too: while requests wait for a free worker
+            (the workers starting, say), it takes the next one and answers it with
+            ``local(request)`` itself, between passing on the workers' answers.
 
         Raises:
           WorkerError: a request or context could not be sent, a worker answered with a
@@ -119,11 +123,12 @@ class Pool:
             raise PoolBusy("this worker pool is serving a call from another thread; calls "
                            "take turns (or use a pool per thread)")
         try:
-            yield from self._run(requests, context, on_note, first_alone)
+            yield from self._run(requests, context, on_note, first_alone, local)
         finally:
             self._busy.release()
 
-    def _run(self, requests: Iterable, context: object, on_note, first_alone: bool):
+    def _run(self, requests: Iterable, context: object, on_note, first_alone: bool,
+             local: Callable[[object], object] | None):
         first_call = not self._workers
         if first_call:
             self._start()
@@ -178,7 +183,23 @@ class Pool:
             for _ in threads:
                 todo.put(None)
             while answered < sent:
-                yield from take(block=True)
+                if local is None:
+                    yield from take(block=True)
+                    continue
+                yield from take(block=False)
+                try:
+                    item = todo.get_nowait()  # the requests left, then a stop per thread
+                except queue.Empty:  # the threads took all: the workers answer the rest
+                    local = None
+                    continue
+                if item is None:  # every request taken: put back the thread's stop
+                    todo.put(None)
+                    local = None
+                    continue
+                index, request = item
+                value = local(request)
+                answered += 1
+                yield index, value
         except BaseException:  # an error, Ctrl-C, or the caller stopped early
             with contextlib.suppress(queue.Empty):
                 while True:  # no request left for the threads: they take their stop next

@@ -3,9 +3,11 @@ errors with the worker's traceback, and workers that stop when told."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from tests.search.sweep.arithmetic import difference, product, quotient
+from tests.search.sweep.arithmetic import difference, product, quotient, whose_session
 from tests.support.processes import alive
 from xsweep.search.evaluation import Session
 from xsweep.search.sweep.distributed import LocalExecutor
@@ -39,3 +41,23 @@ def test_a_failing_unit_raises_with_the_workers_traceback():
         assert executor.pids() == []  # stopped: their other answers are lost
     finally:
         executor.close()
+
+
+def test_a_short_run_stays_in_this_process_and_a_long_one_starts_the_workers():
+    items = [(k, (k,)) for k in range(1, 9)]
+    here = Session()
+    short = ProcessExecutor(2, here)  # the units take far less than starting workers
+    try:
+        found = dict(short.run(whose_session, None, items))
+        assert {pid for pid, _, _ in found.values()} == {os.getpid()}
+        assert {session for _, session, _ in found.values()} == {id(here)}
+        assert short.pids() == []  # no worker was started
+    finally:
+        short.close()
+    long = ProcessExecutor(2, here, start_after_s=0.0)  # any units left are worth workers
+    try:
+        found = dict(long.run(product, 3, items))
+        assert found == {k: 3 * k for k in range(1, 9)}
+        assert len(long.pids()) == 2  # started after this process's first two units
+    finally:
+        long.close()

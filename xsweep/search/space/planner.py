@@ -456,6 +456,7 @@ _KIND_PATTERNS = tuple((kind, re.compile(kind.pattern)) for kind in REASON_KINDS
 MEMORY_NUMBERS = re.compile(r"([\d.]+) GiB per GPU on (.+?) \(([\d.]+) GiB\)")
 
 
+@functools.lru_cache(maxsize=4096)  # a sweep's reasons repeat: tens of thousands, few texts
 def reason_kind(reason: str) -> ReasonKind:
     """The kind of an infeasible point's ``reason`` (the evaluator's status name for a
     point that did not converge or overflowed)."""

@@ -13,30 +13,61 @@ is sent to each worker once.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 
 from xsweep.workers import Pool
 
 #: Bytes of program structures a worker keeps between units.
 UNIT_TEMPLATE_BYTES = 64 * 2**20
+#: Seconds of units left, as this process runs them, above which worker processes are
+#: started to share them: about what starting them costs (each imports the planner and
+#: JAX: 0.6-0.8 s on 2 shared cores), with room for the cores they take meanwhile.
+WORKER_START_S = 3.0
 
 
 class ProcessExecutor:
     """Runs units on ``processes`` worker processes (started on first use), yielding
-    each result as it finishes."""
+    each result as it finishes.
 
-    def __init__(self, processes: int):
+    Args:
+      session: this process works too, in this session: it runs units itself, one after
+        another, for as long as the rest would take it less than ``start_after_s`` (a
+        small space is answered before a worker process could have started); then it
+        starts the workers and, while units wait for a free worker, goes on taking them.
+        Without it, every unit goes to the workers.
+    """
+
+    def __init__(self, processes: int, session=None, start_after_s: float = WORKER_START_S):
         self.processes = processes
+        self.session = session
+        self.start_after_s = start_after_s
         self._pool = Pool(processes, unit_handler, UNIT_TEMPLATE_BYTES)
 
     def run(self, fn: Callable, job, items: Sequence[tuple]) -> Iterator[tuple]:
         """Yield ``(key, fn(session, job, *args))`` for each ``(key, args)`` of ``items``, in the
-        order they finish, in the session of the worker that ran it (``fn`` must be importable:
-        it travels by name)."""
-        if not items:
+        order they finish, in the session of the process that ran it (``fn`` must be
+        importable: it travels by name)."""
+        items, session, done = list(items), self.session, 0
+        if session is not None and not self._pool.started:
+            began = None
+            while done < len(items):
+                key, args = items[done]
+                yield key, fn(session, job, *args)
+                done += 1
+                if began is None:  # the rate from the second unit on: the first warms up
+                    began = time.perf_counter()
+                elif ((time.perf_counter() - began) / (done - 1) * (len(items) - done)
+                      > self.start_after_s):
+                    break  # worth the workers' start
+        rest = items[done:]
+        if not rest:
             return
-        keys = [key for key, _ in items]
-        for index, value in self._pool.run([(fn, args) for _, args in items], context=job):
+        local = None if session is None else (lambda request: request[0](session, job,
+                                                                          *request[1]))
+        keys = [key for key, _ in rest]
+        for index, value in self._pool.run([(fn, args) for _, args in rest], context=job,
+                                           local=local):
             yield keys[index], value
 
     def pids(self) -> list[int]:

@@ -67,7 +67,9 @@ class Options(command.Options):
     bound_batch: int = 64  # points per unit of the closed-form tier's rounds
     exact_batch: int = 64  # points per exact unit
     exhaustive: bool = False  # evaluate every bounded point exactly (no pruning)
-    processes: int | None = None  # worker processes of the bound phase (default: per core)
+    # worker processes of the bound phase (default: one per core, when the work left
+    # is long enough to pay for their start; given: started at once)
+    processes: int | None = None
     platform: str | None = None  # "cpu" or "gpu" (an accelerator): default, the devices'
 
 
@@ -293,8 +295,12 @@ def _bound_phase(grid: Grid, folder: SweepFolder, job: Job, executor, options: O
     processes = min(len(todo), options.processes or usable_cores())
     if isinstance(executor, LocalExecutor) and processes > 1 and options.platform == "cpu":
         # whole chunks on a worker process per core: planning runs in parallel too, and
-        # no chunk waits for another's slowest share
-        units = ProcessExecutor(processes)
+        # no chunk waits for another's slowest share. Chunks planned to the closed form
+        # evaluate nothing: unless worker processes were asked for, this process plans
+        # them too, alone while the rest is short (a small space is answered before
+        # workers could have started)
+        helps = level == Level.CLOSED_FORM and options.processes is None
+        units = ProcessExecutor(processes, executor.session if helps else None)
     try:
         for (start, stop), (table, spent) in units.run(bound_chunk, job, todo):
             saving = time.perf_counter()

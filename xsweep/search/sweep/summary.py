@@ -110,7 +110,8 @@ def infeasible(table: Table, rows: np.ndarray) -> dict:
     status, level = table["status"][rows], table["level"][rows]
     failed = rows[~np.isin(status, _FEASIBLE)
                   | ((level == Level.EXACT) & ~table["feasible"][rows])]
-    reasons = [str(table["reason"][i]) or Status(table["status"][i]).label for i in failed]
+    reasons = [str(reason) or Status(code).label for reason, code in
+               zip(table["reason"][failed].tolist(), table["status"][failed].tolist(), strict=True)]
     kinds = [reason_kind(r) for r in reasons]
     memory = [(i, reason) for i, reason, kind in zip(failed.tolist(), reasons, kinds,
                                                      strict=True) if kind.name == "memory"]
