@@ -92,7 +92,9 @@ class _Lowering:
 
     def _ring_flows(self, dpg, first, last, passes):
         """A collective of a DP group on layers first..last: a pipelined ring per chunk."""
-        chunk = chunk_bytes_per_rank(self.a.grad_bytes(first, last), dpg.tps)
+        d = self.a.dp_groups.index(dpg)
+        chunk = chunk_bytes_per_rank(self.a.grad_bytes(first, last, self.a.expert_fold(d)),
+                                     dpg.tps)
         return [self._flow(src, dst, nbytes, hops=hops, launches=1)
                 for ring in dpg.rings
                 for src, dst, nbytes, hops in pipelined_ring(ring.ranks, chunk, 1.0, passes)]
