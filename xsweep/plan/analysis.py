@@ -19,8 +19,8 @@ from xsweep.plan.stack import Stack
 from xsweep.plan.topology import Topology, build_topology
 from xsweep.plan.workload import (
     StageCost,
-    iteration_model_flops,
     expert_replicas,
+    iteration_model_flops,
     optimizer_time_s,
     segment_grad_bytes,
     stage_cost,
