@@ -4,12 +4,19 @@ definition (what a rank holds and sends), not from the workload module's functio
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+from tests.plan.reference_lowering import reference_lower
+from tests.support.lowering import assert_identical
 from xsweep.plan.analysis import analyze
-from xsweep.plan.builder import NodeReq, ReplicaReq, StageReq, build_plan
+from xsweep.plan.builder import NodeReq, ReplicaReq, StageReq, build_plan, random_plan
+from xsweep.plan.lower import lower, structure_key
+from xsweep.plan.program import Category
 from xsweep.plan.stack import Stack
 from xsweep.plan.workload import BF16_BYTES, rank_params
+from xsweep.sim import simulate
+from xsweep.spec import validate_plan
 
 SEQ = 1024
 
@@ -82,3 +89,100 @@ def test_the_dp_ring_carries_each_ranks_own_gradients(catalog):
     within = analyze(across_plan(4, nodes=4), catalog)
     experts = 4 * 3 * within.model.hidden_size * within.model.expert_ffn_hidden_size
     assert (within.grad_bytes(1, 4) - a.grad_bytes(1, 4, 2)) / 4 == 2 * (8 / 4 - 1) * experts
+
+
+def test_ep_groups_are_consecutive_replicas_of_a_stage(catalog):
+    """Four replicas of two stages at TP 2 and EP 4: replicas (0, 1) and (2, 3) form the
+    EP groups of each stage; a group's peers start with itself and wrap within its EP
+    group."""
+    a = analyze(across_plan(4, tp=2, nodes=4, stages=2), catalog)
+    by_place = {(g.replica, g.stage): i for i, g in enumerate(a.groups)}
+    for stage in range(2):
+        for replica, partner in ((0, 1), (1, 0), (2, 3), (3, 2)):
+            gi = by_place[replica, stage]
+            assert a.ep_peers[gi] == (gi, by_place[partner, stage])
+
+
+def _task_flows(p, t):
+    return range(p.flow_ptr[t], p.flow_ptr[t + 1])
+
+
+def test_all_to_all_flows_reach_the_other_replicas_ranks(catalog):
+    """EP 8 = TP 4 x 2 replicas, one per node: each forward TP task of a MoE piece holds
+    its TP ring and, per rank, one flow to each of the other 7 ranks of its EP group, 4 of
+    them across the NIC to the other node, each ``count x 2 h (b s / TP) k / EP`` bytes
+    over the bus efficiency of its path."""
+    a = analyze(across_plan(8, micro_batches=1, layers=2), catalog)
+    p = lower(a)
+    m = a.model
+    pair = 2 * m.hidden_size * (SEQ / 4) * m.moe_top_k / 8
+    count = 2 * 2  # dispatch and combine, two MoE layers
+    nodes = p.rank_node
+    for t in np.flatnonzero(p.task_category == int(Category.TP)).tolist():
+        own = set(a.groups[int(p.task_device_group[t])].ranks)
+        flows = [f for f in _task_flows(p, t) if p.flow_bytes[f] < 5e6]  # not the ring
+        pairs = {(int(p.flow_src[f]), int(p.flow_dst[f])) for f in flows}
+        assert pairs == {(i, j) for i in own for j in range(8) if i != j}
+        for f in flows:
+            crosses = nodes[p.flow_src[f]] != nodes[p.flow_dst[f]]
+            path = p.path(f)
+            narrowest = path[np.argmin(a.topology.capacity[path])]
+            wire = count * pair / a.topology.bus_efficiency[narrowest]
+            assert p.flow_bytes[f] == pytest.approx(wire, rel=1e-12)
+            assert crosses == any("nic" in p.link_names[link] for link in path)
+
+
+def test_a_nic_bound_all_to_all_takes_its_nic_bytes_over_the_nic_rate(catalog):
+    """With one replica per node, the all-to-all sends ``(EP - TP) / (EP - 1)`` of each
+    rank's flows through its NIC: the simulator's TP task of a MoE pass takes at least its
+    NIC's bytes over the NIC's rate, and at most that plus the flows' latencies, and the
+    NIC is its most loaded link."""
+    a = analyze(across_plan(8, micro_batches=1, layers=2), catalog)
+    p = lower(a)
+    result = simulate(p)
+    topo = a.topology
+    m = a.model
+    pair = 2 * m.hidden_size * (SEQ / 4) * m.moe_top_k / 8
+    for t in np.flatnonzero(p.task_category == int(Category.TP)).tolist():
+        load = np.zeros(len(p.link_capacity))
+        for f in _task_flows(p, t):
+            load[p.path(f)] += p.flow_bytes[f]
+        busiest = int(np.argmax(load / p.link_capacity))
+        assert "nic" in p.link_names[busiest]
+        nic = topo.capacity[busiest]
+        count = 2 * 2  # two MoE layers, two all-to-alls each (forward and backward alike)
+        nic_bytes = (8 - 4) * count * pair / topo.bus_efficiency[busiest]
+        assert load[busiest] == pytest.approx(nic_bytes, rel=1e-12)
+        took = result.task_end_s[t] - result.task_start_s[t]
+        latency = p.flow_latency_s[list(_task_flows(p, t))].max()
+        assert nic_bytes / nic <= took <= nic_bytes / nic + latency
+        assert took > 1.5 * max(load[i] / p.link_capacity[i] for i in range(len(load))
+                                if "su" in p.link_names[i])
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_plans_with_ep_across_replicas_lower_as_the_reference(catalog, seed):
+    """The block lowering (a replica's block copied, all-to-all peers mapped into its EP
+    group) equals the task-by-task reference, bit for bit."""
+    model = ("mixtral-8x7b", "deepseek-v3")[seed % 2]
+    plan = random_plan(seed, max_gpus=64, model=model, ep_across=True)
+    validate_plan(plan, catalog)
+    a = analyze(plan, catalog)
+    assert_identical(lower(a), reference_lower(a))
+
+
+def test_some_random_plans_span_replicas(catalog):
+    spans = set()
+    for seed in range(8):
+        plan = random_plan(seed, max_gpus=64, model="mixtral-8x7b", ep_across=True)
+        a = analyze(plan, catalog)
+        spans.add(max(len(peers) for peers in a.ep_peers))
+    assert max(spans) >= 2
+
+
+def test_ep_across_replicas_has_its_own_structure(catalog):
+    """EP 4 (within TP 4) and EP 8 (two replicas) on the same groups lower to different
+    structures, and EP 8's program has more flows (the peers' ranks)."""
+    a4, a8 = (analyze(across_plan(ep), catalog) for ep in (4, 8))
+    assert structure_key(a4) != structure_key(a8)
+    assert lower(a8).flow_src.size > lower(a4).flow_src.size

@@ -131,6 +131,22 @@ class PlanAnalysis:
         validation gives every member of such a group the same TP degree)."""
         return expert_replicas(min(self.dp_groups[d].tps), self.stack.expert_parallel)
 
+    @functools.cached_property
+    def ep_peers(self) -> tuple[tuple[int, ...], ...]:
+        """Per group (index into ``groups``), its EP group's groups: itself, then the
+        groups of the other replicas of its EP group in the order of their shift from it
+        (wrapping within the EP group). With EP above a stage's TP degree, ``EP = TP x r``,
+        the stage's groups (one per replica, in replica order) form EP groups of ``r``
+        consecutive replicas; else a group is its own EP group."""
+        out = []
+        for gi, g in enumerate(self.groups):
+            fold = expert_replicas(g.tp, self.stack.expert_parallel)
+            stage = [rep[g.stage] for rep in self.replicas.values() if len(rep) > g.stage]
+            p = stage.index(gi)
+            base = p - p % fold
+            out.append(tuple(stage[base + (p + k) % fold] for k in range(fold)))
+        return tuple(out)
+
     def index_of(self, group_id: int) -> int:
         return next(i for i, g in enumerate(self.groups) if g.id == group_id)
 
