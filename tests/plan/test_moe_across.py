@@ -15,8 +15,10 @@ from xsweep.plan.lower import lower, structure_key
 from xsweep.plan.program import Category
 from xsweep.plan.stack import Stack
 from xsweep.plan.workload import BF16_BYTES, rank_params
+from xsweep.search.closed_form import expert_fanout, iteration_lower_bound
 from xsweep.sim import simulate
 from xsweep.spec import validate_plan
+from xsweep.spec.program_size import estimate_program_size
 
 SEQ = 1024
 
@@ -186,3 +188,62 @@ def test_ep_across_replicas_has_its_own_structure(catalog):
     a4, a8 = (analyze(across_plan(ep), catalog) for ep in (4, 8))
     assert structure_key(a4) != structure_key(a8)
     assert lower(a8).flow_src.size > lower(a4).flow_src.size
+
+
+def test_closed_form_all_to_all_bytes_per_rank_and_per_nic(catalog):
+    """EP 8 = 2 x TP 4, one replica per node of 4 GPUs: a rank sends 7 flows per
+    all-to-all, 3 on its node and 4 through its NIC, each ``2 h (b s / TP) k / EP`` bytes;
+    the closed form counts them so, and its bound (the NIC's share: 4 flows' bytes over
+    the NIC's rate, after the launches) lies under the simulator's iteration and above
+    the NIC time of one pass's all-to-alls."""
+    plan = across_plan(8, micro_batches=1, layers=2)
+    nodes = [r // 4 for r in range(8)]
+    assert expert_fanout(plan, 8, nodes) == {0: (3, 4), 1: (3, 4)}
+    a = analyze(plan, catalog)
+    m = a.model
+    pair = 2 * m.hidden_size * (SEQ / 4) * m.moe_top_k / 8
+    count = 2 * 2  # per pass: dispatch and combine of two MoE layers
+    p = lower(a)
+    per_rank = per_nic = 0.0
+    for f in range(p.flow_src.size):
+        if p.flow_src[f] == 0 and p.flow_bytes[f] < 5e6 and p.task_names[
+                int(np.searchsorted(p.flow_ptr, f, side="right") - 1)].startswith("tp F"):
+            path = p.path(f)
+            payload = p.flow_bytes[f] * a.topology.bus_efficiency[
+                path[np.argmin(a.topology.capacity[path])]]
+            per_rank += payload
+            per_nic += payload if nodes[p.flow_dst[f]] != 0 else 0.0
+    assert per_rank == pytest.approx(7 * count * pair, rel=1e-12)
+    assert per_nic == pytest.approx(4 * count * pair, rel=1e-12)
+    nic = catalog.nics["cx7"]
+    nic_s = 4 * count * pair / (nic.bandwidth_gbps * 1e9 / 8)
+    bound = iteration_lower_bound(plan, catalog)
+    assert bound >= 2 * nic_s  # forward and backward each send it
+    assert bound <= simulate(p).iteration_time_s
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_closed_form_stays_under_the_simulator_with_ep_across(catalog, seed):
+    plan = random_plan(seed, max_gpus=32, model=("mixtral-8x7b", "deepseek-v3")[seed % 2],
+                       ep_across=True)
+    exact = simulate(lower(analyze(plan, catalog))).iteration_time_s
+    assert iteration_lower_bound(plan, catalog) <= exact
+
+
+def test_a_nic_bound_plans_closed_form_counts_its_all_to_alls(catalog):
+    """Where the all-to-alls cross the NICs, the closed form grows with them: EP 8 across
+    two nodes bounds above EP 4 inside each replica (same groups)."""
+    assert (iteration_lower_bound(across_plan(8, layers=4), catalog)
+            > iteration_lower_bound(across_plan(4, layers=4), catalog))
+
+
+@pytest.mark.parametrize("model", ("mixtral-8x7b", "deepseek-v3"))
+def test_program_size_bounds_the_all_to_alls_across_replicas(catalog, model):
+    """The validation's estimate holds the all-to-alls' flows to the other replicas' ranks
+    (``tp x (EP - 1)`` per TP task of a MoE piece), within a small factor of the
+    program's tasks plus flows."""
+    for seed in range(6):
+        plan = random_plan(seed, max_gpus=64, model=model, ep_across=True)
+        program = lower(analyze(plan, catalog))
+        actual = program.num_tasks + program.flow_src.size
+        assert actual <= estimate_program_size(plan) <= 4 * actual, seed
