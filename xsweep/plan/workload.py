@@ -86,16 +86,19 @@ the first ``moe_first_dense_layers`` replace the FFN by a router (an ``h x exper
 on the rank's tokens, ``1/t`` of them under sequence parallelism), the routed experts and
 the shared experts. Experts are split over ``EP = stack.expert_parallel`` ranks of the
 TP group (``experts / EP`` per rank) and each expert's FFN over the other ``t / EP``
-(expert TP). A rank runs its experts as grouped GEMMs (one GEMM per expert, the tiles of
-all of them in one launch) over ``b s x top_k x load / EP`` token copies (every rank of an
-expert's ``t / EP`` takes all its tokens), ``load`` the assumed imbalance of the busiest
+(expert TP); with EP a multiple of ``t``, over the TP ranks of ``EP / t`` replicas
+(``experts / EP`` whole experts per rank). A rank runs its experts as grouped GEMMs (one
+GEMM per expert, the tiles of all of them in one launch) over its EP group's tokens
+times ``top_k x load / EP`` (:func:`routed_rows`; every rank of an expert's ``t / EP``
+takes all its tokens), ``load`` the assumed imbalance of the busiest
 expert (1 at EP 1; capped by a capacity factor), with a memory-bound permutation of the
 copies before and after; the shared experts run as one dense FFN of ``num_shared_experts``
 times their width, split over TP. Per MoE layer and pass, EP above 1 adds a dispatch and a
 combine all-to-all (:func:`a2a_pair_bytes`; twice more in the backward under full
 recompute), which the lowering puts on the wire. Parameters: the routed experts count
-``experts x ceil(f_e / t)`` FFN widths per rank whatever EP (exact when ``t`` divides
-``f_e``), the router is replicated.
+``experts x ceil(f_e / t)`` FFN widths per rank whatever EP dividing ``t`` (exact when
+``t`` divides ``f_e``), ``experts / EP`` whole widths with EP above ``t``
+(:func:`routed_params`); the router is replicated.
 """
 
 from __future__ import annotations
