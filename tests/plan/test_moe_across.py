@@ -247,3 +247,10 @@ def test_program_size_bounds_the_all_to_alls_across_replicas(catalog, model):
         program = lower(analyze(plan, catalog))
         actual = program.num_tasks + program.flow_src.size
         assert actual <= estimate_program_size(plan) <= 4 * actual, seed
+
+
+def test_the_program_size_follows_expert_parallelism_on_the_same_groups(catalog):
+    """The validation keeps what it checked of a plan's groups; the size estimate differs
+    with EP on the same groups, so it is part of what is kept by."""
+    sizes = [validate_plan(across_plan(ep), catalog).program_size for ep in (1, 4, 8)]
+    assert sizes[0] < sizes[1] < sizes[2]

@@ -157,7 +157,8 @@ def _checked(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str | None
     key = (groups, cluster.gpus_per_node, model.num_attention_heads, model.num_layers,
            training.global_batch_size, training.virtual_pipeline_stages, training.schedule,
            training.zero_stage, training.dp_overlap, training.resharding,
-           training.tp_comm_overlap, model.seq_length, options.stack.flash_attention, limits)
+           training.tp_comm_overlap, model.seq_length, options.stack.flash_attention, limits,
+           training.expert_parallel)  # the program size counts the all-to-alls' flows
     typed, size = _GROUPS.get(key, lambda: _check_structure(plan, groups, model, cluster,
                                                             options.stack, file, limits))
     if model.is_moe or options.stack.expert_parallel > 1:
