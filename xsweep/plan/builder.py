@@ -146,9 +146,7 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
     shape_rng = random.Random(f"shape-{seed}")
     v = shape_rng.choice((1, 1, 1, 2)) if num_layers >= 4 else 1
     zero_stage = shape_rng.choice((0, 0, 1, 1, 3))
-    ep_across = ep_across and model in MOE_PRESETS
-    if ep_across and zero_stage == 3:  # FSDP is not modelled with EP across replicas
-        zero_stage = 1
+    ep_across, zero_stage = _across(ep_across, model, zero_stage)
     cp = random.Random(f"cp-{seed}").choice((1, 1, 2, 2, 4))
     if zero_stage == 3 or seq_length % (2 * cp) or model in MOE_PRESETS:
         cp = 1
@@ -178,13 +176,10 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
         replicas = []
         for _ in range(rng.randint(1, 4)):
             if ep_across and replicas:  # EP across replicas: the first replica's shape
-                first = replicas[0]
-                stages = [place(tps=(s.tp,)) for s in first.stages]
-                if None in stages:
+                copy = _same_shape(replicas[0], place)
+                if copy is None:
                     break
-                replicas.append(dataclasses.replace(first, stages=tuple(
-                    StageReq(k, s.tp, s.num_layers)
-                    for (k, _), s in zip(stages, first.stages, strict=True))))
+                replicas.append(copy)
                 continue
             if zero_stage == 3 and replicas:  # FSDP: the first replica's stages, micro-batches
                 first = replicas[0]
@@ -251,6 +246,23 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
         fabric=rng.choice(FABRIC.known()), oversubscription=rng.choice((1.0, 1.0, 2.0, 4.0)),
         stack=stack, seq_length=seq_length, num_layers=num_layers, context_parallel=cp,
     )
+
+
+def _across(ep_across: bool, model: str, zero_stage: int) -> tuple[bool, int]:
+    """Whether a plan asked for EP across replicas gets it (a model with experts), and its
+    ZeRO stage (1 for 3: FSDP is not modelled with EP across replicas)."""
+    across = ep_across and model in MOE_PRESETS
+    return across, (1 if across and zero_stage == 3 else zero_stage)
+
+
+def _same_shape(first: ReplicaReq, place) -> ReplicaReq | None:
+    """A replica of ``first``'s stages (layers, TP degrees) and micro-batches, each stage
+    on the GPU kind ``place`` finds room for at its TP degree (None where it finds none)."""
+    stages = [place(tps=(s.tp,)) for s in first.stages]
+    if None in stages:
+        return None
+    return dataclasses.replace(first, stages=tuple(
+        StageReq(k, s.tp, s.num_layers) for (k, _), s in zip(stages, first.stages, strict=True)))
 
 
 def _draw_experts(seed: int, model: str, replicas,

@@ -313,11 +313,7 @@ def _add_block(out: _Builder, a: PlanAnalysis, replicas: list[tuple[int, ...]], 
     # one of its EP peers (EP over replicas): each stream's EP group's ranks, its own first
     rank_table = np.array([r for gi in members for r in groups[gi].ranks], np.int64)
     offset = np.concatenate([[0], np.cumsum([len(groups[gi].ranks) for gi in members])])
-    peers = a.ep_peers
-    ep_table = np.array([r for gi in members for p in peers[gi] for r in groups[p].ranks],
-                        np.int64)
-    ep_offset = np.concatenate([[0], np.cumsum([sum(len(groups[p].ranks) for p in peers[gi])
-                                                for gi in members])])
+    ep_table, ep_offset = _ep_ranks(a, members)
     flows = block.flows
     out.extend(_placed_tasks(block.tasks, members, ids, [groups[gi].replica for gi in members],
                              remap), dep_counts, dep,
@@ -333,6 +329,18 @@ def _add_block(out: _Builder, a: PlanAnalysis, replicas: list[tuple[int, ...]], 
         piece_end[(groups[members[st]].id, lo)] = t + base
     for st, t in block.finals.items():
         finals.setdefault(groups[members[st]].id, []).append(t + base)
+
+
+def _ep_ranks(a: PlanAnalysis, members: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The ranks of each member's EP group, its own first then its peers' in the order of
+    their shift (:attr:`~xsweep.plan.analysis.PlanAnalysis.ep_peers`), one member after
+    another, and where each member's start: a block flow's destination ``(stream,
+    index)`` is ``table[start[stream] + index]``."""
+    groups, peers = a.groups, a.ep_peers
+    table = np.array([r for gi in members for p in peers[gi] for r in groups[p].ranks],
+                     np.int64)
+    sizes = [sum(len(groups[p].ranks) for p in peers[gi]) for gi in members]
+    return table, np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
 
 
 def _mapped(column: np.ndarray, table) -> np.ndarray:
