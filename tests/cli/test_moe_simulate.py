@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+import xsweep
+from xsweep.spec.plan_io import plan_from_text
+
 
 def test_mixtral_plan_simulates_with_its_assumptions_stated(run_xsweep, spaces_dir):
     plan = spaces_dir / "mixtral-8x7b-ep8.pbtxt"
@@ -31,3 +36,31 @@ def test_expert_parallelism_that_splits_no_experts_is_one_line(run_xsweep, space
     lines = result.stderr.splitlines()
     assert lines == [f"{path}: training.expert_parallel: must divide the model's num_experts "
                      "(8) (got 3)"]
+
+
+def test_ep_across_replicas_plan_simulates_and_evaluates_alike(run_xsweep, spaces_dir):
+    """The shipped plan with EP 8 = TP 2 x 4 replicas (its EP groups span two nodes):
+    ``xsweep simulate`` runs it, and ``xsweep.evaluate`` at the exact level gives the
+    simulator's iteration time; keeping each EP group inside one node is faster (its
+    all-to-alls stay on NVLink)."""
+    plan = spaces_dir / "mixtral-8x7b-ep-dp.pbtxt"
+    result = run_xsweep("simulate", plan, "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["moe"]["expert_parallel"] == 8 and doc["moe"]["experts_per_gpu"] == 1
+    assert doc["memory_fits"] and doc["exposed_tp_s_max"] > 0
+    exact = xsweep.evaluate([str(plan)], level="exact", dtype="float64")
+    assert float(exact["iteration_time_s"].values.ravel()[0]) == pytest.approx(
+        doc["iteration_time_s"], rel=1e-9)
+    within = plan.read_text()
+    for r in range(8):  # replicas 0-3 of a stage on one node, 4-7 on the next
+        for stage in range(2):
+            old = 2 * stage * 8 + (r % 2) * 8 + 2 * (r // 2)
+            new = (2 * stage + r // 4) * 8 + 2 * (r % 4)
+            within = within.replace(f"ranks: [{old}, {old + 1}] pp_stage: {stage} "
+                                    f"dp_replica: {r}\n",
+                                    f"ranks: [{new}, {new + 1}] pp_stage: {stage} "
+                                    f"dp_replica: {r}\n")
+    assert within != plan.read_text()
+    near = xsweep.evaluate([plan_from_text(within)], level="exact", dtype="float64")
+    assert float(near["iteration_time_s"].values.ravel()[0]) < doc["iteration_time_s"]

@@ -1,7 +1,8 @@
 """Plans with experts (and expert parallelism's all-to-alls) at both batched levels
 against the exact simulator: random Mixtral-8x7B and DeepSeek-V3-shaped plans of every
-training-stack option the generator draws, and a node of 8 GPUs at EP 8, where the
-all-to-alls contend with the TP rings on NVLink."""
+training-stack option the generator draws, with expert parallelism inside a group and
+across replicas, a node of 8 GPUs at EP 8, where the all-to-alls contend with the TP rings
+on NVLink, and two nodes at EP 8 = TP 4 x 2 replicas, where they cross the NICs."""
 
 from __future__ import annotations
 
@@ -28,19 +29,30 @@ def one_node() -> pb.DeploymentPlan:
                       num_layers=4, stack=Stack(expert_parallel=8, moe_imbalance=1.3))
 
 
+def two_nodes() -> pb.DeploymentPlan:
+    """Mixtral cut to 4 layers on two nodes of 4 H100s, a replica of TP 4 on each, EP 8
+    over both: half of every rank's all-to-all flows (4 of 7) go through its NIC."""
+    return build_plan("moe-two-nodes", "mixtral-8x7b", [NodeReq("H100-SXM", 4, "cx7")] * 2,
+                      [ReplicaReq((StageReq("H100-SXM", 4, 4),), 1, 3)] * 2, seq_length=1024,
+                      num_layers=4, stack=Stack(expert_parallel=8, moe_imbalance=1.25))
+
+
 def _plans() -> list[pb.DeploymentPlan]:
     return ([random_plan(seed, max_gpus=32, num_layers=8, model=model)
              for seed in range(6) for model in ("mixtral-8x7b", "deepseek-v3")]
-            + [one_node()])
+            + [random_plan(seed, max_gpus=32, num_layers=8, model=model, ep_across=True)
+               for seed in range(3) for model in ("mixtral-8x7b", "deepseek-v3")]
+            + [one_node(), two_nodes()])
 
 
 def test_moe_plans_agree_with_the_simulator():
     catalog = load_catalog()
     programs, times, per_stream = [], [], []
-    eps = set()
+    eps, spans = set(), set()
     for plan in _plans():
         a = analyze(plan, catalog)
         eps.add(a.stack.expert_parallel)
+        spans.add(max(len(peers) for peers in a.ep_peers))
         program = lower(a)
         result = simulate(program)
         programs.append(program)
@@ -48,6 +60,7 @@ def test_moe_plans_agree_with_the_simulator():
         per_stream.append(timeline.stream_metrics(np, timeline.metric_index(program),
                                                   result.task_start_s, result.task_end_s))
     assert {1, 2, 8} <= eps  # without and with all-to-alls, partial and whole experts
+    assert {1, 2} <= spans  # EP groups inside a group and across replicas
     t_ref = np.array(times)
     for dtype, tol in (("float32", 1e-4), ("float64", 1e-9)):
         out = default_evaluator().run(programs, "exact", dtype=dtype)

@@ -92,7 +92,9 @@ class _Lowering:
 
     def _ring_flows(self, dpg, first, last, passes):
         """A collective of a DP group on layers first..last: a pipelined ring per chunk."""
-        chunk = chunk_bytes_per_rank(self.a.grad_bytes(first, last), dpg.tps)
+        d = self.a.dp_groups.index(dpg)
+        chunk = chunk_bytes_per_rank(self.a.grad_bytes(first, last, self.a.expert_fold(d)),
+                                     dpg.tps)
         return [self._flow(src, dst, nbytes, hops=hops, launches=1)
                 for ring in dpg.rings
                 for src, dst, nbytes, hops in pipelined_ring(ring.ranks, chunk, 1.0, passes)]
@@ -150,8 +152,7 @@ class _Lowering:
                  for src, dst, nbytes, hops in pipelined_ring(
                      g.ranks[q * g.tp:(q + 1) * g.tp], g.cost.tp_allreduce_bytes, tp_count)]
         flows += [self._flow(src, dst, nbytes, hops=hops, launches=a2a_count)
-                  for src, dst, nbytes, hops in all_to_all(g.ranks, g.cost.a2a_pair_bytes,
-                                                           a2a_count)]
+                  for src, dst, nbytes, hops in self._all_to_all(gi, a2a_count)]
         overlap = self.a.stack.tp_comm_overlap
         if cp_flows:  # the CP ring beside the compute, then a join (running the TP rings)
             beside = self.b.add_comm(Category.TP_BESIDE, (flows if overlap else []) + cp_flows,
@@ -168,6 +169,19 @@ class _Lowering:
                                 name=f"tp {name}", **labels)
         self.last[gi] = t
         return compute, t
+
+    def _all_to_all(self, gi: int, count: float) -> list:
+        """The all-to-all flows the group's ranks send: from each of them to every other
+        rank of its EP group (its own ranks, then its peers' in the order of their shift,
+        as ``PlanAnalysis.ep_peers`` gives them)."""
+        g = self.a.groups[gi]
+        ranks = [r for p in self.a.ep_peers[gi] for r in self.a.groups[p].ranks]
+        if len(ranks) == len(g.ranks):
+            return all_to_all(g.ranks, g.cost.a2a_pair_bytes, count)
+        if count <= 0:
+            return []
+        return [(g.ranks[i], ranks[j], count * g.cost.a2a_pair_bytes, count)
+                for i in range(len(g.ranks)) for j in range(len(ranks)) if i != j]
 
     def _piece(self, gi, kind, mb, c, lo, hi, role, deps):
         g = self.a.groups[gi]

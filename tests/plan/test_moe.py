@@ -228,7 +228,7 @@ def _with(plan: pb.DeploymentPlan, **fields) -> pb.DeploymentPlan:
 
 @pytest.mark.parametrize(("fields", "field", "words"), [
     ({"training__expert_parallel": 3}, "training.expert_parallel", "divide the model's"),
-    ({"training__expert_parallel": 8}, "device_groups[0].ranks", "multiple of"),
+    ({"training__expert_parallel": 8}, "training.expert_parallel", "must divide the 1 replicas"),
     ({"model__moe_top_k": 9}, "model.moe_top_k", "between 1 and num_experts"),
     ({"model__moe_capacity_factor": 0.5}, "model.moe_capacity_factor", "dropless"),
     ({"model__moe_first_dense_layers": 4}, "model.moe_first_dense_layers", "below num_layers"),

@@ -19,6 +19,7 @@ from xsweep.plan.stack import Stack
 from xsweep.plan.topology import Topology, build_topology
 from xsweep.plan.workload import (
     StageCost,
+    expert_replicas,
     iteration_model_flops,
     optimizer_time_s,
     segment_grad_bytes,
@@ -119,9 +120,32 @@ class PlanAnalysis:
         ends = [x - 1 for x in starts[1:]] + [self.dp_groups[d].last_layer]
         return list(zip(starts, ends, strict=True))
 
-    def grad_bytes(self, first: int, last: int) -> float:
-        """Unsharded bf16 gradient bytes (equally, parameter bytes) of layers first..last."""
-        return float(_segment_grad_bytes(self.model, first, last, self.model.num_layers))
+    def grad_bytes(self, first: int, last: int, fold: int = 1) -> float:
+        """Unsharded bf16 gradient bytes (equally, parameter bytes) of layers first..last;
+        with EP over ``fold`` replicas, the routed experts' are ``1 / fold`` of them
+        (:func:`xsweep.plan.workload.segment_grad_bytes`)."""
+        return float(_segment_grad_bytes(self.model, first, last, self.model.num_layers, fold))
+
+    def expert_fold(self, d: int) -> int:
+        """Replicas an EP group spans in DP group ``d`` (1 unless EP is above its TP: the
+        validation gives every member of such a group the same TP degree)."""
+        return expert_replicas(min(self.dp_groups[d].tps), self.stack.expert_parallel)
+
+    @functools.cached_property
+    def ep_peers(self) -> tuple[tuple[int, ...], ...]:
+        """Per group (index into ``groups``), its EP group's groups: itself, then the
+        groups of the other replicas of its EP group in the order of their shift from it
+        (wrapping within the EP group). With EP above a stage's TP degree, ``EP = TP x r``,
+        the stage's groups (one per replica, in replica order) form EP groups of ``r``
+        consecutive replicas; else a group is its own EP group."""
+        out = []
+        for gi, g in enumerate(self.groups):
+            fold = expert_replicas(g.tp, self.stack.expert_parallel)
+            stage = [rep[g.stage] for rep in self.replicas.values() if len(rep) > g.stage]
+            p = stage.index(gi)
+            base = p - p % fold
+            out.append(tuple(stage[base + (p + k) % fold] for k in range(fold)))
+        return tuple(out)
 
     def index_of(self, group_id: int) -> int:
         return next(i for i, g in enumerate(self.groups) if g.id == group_id)
@@ -245,7 +269,8 @@ def analyze(plan: ValidPlan | DeploymentPlan, catalog, *, profile=None) -> PlanA
     groups, reshards, peak = _GROUPS.get(key, lambda: (
         layout, node_gpus, model, stack, profile,
         *_groups(layout, plan.cluster, model, stack, schedule, scheme, profile)))[5:]
-    key = (id(layout), id(model), stack.dp_overlap, stack.zero_stage, stack.dp_bucket_params)
+    key = (id(layout), id(model), stack.dp_overlap, stack.zero_stage, stack.dp_bucket_params,
+           stack.expert_parallel)
     segment_bytes, buckets = _DP.get(key, lambda: (layout, model, *_dp(layout, model, stack)))[2:]
     batch = training.global_batch_size
     return PlanAnalysis(
@@ -289,7 +314,7 @@ def _groups(layout: _Layout, cluster: ClusterHw, model: ModelSpec, stack: Stack,
                             cp=cp),
                 mem, fits(mem, gpu),
                 _optimizer_time_s(model, gpu, tp, first, last, dp_size, stack.zero_stage,
-                                  stack.precision))
+                                  stack.precision, stack.expert_parallel))
         cost, mem, fit, optimizer_s = figures[key]
         infos.append(GroupInfo(
             id=gid, ranks=ranks, stage=stage, replica=replica, first_layer=first,
@@ -309,6 +334,7 @@ def _groups(layout: _Layout, cluster: ClusterHw, model: ModelSpec, stack: Stack,
 
 def _dp(layout: _Layout, model: ModelSpec, stack: Stack) -> tuple[tuple, tuple]:
     """The gradient bytes and the buckets of every DP group."""
-    return (tuple(float(_segment_grad_bytes(model, g.first_layer, g.last_layer,
-                                            model.num_layers)) for g in layout.dp_groups),
+    return (tuple(float(_segment_grad_bytes(
+        model, g.first_layer, g.last_layer, model.num_layers,
+        expert_replicas(min(g.tps), stack.expert_parallel))) for g in layout.dp_groups),
             tuple(_dp_buckets(model, stack, g) for g in layout.dp_groups))

@@ -8,6 +8,7 @@ valid heterogeneous plans for agreement tests and benchmarks.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import random
@@ -120,7 +121,8 @@ MOE_PRESETS = {"mixtral-8x7b": 8, "deepseek-v3": 256}
 
 
 def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers: int = 8,
-                model: str = "llama2-7b", seq_length: int = 1024) -> pb.DeploymentPlan:
+                model: str = "llama2-7b", seq_length: int = 1024,
+                ep_across: bool = False) -> pb.DeploymentPlan:
     """A seeded, valid, heterogeneous plan (GPU and NIC mixes, TP/PP/DP mixes, schedules,
     resharding schemes, fabrics and every training-stack option drawn at random).
 
@@ -134,12 +136,17 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
     Context parallelism, from a stream of its own, where the model allows it (not under
     FSDP, not with experts): one CP size for the plan, each replica's stages at one TP
     degree, each group's ``tp x cp`` GPUs in one node, flash attention on.
+    With ``ep_across`` (a mixture-of-experts model), expert parallelism spans replicas
+    where it can: every replica takes the first one's stages (at one TP degree) and
+    micro-batches, and EP is that TP degree times a divisor of the replicas above 1 that
+    keeps it a divisor of the experts (the draws of other plans are as without it).
     """
     rng = random.Random(seed)
     # the shape-constraining options, from a stream of their own
     shape_rng = random.Random(f"shape-{seed}")
     v = shape_rng.choice((1, 1, 1, 2)) if num_layers >= 4 else 1
     zero_stage = shape_rng.choice((0, 0, 1, 1, 3))
+    ep_across, zero_stage = _across(ep_across, model, zero_stage)
     cp = random.Random(f"cp-{seed}").choice((1, 1, 2, 2, 4))
     if zero_stage == 3 or seq_length % (2 * cp) or model in MOE_PRESETS:
         cp = 1
@@ -168,6 +175,12 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
         free.update({k: [n.num_gpus for n in nodes if n.gpu == k] for k in kinds})
         replicas = []
         for _ in range(rng.randint(1, 4)):
+            if ep_across and replicas:  # EP across replicas: the first replica's shape
+                copy = _same_shape(replicas[0], place)
+                if copy is None:
+                    break
+                replicas.append(copy)
+                continue
             if zero_stage == 3 and replicas:  # FSDP: the first replica's stages, micro-batches
                 first = replicas[0]
                 stages = [place() for _ in first.stages]
@@ -182,7 +195,8 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
             pp = rng.randint(2 if v > 1 else 1, min(4, num_layers // v))
             stages = []
             for _ in range(pp):  # under CP, the replica's first TP degree throughout
-                where = place(tps=(stages[0][1],) if cp > 1 and stages else tps)
+                one_tp = (cp > 1 or ep_across) and stages
+                where = place(tps=(stages[0][1],) if one_tp else tps)
                 if where is None:
                     break
                 stages.append(where)
@@ -214,7 +228,7 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
     sequence_parallel = rng.random() < 0.7
     # TP overlap from a stream of its own too (it needs sequence parallelism)
     overlap = sequence_parallel and random.Random(f"tp-overlap-{seed}").random() < 0.5
-    ep, imbalance = _draw_experts(seed, model, replicas)
+    ep, imbalance = _draw_experts(seed, model, replicas, ep_across)
     overlap = overlap and ep == 1  # TP overlap is not modelled with expert parallelism
     flash = rng.random() < 0.7 or cp > 1  # ring attention is fused attention
     stack = Stack(sequence_parallel=sequence_parallel, flash_attention=flash,
@@ -234,14 +248,37 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
     )
 
 
-def _draw_experts(seed: int, model: str, replicas) -> tuple[int, float]:
+def _across(ep_across: bool, model: str, zero_stage: int) -> tuple[bool, int]:
+    """Whether a plan asked for EP across replicas gets it (a model with experts), and its
+    ZeRO stage (1 for 3: FSDP is not modelled with EP across replicas)."""
+    across = ep_across and model in MOE_PRESETS
+    return across, (1 if across and zero_stage == 3 else zero_stage)
+
+
+def _same_shape(first: ReplicaReq, place) -> ReplicaReq | None:
+    """A replica of ``first``'s stages (layers, TP degrees) and micro-batches, each stage
+    on the GPU kind ``place`` finds room for at its TP degree (None where it finds none)."""
+    stages = [place(tps=(s.tp,)) for s in first.stages]
+    if None in stages:
+        return None
+    return dataclasses.replace(first, stages=tuple(
+        StageReq(k, s.tp, s.num_layers) for (k, _), s in zip(stages, first.stages, strict=True)))
+
+
+def _draw_experts(seed: int, model: str, replicas,
+                  across: bool = False) -> tuple[int, float]:
     """(EP, token imbalance) of a random plan, from a stream of their own: (1, 1.0) for a
-    dense model."""
+    dense model; with ``across`` (replicas of one shape at one TP degree), TP times a
+    divisor of the replicas above 1 where one keeps EP a divisor of the experts."""
     experts = MOE_PRESETS.get(model)
     if experts is None:
         return 1, 1.0
     rng = random.Random(f"experts-{seed}")
     tp = math.gcd(*(s.tp for r in replicas for s in r.stages))
+    wide = [tp * r for r in range(2, len(replicas) + 1)
+            if len(replicas) % r == 0 and experts % (tp * r) == 0]
+    if across and wide:
+        return rng.choice(wide), rng.choice((1.0, 1.0, 1.25, 2.0))
     ep = rng.choice([d for d in range(1, tp + 1) if tp % d == 0 and experts % d == 0])
     return ep, rng.choice((1.0, 1.0, 1.25, 2.0))
 

@@ -67,6 +67,14 @@ def all_to_all_pairs(k: int) -> list[tuple[int, int]]:
     return [(i, j) for i in range(k) for j in range(k) if i != j]
 
 
+def expert_pairs(tp: int, width: int) -> list[tuple[int, int]]:
+    """``(i, j)`` indices of the flows one group's ranks send in an all-to-all over its EP
+    group of ``width`` ranks (its own ``tp`` first, indices ``0..tp-1``, then its peers'):
+    from each of its ranks to every other rank of the group, source by source. At
+    ``width == tp``, :func:`all_to_all_pairs`."""
+    return [(i, j) for i in range(tp) for j in range(width) if i != j]
+
+
 def all_to_all(ranks: Sequence[int], pair_bytes: float,
                count: float = 1.0) -> list[tuple[int, int, float, float]]:
     """The flows of ``count`` all-to-alls over ``ranks`` in which every rank sends

@@ -143,7 +143,10 @@ def structure_key(a: PlanAnalysis) -> tuple:
 
 def expert_layout(a: PlanAnalysis) -> tuple[int, int]:
     """(EP, first MoE layer) when all-to-alls add flows to TP tasks (EP above 1), else
-    (1, 0): a dense plan's structure."""
+    (1, 0): a dense plan's structure. With the groups' TP degrees and replicas (also in
+    :func:`structure_key`) it says where every all-to-all goes: within a group where EP
+    divides its TP, else over the TP ranks of ``EP / TP`` consecutive replicas of its
+    stage (:attr:`~xsweep.plan.analysis.PlanAnalysis.ep_peers`)."""
     ep = a.stack.expert_parallel
     return (ep, a.model.moe_first_dense_layers + 1) if ep > 1 else (1, 0)
 
@@ -306,9 +309,11 @@ def _add_block(out: _Builder, a: PlanAnalysis, replicas: list[tuple[int, ...]], 
     # the block's keys -> the program's keys
     remap = np.array(out.keys.placed(block.keys, members, dp), np.int64)
     dep_counts, dep = _block_deps(block, base, ids, gather)
-    # (block stream, TP index) -> global rank
+    # (block stream, TP index) -> global rank; an index past a stream's ranks is a rank of
+    # one of its EP peers (EP over replicas): each stream's EP group's ranks, its own first
     rank_table = np.array([r for gi in members for r in groups[gi].ranks], np.int64)
     offset = np.concatenate([[0], np.cumsum([len(groups[gi].ranks) for gi in members])])
+    ep_table, ep_offset = _ep_ranks(a, members)
     flows = block.flows
     out.extend(_placed_tasks(block.tasks, members, ids, [groups[gi].replica for gi in members],
                              remap), dep_counts, dep,
@@ -316,7 +321,7 @@ def _add_block(out: _Builder, a: PlanAnalysis, replicas: list[tuple[int, ...]], 
                 else _BlockNames((args, overlap, experts, cp)),
                 tuple(ids.tolist())), block.flow_task + base,
                rank_table[offset[flows.src_stream] + flows.src_index],
-               rank_table[offset[flows.dst_stream] + flows.dst_index],
+               ep_table[ep_offset[flows.dst_stream] + flows.dst_index],
                remap[flows.nbytes], remap[flows.hops], remap[flows.launches], flows.p2p)
     for st, gi in enumerate(members):
         last[gi] = block.last[st] + base if block.last[st] >= 0 else -1
@@ -324,6 +329,18 @@ def _add_block(out: _Builder, a: PlanAnalysis, replicas: list[tuple[int, ...]], 
         piece_end[(groups[members[st]].id, lo)] = t + base
     for st, t in block.finals.items():
         finals.setdefault(groups[members[st]].id, []).append(t + base)
+
+
+def _ep_ranks(a: PlanAnalysis, members: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The ranks of each member's EP group, its own first then its peers' in the order of
+    their shift (:attr:`~xsweep.plan.analysis.PlanAnalysis.ep_peers`), one member after
+    another, and where each member's start: a block flow's destination ``(stream,
+    index)`` is ``table[start[stream] + index]``."""
+    groups, peers = a.groups, a.ep_peers
+    table = np.array([r for gi in members for p in peers[gi] for r in groups[p].ranks],
+                     np.int64)
+    sizes = [sum(len(groups[p].ranks) for p in peers[gi]) for gi in members]
+    return table, np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
 
 
 def _mapped(column: np.ndarray, table) -> np.ndarray:

@@ -62,9 +62,11 @@ from xsweep.plan.workload import (
     MASK_BYTES,
     block_gemm_params,
     block_params,
+    expert_replicas,
     expert_width,
     mlp_matrices,
     moe_layers_in,
+    rank_expert_params,
     rank_gemm_params,
     rank_params,
     routed_rows,
@@ -198,12 +200,16 @@ def memory_breakdown(model: ModelSpec, tp: int, micro_batch_size: int, first_lay
         raise ValueError(f"zero_stage must be one of {ZERO_STAGES}, got {stack.zero_stage}")
     if dp < 1:
         raise ValueError(f"dp must be at least 1, got {dp}")
-    params = rank_params(model, tp, first_layer, last_layer)
+    params = rank_params(model, tp, first_layer, last_layer, stack.expert_parallel)
     in_flight = schedule_in_flight(schedule, stage_index, num_stages, num_micro_batches,
                                    stack.virtual_pipeline_stages)
     weights = BF16_BYTES * params
     grads = GRAD_BYTES_PER_PARAM * params
     optimizer = ADAM_BYTES_PER_PARAM * params / (dp if stack.zero_stage else 1)
+    fold = expert_replicas(tp, stack.expert_parallel)
+    if fold > 1 and stack.zero_stage:  # expert states: sharded over the dp / fold replicas
+        experts = rank_expert_params(model, tp, first_layer, last_layer, stack.expert_parallel)
+        optimizer = ADAM_BYTES_PER_PARAM * ((params - experts) / dp + experts / (dp // fold))
     fp8_copies = 0.0
     if stack.precision == "fp8":
         fp8_copies = FP8_WEIGHT_BYTES * rank_gemm_params(model, tp, first_layer, last_layer)

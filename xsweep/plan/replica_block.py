@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from xsweep.plan.collectives import all_to_all_pairs
+from xsweep.plan.collectives import expert_pairs
 from xsweep.plan.pieces import Piece, piece_name
 from xsweep.plan.program import Category, TaskColumns, TaskKind
 from xsweep.plan.values import KeyTable, PassTime, cp_ring_keys, ep_keys, tp_ring_keys
@@ -89,20 +89,24 @@ def cp_rings(stream: np.ndarray, tp: np.ndarray, cp: int, nbytes: np.ndarray,
                      np.zeros(len(ring), bool))
 
 
-def with_all_to_alls(rings: FlowGroup, stream, tp, has, nbytes, hops, launches) -> FlowGroup:
+def with_all_to_alls(rings: FlowGroup, stream, tp, has, nbytes, hops, launches,
+                     width=None) -> FlowGroup:
     """TP rings (as :func:`tp_rings` gives them, ring ``r`` on stream ``stream[r]`` of
     ``tp[r]`` ranks), each where ``has[r]`` followed by its stream's all-to-all flows: rank
-    ``i`` to every rank ``j != i`` (:func:`xsweep.plan.collectives.all_to_all_pairs`), each
-    with the keys ``nbytes[r]``, ``hops[r]``, ``launches[r]``; the flows of the TP tasks of
-    pieces with MoE layers under expert parallelism."""
+    ``i`` to every rank ``j != i`` of its EP group of ``width[r]`` ranks (default
+    ``tp[r]``; :func:`xsweep.plan.collectives.expert_pairs`), each with the keys
+    ``nbytes[r]``, ``hops[r]``, ``launches[r]``; the flows of the TP tasks of pieces with
+    MoE layers under expert parallelism. An index ``j >= tp[r]`` stands for TP rank ``j mod
+    tp[r]`` of the stream's ``j // tp[r]``-th EP peer (the lowering places it)."""
+    width = tp if width is None else width
     parts, at = [], 0
-    for r, (on, k) in enumerate(zip(np.asarray(stream).tolist(), np.asarray(tp).tolist(),
-                                    strict=True)):
+    for r, (on, k, w) in enumerate(zip(np.asarray(stream).tolist(), np.asarray(tp).tolist(),
+                                       np.asarray(width).tolist(), strict=True)):
         parts.append(rings.take(np.arange(at, at + k)))
         at += k
         if not has[r]:
             continue
-        pairs = np.array(all_to_all_pairs(k), np.int64).reshape(-1, 2)
+        pairs = np.array(expert_pairs(k, w), np.int64).reshape(-1, 2)
         n = len(pairs)
         parts.append(FlowGroup(np.full(n, on, np.int64), pairs[:, 0], np.full(n, on, np.int64),
                                pairs[:, 1], np.full(n, nbytes[r], np.int64),
@@ -385,8 +389,10 @@ def _piece_keys(keys: KeyTable, p: _Pieces, order: np.ndarray, streams: list,
     ring_size = tp[ring_stream] * cp
     if ep > 1:  # (validation refuses context parallelism with experts)
         size = tp[ring_stream]
-        ring_size = np.where(moe[ring_of], size * size, size)
-        rings = with_all_to_alls(rings, ring_stream, size, moe[ring_of], *a2a[:, ring_of])
+        width = size * np.maximum(ep // size, 1)  # the EP group: over replicas if EP > TP
+        ring_size = np.where(moe[ring_of], size * width, size)
+        rings = with_all_to_alls(rings, ring_stream, size, moe[ring_of], *a2a[:, ring_of],
+                                 width)
     distinct_stream = p.stream[order[first_at]] if cp > 1 else np.zeros(0, np.int64)
     keep = slice(None) if cp > 1 else slice(0)
     return _PieceKeys(kind_of, duration, ring_of, ring_size, rings, tp[distinct_stream] * cp,

@@ -243,7 +243,8 @@ class RingBytes(NamedTuple):
     @staticmethod
     def number(a: PlanAnalysis, dp_group: int, first: int, last: int, passes: int) -> float:
         dpg = a.dp_groups[dp_group]
-        chunk = chunk_bytes_per_rank(a.grad_bytes(first, last), dpg.tps)
+        chunk = chunk_bytes_per_rank(a.grad_bytes(first, last, a.expert_fold(dp_group)),
+                                     dpg.tps)
         return pipelined_ring_flow(len(dpg.rings[0].ranks), chunk, 1.0, passes)[0]
 
     @staticmethod

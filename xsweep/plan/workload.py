@@ -86,16 +86,19 @@ the first ``moe_first_dense_layers`` replace the FFN by a router (an ``h x exper
 on the rank's tokens, ``1/t`` of them under sequence parallelism), the routed experts and
 the shared experts. Experts are split over ``EP = stack.expert_parallel`` ranks of the
 TP group (``experts / EP`` per rank) and each expert's FFN over the other ``t / EP``
-(expert TP). A rank runs its experts as grouped GEMMs (one GEMM per expert, the tiles of
-all of them in one launch) over ``b s x top_k x load / EP`` token copies (every rank of an
-expert's ``t / EP`` takes all its tokens), ``load`` the assumed imbalance of the busiest
+(expert TP); with EP a multiple of ``t``, over the TP ranks of ``EP / t`` replicas
+(``experts / EP`` whole experts per rank). A rank runs its experts as grouped GEMMs (one
+GEMM per expert, the tiles of all of them in one launch) over its EP group's tokens
+times ``top_k x load / EP`` (:func:`routed_rows`; every rank of an expert's ``t / EP``
+takes all its tokens), ``load`` the assumed imbalance of the busiest
 expert (1 at EP 1; capped by a capacity factor), with a memory-bound permutation of the
 copies before and after; the shared experts run as one dense FFN of ``num_shared_experts``
 times their width, split over TP. Per MoE layer and pass, EP above 1 adds a dispatch and a
 combine all-to-all (:func:`a2a_pair_bytes`; twice more in the backward under full
 recompute), which the lowering puts on the wire. Parameters: the routed experts count
-``experts x ceil(f_e / t)`` FFN widths per rank whatever EP (exact when ``t`` divides
-``f_e``), the router is replicated.
+``experts x ceil(f_e / t)`` FFN widths per rank whatever EP dividing ``t`` (exact when
+``t`` divides ``f_e``), ``experts / EP`` whole widths with EP above ``t``
+(:func:`routed_params`); the router is replicated.
 """
 
 from __future__ import annotations
@@ -174,13 +177,28 @@ def shared_width(model: ModelSpec, tp: int) -> int:
     return _ceil(model.num_shared_experts * width, tp)
 
 
-def _moe_block_weights(model: ModelSpec, shard: TpShard, tp: int) -> int:
+def routed_params(model: ModelSpec, tp: int, ep: int = 1) -> int:
+    """Routed-expert parameters of one MoE block on one rank: with EP dividing TP, every
+    expert's FFN split over TP (``experts / EP`` experts of ``1 / (TP / EP)`` of the width
+    each: the same at every such EP); with EP above TP (EP over the TP ranks of several
+    replicas), ``experts / EP`` whole experts."""
+    mats, h = mlp_matrices(model), model.hidden_size
+    if ep > tp:
+        return model.num_experts // ep * mats * h * model.expert_ffn_hidden_size
+    return model.num_experts * mats * h * _ceil(model.expert_ffn_hidden_size, tp)
+
+
+def expert_replicas(tp: int, ep: int) -> int:
+    """Replicas an EP group spans: ``EP / TP`` when EP is above TP, else 1."""
+    return ep // tp if ep > tp else 1
+
+
+def _moe_block_weights(model: ModelSpec, shard: TpShard, tp: int, ep: int = 1) -> int:
     """A MoE block on one rank: attention, the router (``h x experts``, replicated), the
-    routed experts (every expert's FFN split over TP: ``experts / EP`` experts of
-    ``1 / (TP / EP)`` of the width each, whatever EP dividing TP) and the shared experts."""
+    routed experts (:func:`routed_params`) and the shared experts."""
     h, d, mats = model.hidden_size, _head_dim(model), mlp_matrices(model)
     attention = h * d * (2 * shard.heads + 2 * shard.kv_heads)
-    routed = model.num_experts * mats * h * _ceil(model.expert_ffn_hidden_size, tp)
+    routed = routed_params(model, tp, ep)
     shared = mats * h * shared_width(model, tp)
     return attention + h * model.num_experts + routed + shared + 2 * h
 
@@ -219,12 +237,12 @@ def _check_layers(model: ModelSpec, first: int, last: int, num_layers: int | Non
 
 
 def _segment_params(model: ModelSpec, shard: TpShard, first: int, last: int,
-                    total: int, tp: int = 1) -> int:
+                    total: int, tp: int = 1, ep: int = 1) -> int:
     h = model.hidden_size
     moe = moe_layers_in(model, first, last)
     params = (last - first + 1 - moe) * _block_weights(model, shard)
     if moe:
-        params += moe * _moe_block_weights(model, shard, tp)
+        params += moe * _moe_block_weights(model, shard, tp, ep)
     if first == 1:
         params += shard.vocab * h  # embedding
     if last == total:
@@ -232,24 +250,34 @@ def _segment_params(model: ModelSpec, shard: TpShard, first: int, last: int,
     return params
 
 
-def rank_params(model: ModelSpec, tp: int, first_layer: int, last_layer: int) -> int:
-    """Parameters one rank (the largest TP shard) holds for layers first..last (1-based).
+def rank_params(model: ModelSpec, tp: int, first_layer: int, last_layer: int,
+                ep: int = 1) -> int:
+    """Parameters one rank (the largest TP shard) holds for layers first..last (1-based),
+    at expert parallelism ``ep`` (:func:`routed_params`).
 
     The embedding belongs to layer 1 and the LM head to layer L.
     """
     total = _check_layers(model, first_layer, last_layer)
-    return _segment_params(model, tp_shard(model, tp), first_layer, last_layer, total, tp)
+    return _segment_params(model, tp_shard(model, tp), first_layer, last_layer, total, tp, ep)
+
+
+def rank_expert_params(model: ModelSpec, tp: int, first_layer: int, last_layer: int,
+                       ep: int = 1) -> int:
+    """The routed-expert part of :func:`rank_params`."""
+    return moe_layers_in(model, first_layer, last_layer) * routed_params(model, tp, ep)
 
 
 def segment_grad_bytes(model: ModelSpec, first: int, last: int,
-                       num_layers: int | None = None) -> int:
-    """Unsharded bf16 gradient bytes of layers first..last (1-based, inclusive).
+                       num_layers: int | None = None, fold: int = 1) -> int:
+    """Unsharded bf16 gradient bytes of layers first..last (1-based, inclusive): ``d`` such
+    that a rank of TP ``t`` holds ``d / t``. With EP over ``fold`` replicas (EP = TP x
+    fold), the routed experts count ``1 / fold`` of them (a rank holds ``experts / EP``).
 
     Includes the embedding when ``first == 1`` and the LM head when ``last`` is the last
     layer ``num_layers`` (default ``model.num_layers``).
     """
     total = _check_layers(model, first, last, num_layers)
-    return BF16_BYTES * _segment_params(model, tp_shard(model, 1), first, last, total)
+    return BF16_BYTES * _segment_params(model, tp_shard(model, 1), first, last, total, 1, fold)
 
 
 #: Output tile (rows, columns) of the GEMM kernels that reach ``gemm_efficiency``
@@ -380,11 +408,14 @@ def moe_load(model: ModelSpec, stack: Stack) -> float:
 
 
 def routed_rows(model: ModelSpec, micro_batch_size: int, tp: int, stack: Stack) -> float:
-    """Token copies one rank's routed experts process per micro-batch: the group's
-    ``b s`` tokens, ``top_k`` copies each, spread over the ``EP`` ranks of experts at the
-    busiest expert's load (every rank of an expert's ``TP / EP`` ranks takes them all)."""
-    tokens = micro_batch_size * model.seq_length
-    return tokens * model.moe_top_k * moe_load(model, stack) / stack.expert_parallel
+    """Token copies one rank's routed experts process per micro-batch: its EP group's
+    tokens (``b s`` per replica it spans), ``top_k`` copies each, spread over the ``EP``
+    ranks of experts at the busiest expert's load (every rank of an expert's ``TP / EP``
+    ranks takes them all): ``b s top_k load / EP`` with EP dividing TP, ``b s top_k load /
+    TP`` with EP above it."""
+    ep = stack.expert_parallel
+    tokens = micro_batch_size * model.seq_length * expert_replicas(tp, ep)
+    return tokens * model.moe_top_k * moe_load(model, stack) / ep
 
 
 def a2a_pair_bytes(model: ModelSpec, micro_batch_size: int, tp: int, stack: Stack) -> float:
@@ -650,7 +681,7 @@ def _tp_counts(model: ModelSpec, tp: int, first: int, last: int,
     collective (each rank dispatches its own sequence-parallel tokens and gets them back
     whole), so it keeps the attention's one; else () (two per layer, four backward under
     full recompute)."""
-    if (not model.is_moe or stack.expert_parallel != tp or tp == 1 or model.num_shared_experts
+    if (not model.is_moe or stack.expert_parallel % tp or tp == 1 or model.num_shared_experts
             or not stack.sequence_parallel):
         return (), ()
     full = stack.recompute == "full"
@@ -721,7 +752,8 @@ def stage_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
                                 else (4 if stack.recompute == "full" else 2) * num_blocks),
         tp_ops_per_allreduce=2 if stack.sequence_parallel else 1,
         activation_bytes=activation_bytes,
-        grad_bytes=float(BF16_BYTES * rank_params(model, tp, first_layer, last_layer)),
+        grad_bytes=float(BF16_BYTES * rank_params(model, tp, first_layer, last_layer,
+                                                  stack.expert_parallel)),
         profiled=profiled,
         a2a_forward=a2a_forward,
         a2a_backward=a2a_backward,
@@ -746,7 +778,7 @@ def cp_step_bytes(model: ModelSpec, micro_batch_size: int, tp: int, cp: int) -> 
 
 
 def optimizer_time_s(model: ModelSpec, gpu: GpuSpec, tp: int, first: int, last: int,
-                     dp: int, zero_stage: int, precision: str = "bf16") -> float:
+                     dp: int, zero_stage: int, precision: str = "bf16", ep: int = 1) -> float:
     """Time of one mixed-precision Adam step on one rank of a group (memory bound).
 
     With ZeRO stage 1 or 3 each of the ``dp`` replicas updates only its share of the
@@ -758,9 +790,16 @@ def optimizer_time_s(model: ModelSpec, gpu: GpuSpec, tp: int, first: int, last: 
         raise ValueError(f"zero_stage must be one of {ZERO_STAGES}, got {zero_stage}")
     if dp < 1:
         raise ValueError(f"dp must be at least 1, got {dp}")
-    step_bytes = ADAM_STEP_BYTES_PER_PARAM * rank_params(model, tp, first, last)
     rate = gpu.hbm_bytes_per_s * gpu.hbm_efficiency
-    step_s = step_bytes / rate / (dp if zero_stage else 1)
+    params = rank_params(model, tp, first, last, ep)
+    fold = expert_replicas(tp, ep)
+    if fold > 1 and zero_stage:  # expert states are sharded over the dp / fold replicas
+        experts = rank_expert_params(model, tp, first, last, ep)
+        step_s = ADAM_STEP_BYTES_PER_PARAM * ((params - experts) / dp
+                                              + experts / (dp // fold)) / rate
+    else:
+        step_bytes = ADAM_STEP_BYTES_PER_PARAM * params
+        step_s = step_bytes / rate / (dp if zero_stage else 1)
     if precision == "fp8":
         step_s += FP8_CAST_BYTES * rank_gemm_params(model, tp, first, last) / rate
     return step_s

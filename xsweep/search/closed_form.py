@@ -19,7 +19,13 @@ least, for every device group:
   (:func:`xsweep.plan.collectives.pipelined_ring_flow` is linear in the count). Under
   expert parallelism the TP tasks of MoE layers also carry the all-to-alls, whose flows
   inside a node are bounded the same way; a task lasts at least its longest flow, so the
-  passes at least the longer of the rings' and the all-to-alls' sums. Under
+  passes at least the longer of the rings' and the all-to-alls' sums. With EP above TP
+  (EP groups over ``EP / TP`` replicas of a stage) a rank sends one all-to-all flow to
+  each other rank of its EP group: those on its own node all leave through its scale-up
+  link, those on other nodes all through its PCIe path and NIC, so a pass's all-to-alls
+  last at least their launches plus the bytes crossing that link over its rate (each
+  flow's bytes over the highest bus efficiency its path can have, the NIC's or PCIe's;
+  :func:`expert_fanout` counts the flows). Under
   context parallelism the compute is a CP rank's (``1/cp`` of the tokens), each CP rank's
   TP ring sits in one node, and the CP ring runs beside the compute (with the TP rings
   if they overlap, else the TP rings run after both): left out, it only lengthens a
@@ -87,6 +93,11 @@ def iteration_lower_bound(plan: pb.DeploymentPlan, catalog: Catalog) -> float:
     for index, node in enumerate(nodes):
         node_of_rank += [index] * node.num_gpus
     stages: dict[int, dict[int, tuple[float, float, float, float, int]]] = {}
+    fanout = expert_fanout(plan, stack.expert_parallel, node_of_rank)
+    # the highest bus efficiency a path leaving a node can have (the network's links carry
+    # the lowest of the NICs below them)
+    efficiency = max(e for n in nodes for e in (n.nic.bus_efficiency,
+                                                n.pcie_link.bus_efficiency))
     for group in plan.device_groups:
         cp = max(group.context_parallel, 1)
         ranks = list(group.ranks)[:len(group.ranks) // cp]  # CP rank 0's TP group
@@ -103,6 +114,8 @@ def iteration_lower_bound(plan: pb.DeploymentPlan, catalog: Catalog) -> float:
                        + hops * 2 * node.scale_up_latency_ns * 1e-9
                        + launches * link.launch_latency_us * 1e-6
                        for ring_bytes, hops, launches in ring)
+            if len(ring) > 1 and stack.expert_parallel > len(ranks):
+                tp_s = max(tp_s, _a2a_across_s(node, ring[1], fanout[group.id], efficiency))
         stages.setdefault(group.dp_replica, {})[group.pp_stage] = (
             forward, backward, tp_s, chunk, group.num_micro_batches)
     best = 0.0
@@ -117,6 +130,55 @@ def iteration_lower_bound(plan: pb.DeploymentPlan, catalog: Catalog) -> float:
             best = max(best, before + m * own)
             before += chunk
     return best * (1.0 - MARGIN)
+
+
+def expert_fanout(plan: pb.DeploymentPlan, ep: int,
+                  node_of_rank: list[int]) -> dict[int, tuple[int, int]]:
+    """Per device group id whose EP group spans replicas (EP above its TP degree): the
+    most all-to-all flows one of its ranks sends to ranks of its EP group on its own node,
+    and the most to ranks on other nodes. An EP group is the groups of ``EP / TP``
+    consecutive replicas of one pipeline stage (in replica order), as the plan's
+    validation and the lowering lay it out."""
+    stages: dict[int, list] = {}
+    for group in sorted(plan.device_groups, key=lambda g: g.dp_replica):
+        stages.setdefault(group.pp_stage, []).append(group)
+    out = {}
+    for members in stages.values():
+        tp = len(members[0].ranks)
+        if ep <= tp:
+            continue
+        fold = ep // tp
+        for start in range(0, len(members) - fold + 1, fold):
+            team = members[start:start + fold]
+            nodes = [node_of_rank[r] for g in team for r in g.ranks]
+            for g in team:
+                own = [node_of_rank[r] for r in g.ranks]
+                near = max(nodes.count(n) - 1 for n in own)
+                out[g.id] = (near, max(len(nodes) - nodes.count(n) for n in own))
+    return out
+
+
+def _a2a_across_s(node, a2a: tuple[float, float, float], fanout: tuple[int, int],
+                  efficiency: float) -> float:
+    """At least the time of a pass's all-to-alls over an EP group that spans replicas:
+    ``a2a`` (bytes, hops, launches of each flow), ``fanout`` the flows a rank sends on its
+    node and to other nodes (:func:`expert_fanout`), ``efficiency`` the highest bus
+    efficiency of a path between nodes. Each flow waits its hops and launches first (at
+    the launch latency of a link of its path at least); the flows of one rank to its node
+    share its scale-up link, those to other nodes its PCIe path and its NIC."""
+    nbytes, hops, launches = a2a
+    near, far = fanout
+    link = node.scale_up_link
+    near_s = (hops * 2 * node.scale_up_latency_ns * 1e-9
+              + launches * link.launch_latency_us * 1e-6
+              + near * nbytes / link.bus_efficiency / (node.scale_up_gbps * 1e9 / 8))
+    if not far:
+        return near_s
+    nic = node.nic
+    rate = min(nic.bandwidth_gbps, node.gpu.pcie_gbps) * 1e9 / 8
+    far_s = (launches * max(nic.launch_latency_us, node.pcie_link.launch_latency_us) * 1e-6
+             + far * nbytes / efficiency / rate)
+    return max(near_s, far_s)
 
 
 @functools.lru_cache(maxsize=65536)

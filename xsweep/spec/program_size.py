@@ -56,7 +56,7 @@ def estimate_program_size(plan: xsweep_pb2.DeploymentPlan) -> int:
     """
     t = plan.training
     key = (groups_bytes(plan), t.virtual_pipeline_stages, t.zero_stage, t.dp_overlap,
-           t.resharding, t.tp_comm_overlap, t.expert_parallel > 1)
+           t.resharding, t.tp_comm_overlap, t.expert_parallel)
     return _SIZES.get(key, lambda: _estimate(plan))
 
 
@@ -96,8 +96,10 @@ def _estimate(plan: xsweep_pb2.DeploymentPlan) -> int:
         if cp > 1:  # a CP ring (and TP rings) beside the compute, and a join
             size += passes * (2 + 2 * tp * cp)
         elif tp > 1:  # one blocking TP task of tp flows per pass; overlapped, its join too;
-            # with expert parallelism also an all-to-all's tp (tp - 1) flows
-            flows = tp * tp if training.expert_parallel > 1 else tp
+            # with expert parallelism also an all-to-all's flows, tp (w - 1) for an EP
+            # group of w ranks (tp, or EP over tp x EP / tp ranks of several replicas)
+            ep = training.expert_parallel
+            flows = tp * tp * max(ep // tp, 1) if ep > 1 else tp
             size += passes * (1 + flows + bool(training.tp_comm_overlap))
     scheme = enum_name(RESHARDING, training.resharding)
     for members in replicas.values():

@@ -157,7 +157,8 @@ def _checked(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str | None
     key = (groups, cluster.gpus_per_node, model.num_attention_heads, model.num_layers,
            training.global_batch_size, training.virtual_pipeline_stages, training.schedule,
            training.zero_stage, training.dp_overlap, training.resharding,
-           training.tp_comm_overlap, model.seq_length, options.stack.flash_attention, limits)
+           training.tp_comm_overlap, model.seq_length, options.stack.flash_attention, limits,
+           training.expert_parallel)  # the program size counts the all-to-alls' flows
     typed, size = _GROUPS.get(key, lambda: _check_structure(plan, groups, model, cluster,
                                                             options.stack, file, limits))
     if model.is_moe or options.stack.expert_parallel > 1:
@@ -269,8 +270,9 @@ def _check_training(training: xsweep_pb2.Training, file: str | None) -> None:
 def _check_moe(model: ModelSpec, options: TrainingOptions, groups: tuple[Group, ...],
                file: str | None) -> None:
     """Expert parallelism against the model and the device groups: EP needs routed experts
-    it divides and must divide every group's TP degree (EP is carved from a group's TP
-    ranks); FP8 and TP overlap are not modelled with experts."""
+    it divides; it either divides a group's TP degree (EP carved from the group's TP ranks)
+    or is a multiple of it (EP over the TP ranks of several replicas,
+    :func:`_check_ep_across`); FP8 and TP overlap are not modelled with experts."""
     stack = options.stack
     ep = stack.expert_parallel
     if groups and groups[0].cp > 1:
@@ -283,10 +285,13 @@ def _check_moe(model: ModelSpec, options: TrainingOptions, groups: tuple[Group, 
         raise InputError(file, "training.expert_parallel", ep,
                          f"must divide the model's num_experts ({model.num_experts})")
     for i, g in enumerate(groups):
-        if len(g.ranks) % ep:
+        if len(g.ranks) % ep and ep % len(g.ranks):
             raise InputError(file, f"device_groups[{i}].ranks", len(g.ranks),
-                             f"TP degree must be a multiple of training.expert_parallel ({ep}): "
-                             "the experts are split over the ranks of each group")
+                             f"TP degree must be a multiple or a divisor of "
+                             f"training.expert_parallel ({ep}): the experts are split over "
+                             "the TP ranks of a group or of several replicas")
+    if any(ep > len(g.ranks) for g in groups):
+        _check_ep_across(ep, stack.zero_stage, groups, file)
     if stack.precision == "fp8":
         raise InputError(file, "training.precision", "FP8",
                          "is not modelled for a model with experts (use BF16)")
@@ -294,6 +299,46 @@ def _check_moe(model: ModelSpec, options: TrainingOptions, groups: tuple[Group, 
         raise InputError(file, "training.tp_comm_overlap", True,
                          "is not modelled with expert_parallel above 1 (the all-to-all would "
                          "ride beside the compute)")
+
+
+def _check_ep_across(ep: int, zero_stage: int, groups: tuple[Group, ...],
+                     file: str | None) -> None:
+    """EP a multiple of a stage's TP degree, ``EP = TP x r``: an EP group is the TP ranks of
+    ``r`` consecutive replicas of the stage, so the stage's groups must share their TP
+    degree, layers and micro-batches, and ``r`` must divide their number; not with TP 1
+    (no TP task to carry the all-to-alls) nor under FSDP."""
+    field = "training.expert_parallel"
+    if zero_stage == 3:
+        raise InputError(file, "training.zero_stage", 3, f"FSDP is not modelled with "
+                         f"{field} ({ep}) above a group's TP degree (EP across replicas)")
+    stages: dict[int, list[int]] = defaultdict(list)
+    for i, g in enumerate(groups):
+        stages[g.stage].append(i)
+    for members in stages.values():
+        first = groups[members[0]]
+        tp = len(first.ranks)
+        if all(ep <= len(groups[i].ranks) for i in members):
+            continue
+        for i in members:
+            g = groups[i]
+            if len(g.ranks) != tp:
+                raise InputError(file, f"device_groups[{i}].ranks", len(g.ranks),
+                                 f"with {field} ({ep}) above the TP degree, every group of "
+                                 f"pipeline stage {g.stage} needs the same TP degree ({tp})")
+            if (g.first_layer, g.last_layer, g.micro_batch_size, g.num_micro_batches) != (
+                    first.first_layer, first.last_layer, first.micro_batch_size,
+                    first.num_micro_batches):
+                raise InputError(file, f"device_groups[{i}].first_layer", g.first_layer,
+                                 f"with {field} ({ep}) above the TP degree, every group of "
+                                 f"pipeline stage {g.stage} needs the same layers and "
+                                 "micro-batches (an EP group spans replicas)")
+        if tp == 1:
+            raise InputError(file, f"device_groups[{members[0]}].ranks", 1,
+                             f"{field} ({ep}) across replicas needs a TP degree above 1")
+        if len(members) % (ep // tp):
+            raise InputError(file, field, ep,
+                             f"is TP ({tp}) x {ep // tp} replicas, and {ep // tp} must divide "
+                             f"the {len(members)} replicas of pipeline stage {first.stage}")
 
 
 def _check_virtual_stages(plan: xsweep_pb2.DeploymentPlan, file: str | None) -> None:

@@ -40,9 +40,12 @@ def test_ep_reaches_the_plan_and_infeasible_points_say_why(catalog):
         if ep == 3:
             assert isinstance(out, Infeasible)
             assert out.reason == "expert parallelism: ep 3 does not divide the model's 8 experts"
-        elif tp % ep:
-            assert out.reason == f"expert parallelism: ep {ep} does not divide TP {tp} of pool H200"
-            assert reason_kind(out.reason).name == "experts"
+        elif ep > tp:  # EP 8 = TP 4 x 2 replicas: the EP group spans two replicas
+            assert isinstance(out, Built), out
+            a = analyze(validate_plan(out.plan, catalog), catalog)
+            assert a.stack.expert_parallel == 8
+            assert all(len(peers) == 2 for peers in a.ep_peers)
+            built += 1
         else:
             assert isinstance(out, Built), out
             validate_plan(out.plan, catalog)
@@ -50,6 +53,51 @@ def test_ep_reaches_the_plan_and_infeasible_points_say_why(catalog):
             assert (stack.expert_parallel, stack.moe_imbalance) == (ep, 1.25)
             built += 1
     assert built >= 8
+
+
+def _across(**parallelism):
+    return changed(MIXTRAL, parallelism={**MIXTRAL["parallelism"], **parallelism})
+
+
+def test_ep_across_replicas_that_cannot_form_ep_groups_says_why(catalog):
+    """EP 8 at TP 2 needs 4 replicas per EP group: on 4 nodes of 8 GPUs at PP 4 the 4
+    replicas form one, at PP 8 the 2 cannot (its reason); two pools at TP 2 and 4 share
+    no TP degree; FSDP is not modelled with EP across replicas."""
+    _, _, points, outs = _outcomes(_across(tp={"H200": [2]}, pp=[4, 8], ep=[8]), catalog)
+    for point, out in zip(points, outs, strict=True):
+        if point["parallelism.pp"] == 8:
+            assert out.reason == ("expert parallelism: ep 8 is TP 2 x 4 replicas, and 4 does "
+                                  "not divide the 2 replicas")
+            assert reason_kind(out.reason).name == "experts"
+        else:
+            assert isinstance(out, Built), out
+            validate_plan(out.plan, catalog)
+    document = changed(MIXTRAL, cluster={"pools": [{"gpu": "H200", "nodes": 2},
+                                                   {"gpu": "H100-SXM", "nodes": 2}]},
+                       parallelism={"tp": {"H200": [2], "H100-SXM": [4]}, "pp": [1],
+                                    "micro_batch_size": 1, "ep": [4]})
+    _, _, _, outs = _outcomes(document, catalog)
+    assert outs[0].reason == ("expert parallelism: ep 4 above TP (across replicas) needs one "
+                              "TP degree for every pool, not TP [2, 4]")
+    _, _, _, outs = _outcomes(changed(_across(tp={"H200": [4]}, pp=[2], ep=[8]),
+                                      training={**MIXTRAL["training"], "zero_stage": 3}),
+                              catalog)
+    assert outs[0].reason == ("expert parallelism: ep 8 above TP (across replicas) is not "
+                              "modelled under FSDP (zero_stage 3)")
+
+
+def test_ep_across_replicas_of_unlike_shapes_is_infeasible(catalog):
+    """Two pools of unlike GPUs at one TP degree cut their replicas' layers apart (the
+    planner balances their stage times), so EP across them is refused."""
+    document = changed(MIXTRAL, cluster={"pools": [{"gpu": "H200", "nodes": 1},
+                                                   {"gpu": "A100-80GB", "nodes": 1}]},
+                       parallelism={"tp": {"H200": [4], "A100-80GB": [4]}, "pp": [2],
+                                    "micro_batch_size": 1, "ep": [8],
+                                    "layer_split": "proportional"})
+    _, _, _, outs = _outcomes(document, catalog)
+    assert isinstance(outs[0], Infeasible)
+    assert outs[0].reason.startswith("expert parallelism: across replicas needs replicas of "
+                                     "one shape")
 
 
 def test_a_dense_model_refuses_expert_parallelism(catalog):

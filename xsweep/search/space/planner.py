@@ -250,6 +250,10 @@ class Planner:
             reason = _check_fsdp(pools, shapes, layout.kind_of, counts)
             if reason:
                 return Infeasible(reason)
+        if stack.expert_parallel > pools[0].tp:
+            reason = _check_expert_shapes(shapes, layout.kind_of, counts)
+            if reason:
+                return Infeasible(reason)
         memory_gib, worst = self._memory(model, pools, shapes, layout.kind_of, counts, b, point,
                                          stack)
         if worst:
@@ -279,6 +283,9 @@ class Planner:
         replicas = _replica_count(pools, p, point["parallelism.pipeline_mix"])
         if isinstance(replicas, str):
             return replicas
+        reason = _check_expert_replicas(stack.expert_parallel, pools[0].tp, replicas)
+        if reason:
+            return reason
         micro_batches = batch // b
         unit = p if v > 1 else 1  # interleaving: each replica's count a multiple of pp
         if micro_batches // unit < replicas:
@@ -521,8 +528,10 @@ def _check_precision(pools: list[_Pool], precision: str) -> str:
 
 def _check_experts(pools: list[_Pool], model: ModelSpec, stack: Stack) -> str:
     """Why the point cannot split its experts ("" if it can): expert parallelism needs
-    routed experts it divides and must divide every TP degree; FP8, and TP overlap with
-    EP above 1, are not modelled with experts."""
+    routed experts it divides, and must divide every TP degree or be a multiple of it (EP
+    over the TP ranks of several replicas: then one TP degree above 1 for every pool, and
+    not under FSDP); FP8, and TP overlap with EP above 1, are not modelled with
+    experts."""
     ep = stack.expert_parallel
     if ep > 1 and not model.is_moe:
         return f"expert parallelism: ep {ep} needs a model with experts ({model.name} has none)"
@@ -532,12 +541,56 @@ def _check_experts(pools: list[_Pool], model: ModelSpec, stack: Stack) -> str:
         return (f"expert parallelism: ep {ep} does not divide the model's "
                 f"{model.num_experts} experts")
     for pool in pools:
-        if pool.tp % ep:
-            return f"expert parallelism: ep {ep} does not divide TP {pool.tp} of pool {pool.name}"
+        if pool.tp % ep and ep % pool.tp:
+            return (f"expert parallelism: ep {ep} neither divides TP {pool.tp} of pool "
+                    f"{pool.name} nor is a multiple of it")
+    if any(ep > pool.tp for pool in pools):
+        reason = _check_experts_across(pools, ep, stack)
+        if reason:
+            return reason
     if stack.precision == "fp8":
         return "expert parallelism: FP8 is not modelled for a model with experts"
     if stack.tp_comm_overlap and ep > 1:
         return f"expert parallelism: TP communication overlap is not modelled at ep {ep}"
+    return ""
+
+
+def _check_experts_across(pools: list[_Pool], ep: int, stack: Stack) -> str:
+    """Why EP above TP (EP groups over several replicas) cannot run ("" if it can): one TP
+    degree, above 1, for every pool; not under FSDP."""
+    tps = sorted({pool.tp for pool in pools})
+    where = f"expert parallelism: ep {ep} above TP (across replicas)"
+    if len(tps) > 1:
+        return f"{where} needs one TP degree for every pool, not TP {tps}"
+    if tps[0] == 1:
+        return f"{where} needs TP above 1"
+    if stack.zero_stage == 3:
+        return f"{where} is not modelled under FSDP (zero_stage 3)"
+    return ""
+
+
+def _check_expert_replicas(ep: int, tp: int, replicas: int) -> str:
+    """Why ``replicas`` cannot form EP groups of ``ep / tp`` replicas ("" if they can, or
+    if EP does not span replicas)."""
+    if ep <= tp or replicas % (ep // tp) == 0:
+        return ""
+    return (f"expert parallelism: ep {ep} is TP {tp} x {ep // tp} replicas, and "
+            f"{ep // tp} does not divide the {replicas} replicas")
+
+
+def _check_expert_shapes(shapes: list[tuple[_Stage, ...]], kind_of: tuple[int, ...],
+                         counts: list[int]) -> str:
+    """Why the replicas cannot share EP groups ("" if they all run replica 0's stages with
+    its micro-batch count, as an EP group across replicas needs)."""
+    def layers(kind: int) -> list[tuple[int, int]]:
+        return [(s.first_layer, s.last_layer) for s in shapes[kind]]
+
+    for r, (kind, count) in enumerate(zip(kind_of, counts, strict=True)):
+        where = "expert parallelism: across replicas needs replicas of one shape: replica"
+        if layers(kind) != layers(kind_of[0]):
+            return f"{where} {r} runs other stages than replica 0"
+        if count != counts[0]:
+            return f"{where} {r} gets {count} micro-batches, replica 0 {counts[0]}"
     return ""
 
 

@@ -154,7 +154,8 @@ def _screen_model(sweep: Sweep, catalog: Catalog, model, columns, v: _Verdicts,
     """The rules for the open points of ``v``, all of ``model``; each ends decided or
     left to the planner."""
     n = len(v.open)
-    # experts (and expert parallelism): the planner's rules and memory, point by point
+    # experts (and expert parallelism, inside a TP group or across replicas, whose EP
+    # groups need replicas of one shape): the planner's rules and memory, point by point
     v.defer(v.open if model.is_moe else (_col(columns, "parallelism.ep", n, 1) != 1))
     pools = sweep.cluster.pools
     nodes = [columns[f"cluster.pools[{i}].nodes"].astype(np.int64) for i in range(len(pools))]

@@ -1,0 +1,256 @@
+"""Expert parallelism across data-parallel replicas (EP a multiple of TP): the layout,
+work and memory per rank, the all-to-alls over the NICs, written from the model's
+definition (what a rank holds and sends), not from the workload module's functions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.plan.reference_lowering import reference_lower
+from tests.support.lowering import assert_identical
+from xsweep.plan.analysis import analyze
+from xsweep.plan.builder import NodeReq, ReplicaReq, StageReq, build_plan, random_plan
+from xsweep.plan.lower import lower, structure_key
+from xsweep.plan.program import Category
+from xsweep.plan.stack import Stack
+from xsweep.plan.workload import BF16_BYTES, rank_params
+from xsweep.search.closed_form import expert_fanout, iteration_lower_bound
+from xsweep.sim import simulate
+from xsweep.spec import validate_plan
+from xsweep.spec.program_size import estimate_program_size
+
+SEQ = 1024
+
+
+def across_plan(ep: int, *, tp: int = 4, gpus_per_node: int = 4, nodes: int = 2,
+                layers: int = 4, stages: int = 1, zero_stage: int = 0,
+                recompute: str = "none", imbalance: float = 1.0,
+                micro_batches: int = 4) -> object:
+    """Mixtral-8x7B cut to ``layers`` layers on ``nodes`` nodes of ``gpus_per_node``
+    H100s, as many replicas of ``stages`` TP-``tp`` stages as the GPUs hold."""
+    replicas = nodes * gpus_per_node // (tp * stages)
+    stage = tuple(StageReq("H100-SXM", tp, layers // stages) for _ in range(stages))
+    return build_plan(f"mixtral-ep{ep}-tp{tp}", "mixtral-8x7b",
+                      [NodeReq("H100-SXM", gpus_per_node, "cx7")] * nodes,
+                      [ReplicaReq(stage, 1, micro_batches)] * replicas,
+                      seq_length=SEQ, num_layers=layers,
+                      stack=Stack(expert_parallel=ep, zero_stage=zero_stage,
+                                  recompute=recompute, moe_imbalance=imbalance))
+
+
+def test_a_rank_holds_experts_over_ep_whole_experts(catalog):
+    """TP 4, EP 8 (two replicas): each rank holds one whole expert per MoE layer; its
+    other weights are as at EP 4 (within TP), whose routed part is every expert's width
+    over TP."""
+    a = analyze(across_plan(8), catalog)
+    m = a.model
+    h, f = m.hidden_size, m.expert_ffn_hidden_size
+    across = rank_params(m, 4, 1, 4, 8)
+    within = rank_params(m, 4, 1, 4, 4)
+    assert within - across == 4 * 3 * h * (8 * f // 4 - f)
+    assert a.groups[0].cost.grad_bytes == BF16_BYTES * across
+
+
+def test_routed_work_covers_the_ep_groups_tokens(catalog):
+    """A rank's routed experts take its EP group's tokens (two replicas' ``b s``), ``top_k``
+    copies each, over the EP ranks: ``2 b s k / 8 = b s k / TP`` rows; at full width, so
+    the expert FLOPs per rank equal EP 4's (every expert over TP 4, all ``b s k / 4``
+    rows at a quarter of the width)."""
+    a8 = analyze(across_plan(8), catalog)
+    a4 = analyze(across_plan(4), catalog)
+    # same routed FLOPs per rank: only the all-to-all and its receivers change
+    assert a8.groups[0].cost.forward_flops == pytest.approx(a4.groups[0].cost.forward_flops,
+                                                            rel=1e-12)
+    m = a8.model
+    pair = 2 * m.hidden_size * (SEQ / 4) * m.moe_top_k / 8
+    assert a8.groups[0].cost.a2a_pair_bytes == pytest.approx(pair, rel=1e-12)
+
+
+def test_expert_optimizer_states_shard_over_the_replicas_holding_them(catalog):
+    """Under ZeRO-1 with 4 replicas at EP 8 = TP 4 x 2, the non-expert states shard over
+    4 replicas and the expert states over the 2 that hold the same experts."""
+    a = analyze(across_plan(8, nodes=4, zero_stage=1), catalog)
+    m = a.model
+    params = rank_params(m, 4, 1, 4, 8)
+    experts = 4 * 3 * m.hidden_size * m.expert_ffn_hidden_size
+    want = 12 * ((params - experts) / 4 + experts / 2) / 2**30
+    assert a.groups[0].memory.optimizer_gib == pytest.approx(want, rel=1e-12)
+
+
+def test_the_dp_ring_carries_each_ranks_own_gradients(catalog):
+    """The one DP ring over every replica moves, per rank, the gradients it holds (its
+    ``experts / EP`` experts included): the unsharded bytes over TP, up to the router and
+    norms that every TP rank holds whole (a part in ten thousand here)."""
+    a = analyze(across_plan(8, nodes=4), catalog)
+    d = 0
+    assert a.expert_fold(d) == 2
+    per_rank = a.grad_bytes(1, 4, a.expert_fold(d)) / 4
+    assert per_rank == pytest.approx(a.groups[0].cost.grad_bytes, rel=2e-4)
+    # the EP-4 (within TP) ring moves every expert's quarter-width slice: more bytes
+    within = analyze(across_plan(4, nodes=4), catalog)
+    experts = 4 * 3 * within.model.hidden_size * within.model.expert_ffn_hidden_size
+    assert (within.grad_bytes(1, 4) - a.grad_bytes(1, 4, 2)) / 4 == 2 * (8 / 4 - 1) * experts
+
+
+def test_ep_groups_are_consecutive_replicas_of_a_stage(catalog):
+    """Four replicas of two stages at TP 2 and EP 4: replicas (0, 1) and (2, 3) form the
+    EP groups of each stage; a group's peers start with itself and wrap within its EP
+    group."""
+    a = analyze(across_plan(4, tp=2, nodes=4, stages=2), catalog)
+    by_place = {(g.replica, g.stage): i for i, g in enumerate(a.groups)}
+    for stage in range(2):
+        for replica, partner in ((0, 1), (1, 0), (2, 3), (3, 2)):
+            gi = by_place[replica, stage]
+            assert a.ep_peers[gi] == (gi, by_place[partner, stage])
+
+
+def _task_flows(p, t):
+    return range(p.flow_ptr[t], p.flow_ptr[t + 1])
+
+
+def test_all_to_all_flows_reach_the_other_replicas_ranks(catalog):
+    """EP 8 = TP 4 x 2 replicas, one per node: each forward TP task of a MoE piece holds
+    its TP ring and, per rank, one flow to each of the other 7 ranks of its EP group, 4 of
+    them across the NIC to the other node, each ``count x 2 h (b s / TP) k / EP`` bytes
+    over the bus efficiency of its path."""
+    a = analyze(across_plan(8, micro_batches=1, layers=2), catalog)
+    p = lower(a)
+    m = a.model
+    pair = 2 * m.hidden_size * (SEQ / 4) * m.moe_top_k / 8
+    count = 2 * 2  # dispatch and combine, two MoE layers
+    nodes = p.rank_node
+    for t in np.flatnonzero(p.task_category == int(Category.TP)).tolist():
+        own = set(a.groups[int(p.task_device_group[t])].ranks)
+        flows = [f for f in _task_flows(p, t) if p.flow_bytes[f] < 5e6]  # not the ring
+        pairs = {(int(p.flow_src[f]), int(p.flow_dst[f])) for f in flows}
+        assert pairs == {(i, j) for i in own for j in range(8) if i != j}
+        for f in flows:
+            crosses = nodes[p.flow_src[f]] != nodes[p.flow_dst[f]]
+            path = p.path(f)
+            narrowest = path[np.argmin(a.topology.capacity[path])]
+            wire = count * pair / a.topology.bus_efficiency[narrowest]
+            assert p.flow_bytes[f] == pytest.approx(wire, rel=1e-12)
+            assert crosses == any("nic" in p.link_names[link] for link in path)
+
+
+def test_a_nic_bound_all_to_all_takes_its_nic_bytes_over_the_nic_rate(catalog):
+    """With one replica per node, the all-to-all sends ``(EP - TP) / (EP - 1)`` of each
+    rank's flows through its NIC: the simulator's TP task of a MoE pass takes at least its
+    NIC's bytes over the NIC's rate, and at most that plus the flows' latencies, and the
+    NIC is its most loaded link."""
+    a = analyze(across_plan(8, micro_batches=1, layers=2), catalog)
+    p = lower(a)
+    result = simulate(p)
+    topo = a.topology
+    m = a.model
+    pair = 2 * m.hidden_size * (SEQ / 4) * m.moe_top_k / 8
+    for t in np.flatnonzero(p.task_category == int(Category.TP)).tolist():
+        load = np.zeros(len(p.link_capacity))
+        for f in _task_flows(p, t):
+            load[p.path(f)] += p.flow_bytes[f]
+        busiest = int(np.argmax(load / p.link_capacity))
+        assert "nic" in p.link_names[busiest]
+        nic = topo.capacity[busiest]
+        count = 2 * 2  # two MoE layers, two all-to-alls each (forward and backward alike)
+        nic_bytes = (8 - 4) * count * pair / topo.bus_efficiency[busiest]
+        assert load[busiest] == pytest.approx(nic_bytes, rel=1e-12)
+        took = result.task_end_s[t] - result.task_start_s[t]
+        latency = p.flow_latency_s[list(_task_flows(p, t))].max()
+        assert nic_bytes / nic <= took <= nic_bytes / nic + latency
+        assert took > 1.5 * max(load[i] / p.link_capacity[i] for i in range(len(load))
+                                if "su" in p.link_names[i])
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_plans_with_ep_across_replicas_lower_as_the_reference(catalog, seed):
+    """The block lowering (a replica's block copied, all-to-all peers mapped into its EP
+    group) equals the task-by-task reference, bit for bit."""
+    model = ("mixtral-8x7b", "deepseek-v3")[seed % 2]
+    plan = random_plan(seed, max_gpus=64, model=model, ep_across=True)
+    validate_plan(plan, catalog)
+    a = analyze(plan, catalog)
+    assert_identical(lower(a), reference_lower(a))
+
+
+def test_some_random_plans_span_replicas(catalog):
+    spans = set()
+    for seed in range(8):
+        plan = random_plan(seed, max_gpus=64, model="mixtral-8x7b", ep_across=True)
+        a = analyze(plan, catalog)
+        spans.add(max(len(peers) for peers in a.ep_peers))
+    assert max(spans) >= 2
+
+
+def test_ep_across_replicas_has_its_own_structure(catalog):
+    """EP 4 (within TP 4) and EP 8 (two replicas) on the same groups lower to different
+    structures, and EP 8's program has more flows (the peers' ranks)."""
+    a4, a8 = (analyze(across_plan(ep), catalog) for ep in (4, 8))
+    assert structure_key(a4) != structure_key(a8)
+    assert lower(a8).flow_src.size > lower(a4).flow_src.size
+
+
+def test_closed_form_all_to_all_bytes_per_rank_and_per_nic(catalog):
+    """EP 8 = 2 x TP 4, one replica per node of 4 GPUs: a rank sends 7 flows per
+    all-to-all, 3 on its node and 4 through its NIC, each ``2 h (b s / TP) k / EP`` bytes;
+    the closed form counts them so, and its bound (the NIC's share: 4 flows' bytes over
+    the NIC's rate, after the launches) lies under the simulator's iteration and above
+    the NIC time of one pass's all-to-alls."""
+    plan = across_plan(8, micro_batches=1, layers=2)
+    nodes = [r // 4 for r in range(8)]
+    assert expert_fanout(plan, 8, nodes) == {0: (3, 4), 1: (3, 4)}
+    a = analyze(plan, catalog)
+    m = a.model
+    pair = 2 * m.hidden_size * (SEQ / 4) * m.moe_top_k / 8
+    count = 2 * 2  # per pass: dispatch and combine of two MoE layers
+    p = lower(a)
+    per_rank = per_nic = 0.0
+    for f in range(p.flow_src.size):
+        if p.flow_src[f] == 0 and p.flow_bytes[f] < 5e6 and p.task_names[
+                int(np.searchsorted(p.flow_ptr, f, side="right") - 1)].startswith("tp F"):
+            path = p.path(f)
+            payload = p.flow_bytes[f] * a.topology.bus_efficiency[
+                path[np.argmin(a.topology.capacity[path])]]
+            per_rank += payload
+            per_nic += payload if nodes[p.flow_dst[f]] != 0 else 0.0
+    assert per_rank == pytest.approx(7 * count * pair, rel=1e-12)
+    assert per_nic == pytest.approx(4 * count * pair, rel=1e-12)
+    nic = catalog.nics["cx7"]
+    nic_s = 4 * count * pair / (nic.bandwidth_gbps * 1e9 / 8)
+    bound = iteration_lower_bound(plan, catalog)
+    assert bound >= 2 * nic_s  # forward and backward each send it
+    assert bound <= simulate(p).iteration_time_s
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_closed_form_stays_under_the_simulator_with_ep_across(catalog, seed):
+    plan = random_plan(seed, max_gpus=32, model=("mixtral-8x7b", "deepseek-v3")[seed % 2],
+                       ep_across=True)
+    exact = simulate(lower(analyze(plan, catalog))).iteration_time_s
+    assert iteration_lower_bound(plan, catalog) <= exact
+
+
+def test_a_nic_bound_plans_closed_form_counts_its_all_to_alls(catalog):
+    """Where the all-to-alls cross the NICs, the closed form grows with them: EP 8 across
+    two nodes bounds above EP 4 inside each replica (same groups)."""
+    assert (iteration_lower_bound(across_plan(8, layers=4), catalog)
+            > iteration_lower_bound(across_plan(4, layers=4), catalog))
+
+
+@pytest.mark.parametrize("model", ("mixtral-8x7b", "deepseek-v3"))
+def test_program_size_bounds_the_all_to_alls_across_replicas(catalog, model):
+    """The validation's estimate holds the all-to-alls' flows to the other replicas' ranks
+    (``tp x (EP - 1)`` per TP task of a MoE piece), within a small factor of the
+    program's tasks plus flows."""
+    for seed in range(6):
+        plan = random_plan(seed, max_gpus=64, model=model, ep_across=True)
+        program = lower(analyze(plan, catalog))
+        actual = program.num_tasks + program.flow_src.size
+        assert actual <= estimate_program_size(plan) <= 4 * actual, seed
+
+
+def test_the_program_size_follows_expert_parallelism_on_the_same_groups(catalog):
+    """The validation keeps what it checked of a plan's groups; the size estimate differs
+    with EP on the same groups, so it is part of what is kept by."""
+    sizes = [validate_plan(across_plan(ep), catalog).program_size for ep in (1, 4, 8)]
+    assert sizes[0] < sizes[1] < sizes[2]
