@@ -31,7 +31,9 @@ Semantics (what one task stands for):
   moves K/V and their gradients: twice the steps, three times with recompute), one hop
   latency and one NCCL launch per step;
 * activations and gradients move between consecutive virtual stages (chunk ``c`` of
-  the last stage feeds chunk ``c + 1`` of the first), one COMM task per phase;
+  the last stage feeds chunk ``c + 1`` of the first), one COMM task per phase; with
+  ``pp_p2p_overlap`` off the sending stream's next task (or its optimizer step) waits for
+  the last phase;
 * per DP group and bucket: a barrier on the member pieces that complete the bucket,
   then one COMM task of pipelined rings, one per LCM chunk ring: an all-reduce of the
   bucket's gradients, or a reduce-scatter under ZeRO-1;
@@ -252,8 +254,10 @@ class _Lowering:
             to = (s - 1, c) if s > 0 else (p - 1, c - 1) if c > 0 else None
         if to is not None:
             dst = members[to[0]]
-            arrived[(kind, dst, mb, to[1])] = self._transfer(
-                groups[members[s]], groups[dst], mb, c, t, kind == "B")
+            sent = self._transfer(groups[members[s]], groups[dst], mb, c, t, kind == "B")
+            arrived[(kind, dst, mb, to[1])] = sent
+            if not self.a.stack.pp_p2p_overlap:  # blocking: the stream waits for its send
+                self.last[members[s]] = sent
 
     def _dp_sync(self) -> dict[int, list[int]]:
         """Barrier + all-reduce (ZeRO-1: reduce-scatter) per DP group and bucket; returns

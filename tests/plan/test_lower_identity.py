@@ -44,6 +44,8 @@ def numeric_variant(plan, rng: random.Random):
     out.cluster.fabric.oversubscription = rng.choice((1.0, 2.0, 3.0))
     fp8 = all(node.gpu in FP8_GPU_TYPES for node in out.cluster.nodes)
     out.training.precision = pb.FP8 if fp8 and rng.random() < 0.5 else pb.BF16
+    # FP8 parameter gathers (numbers only) where the variant stays in FP8
+    out.training.fp8_param_gather &= out.training.precision == pb.FP8
     return out
 
 

@@ -14,7 +14,9 @@ Granularity (what one task stands for):
   time differs only by that launch) come on top, as numbers
   (:mod:`xsweep.plan.transport`);
 * activations (forward) and their gradients (backward) between consecutive virtual
-  stages move as explicit transfers, one COMM task per resharding phase;
+  stages move as explicit transfers, one COMM task per resharding phase, beside the
+  sending stream (its next pass starts at once), or with ``pp_p2p_overlap`` off on it
+  (its next pass, or its optimizer step, waits for the transfer's last phase);
 * DP synchronisation is per sweep-line DP group and gradient bucket (one bucket, the
   segment, unless ``dp_overlap``): a BARRIER task waits for the piece of every member
   that completes the bucket, then one COMM task runs a pipelined ring per LCM chunk
@@ -133,12 +135,13 @@ def structure_key(a: PlanAnalysis) -> tuple:
     The device groups (ranks, stage, replica, layers, micro-batches, CP ranks), the schedule and its
     virtual stages, the resharding scheme, the ZeRO stage, gradient overlap and buckets,
     the cluster's shape (``Topology.shape_key``), whether TP communication overlaps
-    the compute, and the expert parallelism (whose all-to-alls add flows to TP tasks).
+    the compute, the expert parallelism (whose all-to-alls add flows to TP tasks), and
+    whether pipeline sends run beside the compute (blocking ones add dependencies).
     """
     s = a.stack
     return (a.schedule, a.resharding, a.topology.shape_key(), a.structure_groups,
             s.virtual_pipeline_stages, s.zero_stage, s.dp_overlap, a.dp_buckets,
-            s.tp_comm_overlap, expert_layout(a))
+            s.tp_comm_overlap, expert_layout(a), s.pp_p2p_overlap)
 
 
 def expert_layout(a: PlanAnalysis) -> tuple[int, int]:
@@ -299,8 +302,9 @@ def _add_block(out: _Builder, a: PlanAnalysis, replicas: list[tuple[int, ...]], 
             bool(gather), orders)
     overlap, experts = a.stack.tp_comm_overlap, expert_layout(a)
     cp = groups[members[0]].cp  # one for the whole plan (the plan's validation)
+    blocking = not a.stack.pp_p2p_overlap
     # names, for traces only, when asked for
-    block = cached_block(*args, False, overlap, *experts, cp)
+    block = cached_block(*args, False, overlap, *experts, cp, blocking)
     base = out.num_tasks
     ids = np.array([groups[gi].id for gi in members], np.int64)
     # the block's keys -> the program's keys
@@ -313,7 +317,7 @@ def _add_block(out: _Builder, a: PlanAnalysis, replicas: list[tuple[int, ...]], 
     out.extend(_placed_tasks(block.tasks, members, ids, [groups[gi].replica for gi in members],
                              remap), dep_counts, dep,
                (block.names if block.names is not None
-                else _BlockNames((args, overlap, experts, cp)),
+                else _BlockNames((args, overlap, experts, cp, blocking)),
                 tuple(ids.tolist())), block.flow_task + base,
                rank_table[offset[flows.src_stream] + flows.src_index],
                rank_table[offset[flows.dst_stream] + flows.dst_index],
@@ -504,8 +508,8 @@ class Template:
         names = []
         for formats, ids in self._names:
             if isinstance(formats, _BlockNames):
-                args, overlap, experts, cp = formats.args
-                formats = cached_block(*args, True, overlap, *experts, cp).names
+                args, overlap, experts, cp, blocking = formats.args
+                formats = cached_block(*args, True, overlap, *experts, cp, blocking).names
             fill = {f"dg{st}": gid for st, gid in enumerate(ids)}
             names += [n.format(**fill) for n in formats] if ids else formats
         return tuple(names)

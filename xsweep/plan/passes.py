@@ -20,6 +20,8 @@ What the pieces wait for:
 * with ``gather`` (ZeRO-1 with overlap), each piece of a chunk's first forward waits for
   its bucket's parameter all-gather (``waits``: resolved by the lowering, which issues
   the gathers first);
+* with ``blocking_p2p`` (``pp_p2p_overlap`` off), a stream's next piece waits for the
+  transfer its previous piece sent;
 * under FSDP, layer ``i`` of a stream's sequence (forward and backward pieces in
   execution order) waits for all-gather ``i`` of its DP group, which starts when the
   previous all-gather is done and every member has finished compute ``i - 2`` (one
@@ -191,7 +193,7 @@ def ring_ends(tps: tuple[int, ...]) -> tuple[list[tuple[int, int]], list[tuple[i
 def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage, ...], ...],
                 cuts: tuple[int, ...], gather: bool, fsdp: tuple[tuple[int, ...], ...],
                 names: bool = True, overlap_tp: bool = False, ep: int = 1,
-                moe_from: int = 0, cp: int = 1) -> Block:
+                moe_from: int = 0, cp: int = 1, blocking_p2p: bool = False) -> Block:
     """Every task of ``replicas`` (see the module's description).
 
     Args:
@@ -210,6 +212,10 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
         fastest): each piece's CP ring (ring attention's K/V exchange) runs beside its
         compute as a TP task does with ``overlap_tp``, its TP rings one per CP rank; not
         under FSDP (the plan's validation refuses it).
+      blocking_p2p: a stream waits for each transfer it sends (all its phases) before its
+        next task: the next piece's compute (and a TP task beside it) waits for the
+        transfer's last phase rather than for the piece's last task, and a stream whose
+        last piece sends ends with that transfer (``last``).
     """
     streams = [spec for rep in replicas for spec in rep]
     where = [(r, s) for r, rep in enumerate(replicas) for s in range(len(rep))]
@@ -225,10 +231,10 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
              for st, (r, s) in enumerate(where)]
     if not fsdp:  # each task waits for its stream and its input only: laid out by arrays
         return Block(**plain_block(tasks.keys, streams, where, first_stream, plans, phases, v,
-                                   names, overlap_tp, ep, moe_from, cp))
+                                   names, overlap_tp, ep, moe_from, cp, blocking_p2p))
     assert cp == 1, "context parallelism under FSDP is not modelled"
     return _FsdpBlock(tasks, streams, where, first_stream, plans, phases, v, fsdp,
-                      overlap_tp, (ep, moe_from)).build()
+                      overlap_tp, (ep, moe_from), blocking_p2p).build()
 
 
 def _transfer_phases(tasks: Tasks, scheme: str, a: int, b: int, tp_a: int,
@@ -275,8 +281,9 @@ class _FsdpBlock:
     def __init__(self, tasks: Tasks, streams: list, where: list[tuple[int, int]],
                  first_stream: list[int], plans: list[list[tuple]], phases: dict, v: int,
                  fsdp: tuple[tuple[int, ...], ...], overlap_tp: bool = False,
-                 experts: tuple[int, int] = (1, 0)):
+                 experts: tuple[int, int] = (1, 0), blocking_p2p: bool = False):
         self.tasks, self.streams, self.where = tasks, streams, where
+        self.blocking_p2p = blocking_p2p
         self.overlap_tp, self.experts = overlap_tp, experts  # (EP, first MoE layer)
         self.first_stream, self.plans, self.phases, self.v = first_stream, plans, phases, v
         self.group_of: dict[int, _DpGroup] = {}  # stream -> its DP group
@@ -348,7 +355,10 @@ class _FsdpBlock:
             to = next_stage(kind, self.where[st][1], self._num_stages(st), c, self.v)
             if to is not None:
                 dst = self.first_stream[self.where[st][0]] + to[0]
-                self.arrived[kind, dst, mb, to[1]] = self._transfer(st, dst, mb, c, t, kind)
+                sent = self._transfer(st, dst, mb, c, t, kind)
+                self.arrived[kind, dst, mb, to[1]] = sent
+                if self.blocking_p2p:  # the stream goes on once the send is done
+                    self.last[st] = sent
 
     def _on_stream(self, st: int, kind: str, lo: int, hi: int, deps: list[int], mb: int,
                    name: str) -> tuple[int, int]:
