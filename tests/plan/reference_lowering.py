@@ -92,9 +92,12 @@ class _Lowering:
         wire, extra_s = flow_numbers(self.topo, path, nbytes, launches=launches, p2p=p2p)
         return (src, dst, wire, hops * self.topo.path_latency_s(path) + extra_s, path)
 
-    def _ring_flows(self, dpg, first, last, passes):
-        """A collective of a DP group on layers first..last: a pipelined ring per chunk."""
-        chunk = chunk_bytes_per_rank(self.a.grad_bytes(first, last), dpg.tps)
+    def _ring_flows(self, dpg, first, last, passes, gather=False):
+        """A collective of a DP group on layers first..last: a pipelined ring per chunk; a
+        parameter ``gather`` moves the FP8 copies' bytes with ``fp8_param_gather``."""
+        fp8 = gather and self.a.stack.fp8_param_gather
+        total = (self.a.fp8_gather_bytes if fp8 else self.a.grad_bytes)(first, last)
+        chunk = chunk_bytes_per_rank(total, dpg.tps)
         return [self._flow(src, dst, nbytes, hops=hops, launches=1)
                 for ring in dpg.rings
                 for src, dst, nbytes, hops in pipelined_ring(ring.ranks, chunk, 1.0, passes)]
@@ -282,7 +285,7 @@ class _Lowering:
             previous = []
             for lo, hi in self.a.buckets(d):
                 deps = previous if after is None else [after[dg] for dg in dpg.device_groups]
-                t = self.b.add_comm(Category.DP, self._ring_flows(dpg, lo, hi, ALLGATHER), deps,
+                t = self.b.add_comm(Category.DP, self._ring_flows(dpg, lo, hi, ALLGATHER, True), deps,
                                     name=f"ag L{lo}-{hi}")
                 previous = [t]
                 for dg in dpg.device_groups:
@@ -345,8 +348,8 @@ class _Fsdp:
         kind, mb, _, layer, *_ = self.plans[gi][i]
         deps = issued[-1:] + ([self.computes[m][i - 2] for m in members] if i >= 2 else [])
         stage = self.low.a.groups[gi].stage
-        t = self.low.b.add_comm(Category.DP, self.low._ring_flows(dpg, layer, layer, ALLGATHER),
-                                deps, stage=stage, micro_batch=mb,
+        flows = self.low._ring_flows(dpg, layer, layer, ALLGATHER, True)
+        t = self.low.b.add_comm(Category.DP, flows, deps, stage=stage, micro_batch=mb,
                                 name=f"ag L{layer} {kind} mb{mb}")
         issued.append(t)
         return t
