@@ -139,5 +139,6 @@ def test_needs_fp8_and_sharded_parameters(catalog, precision, zero):
 def test_fp8_gather_plans_agree_with_the_simulator():
     plans = [zero1(GATHER, overlap, zero) for zero, overlap in ((1, False), (1, True), (3, False))]
     programs, reference = _catalogue([], max_gpus=32, plans=plans,
-                                     options_needed={"fp8", "zero1", "zero1-overlap", "fsdp"})
+                                     options_needed={"fp8", "zero1", "zero1-overlap", "fsdp",
+                                                     "fp8-gather"})
     _check(programs, reference)

@@ -151,5 +151,6 @@ def test_blocking_plans_agree_with_the_simulator():
     plans = _forced_blocking([3, 22, 26, 37, 45, 53], max_gpus=32) + [
         two_stages(dataclasses.replace(BLOCKING), 4, "1f1b")]
     programs, reference = _catalogue([], max_gpus=32, plans=plans,
-                                     options_needed={"interleaved", "fsdp", "zero1"})
+                                     options_needed={"interleaved", "fsdp", "zero1",
+                                                     "blocking-p2p"})
     _check(programs, reference)
