@@ -1,7 +1,7 @@
 """Host-side preparation of one plan for the kernels, per plan, stage by stage.
 
 Run: ``python benchmarks/bench_prepare.py [--gpus 8 16 32 64] [--global-batch 256]
-[--repeat 3] [--sample 8]``.
+[--repeat 3] [--sample 8] [--gpt3]``.
 
 Times, in microseconds per plan, what ``Evaluator.evaluate`` does on the host before
 the kernels run: validation (``evaluation_plans``), the size estimate that cuts a call
@@ -15,7 +15,11 @@ block layout, structure kept per template). Three sets of plans, one process:
   structure, through the variants on the first GPU model of each kind; measured on the
   variants on the second model (the NIC and recompute variants of each), whose numbers
   it has not seen;
-* **sweep-like, again**: fresh plan objects of variants the process has seen.
+* **sweep-like, again**: fresh plan objects of variants the process has seen;
+* with ``--gpt3``, the buildable plans of ``spaces/gpt3-175b-64.yaml`` (GPT-3 175B on 64
+  A100-80GB): the first plan of each program structure, from empty memos and caches,
+  then the others, numeric variants (recompute, sequence parallelism) of the structures
+  the first set built: what lowering costs when only numbers change.
 
 Beside each stage, the ratio to the reference way of computing it in the same run, on
 every ``--sample``-th plan: validation, chunking and analysis with every memo emptied
@@ -33,8 +37,9 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
-from plans import distinct, sweep_like
+from plans import distinct, gpt3_space_plans, sweep_like
 
 from xsweep.evaluator import blocks
 from xsweep.evaluator.arguments import evaluation_plans
@@ -47,6 +52,7 @@ from xsweep.plan.lower import TemplateCache, lower
 from xsweep.spec import load_catalog
 
 STEP_COST = tuning("cpu", "bound").step_cost
+GPT3_SPACE = Path(__file__).resolve().parent.parent / "spaces" / "gpt3-175b-64.yaml"
 STAGES = ("validate", "chunks", "analyse", "lower", "layout")
 
 
@@ -126,6 +132,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3,
                         help="measure each set this many times, from the same state, and "
                              "keep the quickest run (the machine may be shared)")
+    parser.add_argument("--gpt3", action="store_true",
+                        help="also the plans of spaces/gpt3-175b-64.yaml, first of each "
+                             "structure and numeric variants")
     args = parser.parse_args()
     catalog = load_catalog()
     print(f"{'us per plan':<26}{'plans':>7}" + "".join(f"{s:>10}" for s in (*STAGES, "total")))
@@ -159,6 +168,18 @@ def main() -> None:
            reference_us(catalog, plans, args.sample))
     report("sweep-like, again", len(plans), quickest(again),
            reference_us(catalog, plans, args.sample))
+    if args.gpt3:
+        first, numbers = gpt3_space_plans(GPT3_SPACE)
+        report("gpt3-175b-64, structures", len(first),
+               quickest(lambda prep: prep.run(first)[0]),
+               reference_us(catalog, first, args.sample))
+
+        def refill(prep: Preparer) -> dict[str, float]:
+            prep.run(first)
+            return prep.run(numbers)[0]
+
+        report("gpt3-175b-64, new numbers", len(numbers), quickest(refill),
+               reference_us(catalog, numbers, args.sample))
 
 
 if __name__ == "__main__":

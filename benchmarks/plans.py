@@ -133,3 +133,33 @@ def simulated_time(program) -> float:
     from xsweep.sim import simulate
 
     return simulate(program).iteration_time_s
+
+
+def gpt3_space_plans(space) -> tuple[list, list]:
+    """The buildable plans of a sweep file (``spaces/gpt3-175b-64.yaml``: GPT-3 175B on 64
+    A100-80GB), split into the first plan of each program structure
+    (:func:`xsweep.plan.lower.structure_key`) and the others: numeric variants (recompute,
+    sequence parallelism) of a structure met before."""
+    from xsweep.plan.analysis import analyze
+    from xsweep.plan.lower import structure_key
+    from xsweep.search.space.grid import Grid
+    from xsweep.search.space.planner import Built, Planner
+    from xsweep.search.space.screen import columns_of_grid, screen
+    from xsweep.search.sweep.units import bound_walk
+    from xsweep.spec import load_catalog, load_sweep
+
+    catalog = load_catalog()
+    sweep = load_sweep(space, catalog)
+    grid, walk, planner = Grid(sweep), bound_walk(sweep), Planner(sweep, catalog)
+    first, again, seen = [], [], set()
+    for start, stop in walk.chunks(4096):
+        points = walk.points(start, stop)
+        ruled_out = screen(sweep, catalog, columns_of_grid(grid, points)).infeasible
+        for i in points[~ruled_out].tolist():
+            built = planner.plan(grid.point(i), f"point-{i}")
+            if not isinstance(built, Built):
+                continue
+            key = structure_key(analyze(built.plan, catalog))
+            (again if key in seen else first).append(built.plan)
+            seen.add(key)
+    return first, again

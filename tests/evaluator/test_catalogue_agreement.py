@@ -45,7 +45,7 @@ class _SharingObserver(Observer):
 
 #: Every training-stack option the lowering turns into tasks of their own.
 OPTIONS = {"interleaved", "buckets", "zero1", "zero1-overlap", "fsdp", "sequence-parallel",
-           "fp8", "context-parallel"}
+           "fp8", "context-parallel", "blocking-p2p"}
 
 
 def options(a) -> set[str]:
@@ -55,6 +55,8 @@ def options(a) -> set[str]:
         ("interleaved", s.virtual_pipeline_stages > 1), ("fsdp", a.fsdp),
         ("buckets", any(len(b) > 1 for b in a.dp_buckets)), ("fp8", s.precision == "fp8"),
         ("context-parallel", any(g.cp > 1 for g in a.groups)),
+        ("blocking-p2p", not s.pp_p2p_overlap and len({g.stage for g in a.groups}) > 1),
+        ("fp8-gather", s.fp8_param_gather and bool(a.dp_groups)),
         ("sequence-parallel", s.sequence_parallel and any(g.tp > 1 for g in a.groups))) if on}
     if s.zero_stage == 1 and a.dp_groups:
         out.add("zero1-overlap" if s.dp_overlap else "zero1")

@@ -31,7 +31,9 @@ Semantics (what one task stands for):
   moves K/V and their gradients: twice the steps, three times with recompute), one hop
   latency and one NCCL launch per step;
 * activations and gradients move between consecutive virtual stages (chunk ``c`` of
-  the last stage feeds chunk ``c + 1`` of the first), one COMM task per phase;
+  the last stage feeds chunk ``c + 1`` of the first), one COMM task per phase; with
+  ``pp_p2p_overlap`` off the sending stream's next task (or its optimizer step) waits for
+  the last phase;
 * per DP group and bucket: a barrier on the member pieces that complete the bucket,
   then one COMM task of pipelined rings, one per LCM chunk ring: an all-reduce of the
   bucket's gradients, or a reduce-scatter under ZeRO-1;
@@ -90,11 +92,16 @@ class _Lowering:
         wire, extra_s = flow_numbers(self.topo, path, nbytes, launches=launches, p2p=p2p)
         return (src, dst, wire, hops * self.topo.path_latency_s(path) + extra_s, path)
 
-    def _ring_flows(self, dpg, first, last, passes):
-        """A collective of a DP group on layers first..last: a pipelined ring per chunk."""
-        d = self.a.dp_groups.index(dpg)
-        chunk = chunk_bytes_per_rank(self.a.grad_bytes(first, last, self.a.expert_fold(d)),
-                                     dpg.tps)
+    def _ring_flows(self, dpg, first, last, passes, gather=False):
+        """A collective of a DP group on layers first..last: a pipelined ring per chunk; a
+        parameter ``gather`` moves the FP8 copies' bytes with ``fp8_param_gather`` (FP8 is
+        not modelled with experts, so no EP fold meets it)."""
+        if gather and self.a.stack.fp8_param_gather:
+            total = self.a.fp8_gather_bytes(first, last)
+        else:
+            total = self.a.grad_bytes(first, last,
+                                      self.a.expert_fold(self.a.dp_groups.index(dpg)))
+        chunk = chunk_bytes_per_rank(total, dpg.tps)
         return [self._flow(src, dst, nbytes, hops=hops, launches=1)
                 for ring in dpg.rings
                 for src, dst, nbytes, hops in pipelined_ring(ring.ranks, chunk, 1.0, passes)]
@@ -266,8 +273,10 @@ class _Lowering:
             to = (s - 1, c) if s > 0 else (p - 1, c - 1) if c > 0 else None
         if to is not None:
             dst = members[to[0]]
-            arrived[(kind, dst, mb, to[1])] = self._transfer(
-                groups[members[s]], groups[dst], mb, c, t, kind == "B")
+            sent = self._transfer(groups[members[s]], groups[dst], mb, c, t, kind == "B")
+            arrived[(kind, dst, mb, to[1])] = sent
+            if not self.a.stack.pp_p2p_overlap:  # blocking: the stream waits for its send
+                self.last[members[s]] = sent
 
     def _dp_sync(self) -> dict[int, list[int]]:
         """Barrier + all-reduce (ZeRO-1: reduce-scatter) per DP group and bucket; returns
@@ -292,7 +301,7 @@ class _Lowering:
             previous = []
             for lo, hi in self.a.buckets(d):
                 deps = previous if after is None else [after[dg] for dg in dpg.device_groups]
-                t = self.b.add_comm(Category.DP, self._ring_flows(dpg, lo, hi, ALLGATHER), deps,
+                t = self.b.add_comm(Category.DP, self._ring_flows(dpg, lo, hi, ALLGATHER, True), deps,
                                     name=f"ag L{lo}-{hi}")
                 previous = [t]
                 for dg in dpg.device_groups:
@@ -355,8 +364,8 @@ class _Fsdp:
         kind, mb, _, layer, *_ = self.plans[gi][i]
         deps = issued[-1:] + ([self.computes[m][i - 2] for m in members] if i >= 2 else [])
         stage = self.low.a.groups[gi].stage
-        t = self.low.b.add_comm(Category.DP, self.low._ring_flows(dpg, layer, layer, ALLGATHER),
-                                deps, stage=stage, micro_batch=mb,
+        flows = self.low._ring_flows(dpg, layer, layer, ALLGATHER, True)
+        t = self.low.b.add_comm(Category.DP, flows, deps, stage=stage, micro_batch=mb,
                                 name=f"ag L{layer} {kind} mb{mb}")
         issued.append(t)
         return t

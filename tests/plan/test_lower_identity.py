@@ -28,8 +28,11 @@ def numeric_variant(plan, rng: random.Random):
     has it; the ZeRO stage, interleaving and gradient buckets change the structure)."""
     out = type(plan)()
     out.CopyFrom(plan)
+    # FP8 parameter gathers (a structure option: their payloads are keys of their own)
+    # keep FP8, so GPUs with FP8 tensor cores
+    gathers = plan.training.fp8_param_gather
     for node in out.cluster.nodes:
-        node.gpu = rng.choice(GPU_TYPES)
+        node.gpu = rng.choice(FP8_GPU_TYPES if gathers else GPU_TYPES)
         node.nic = rng.choice(NICS)
     size = rng.choice((1, 2, 4))
     for group in out.device_groups:
@@ -43,7 +46,7 @@ def numeric_variant(plan, rng: random.Random):
     out.training.flash_attention = rng.random() < 0.5 or cp > 1
     out.cluster.fabric.oversubscription = rng.choice((1.0, 2.0, 3.0))
     fp8 = all(node.gpu in FP8_GPU_TYPES for node in out.cluster.nodes)
-    out.training.precision = pb.FP8 if fp8 and rng.random() < 0.5 else pb.BF16
+    out.training.precision = pb.FP8 if fp8 and (gathers or rng.random() < 0.5) else pb.BF16
     return out
 
 

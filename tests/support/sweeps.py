@@ -77,6 +77,8 @@ def random_sweeps():
                 "zero_stage": _some(draw, st, [0, 1, 3]),
                 "precision": _some(draw, st, ["bf16", "fp8"]),
                 "tp_comm_overlap": _some(draw, st, [False, True]),
+                "pp_p2p_overlap": _some(draw, st, [True, False]),
+                "fp8_param_gather": _some(draw, st, [False, True]),
                 "total_tokens": 1e9,
             },
             "cluster": {"pools": pools},

@@ -22,6 +22,7 @@ from xsweep.plan.workload import (
     expert_replicas,
     iteration_model_flops,
     optimizer_time_s,
+    segment_fp8_gather_bytes,
     segment_grad_bytes,
     stage_cost,
 )
@@ -147,6 +148,11 @@ class PlanAnalysis:
             out.append(tuple(stage[base + (p + k) % fold] for k in range(fold)))
         return tuple(out)
 
+    def fp8_gather_bytes(self, first: int, last: int) -> float:
+        """Unsharded bytes of layers first..last as an FP8 parameter all-gather moves them
+        (``fp8_param_gather``): GEMM weights at 1 byte, the other parameters at 2."""
+        return float(_segment_fp8_gather_bytes(self.model, first, last, self.model.num_layers))
+
     def index_of(self, group_id: int) -> int:
         return next(i for i, g in enumerate(self.groups) if g.id == group_id)
 
@@ -174,6 +180,7 @@ _optimizer_time_s = cached(16384)(optimizer_time_s)
 _build_topology = cached(1024)(build_topology)
 _iteration_model_flops = cached(1024)(iteration_model_flops)
 _segment_grad_bytes = cached(16384)(segment_grad_bytes)
+_segment_fp8_gather_bytes = cached(16384)(segment_fp8_gather_bytes)
 _reshard = cached(16384)(lambda scheme, src, dst, nbytes: tuple(
     reshard_mod.reshard(scheme, src, dst, nbytes)))
 _bucket_starts = cached(16384)(bucket_starts)

@@ -67,6 +67,10 @@ def build_plan(name: str, model: str, nodes, replicas, *, schedule="1f1b", resha
         t.expert_parallel = stack.expert_parallel
     if stack.moe_imbalance != 1.0:
         t.moe_imbalance = stack.moe_imbalance
+    if not stack.pp_p2p_overlap:  # unset means overlapped: other plans keep their bytes
+        t.pp_p2p_overlap = False
+    if stack.fp8_param_gather:
+        t.fp8_param_gather = True
     if stack.software.name != REFERENCE_SOFTWARE.name:  # unset means the reference profile
         t.software = stack.software.name
     t.global_batch_size = sum(r.micro_batch_size * r.num_micro_batches for r in replicas)
@@ -238,6 +242,11 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
                   dp_bucket_params=rng.choice((0, 30_000_000, 100_000_000, 10**12)),
                   precision="fp8" if fp8 else "bf16", tp_comm_overlap=overlap,
                   expert_parallel=ep, moe_imbalance=imbalance,
+                  # blocking pipeline sends and FP8 parameter gathers, each from a stream
+                  # of its own (the other draws stay as they were)
+                  pp_p2p_overlap=random.Random(f"pp-p2p-{seed}").random() >= 0.3,
+                  fp8_param_gather=(fp8 and zero_stage in (1, 3)
+                                    and random.Random(f"fp8-gather-{seed}").random() < 0.5),
                   software=_random_software(seed))
     schedule = "1f1b" if v > 1 else rng.choice(SCHEDULE.known())
     return build_plan(

@@ -14,12 +14,15 @@ Granularity (what one task stands for):
   time differs only by that launch) come on top, as numbers
   (:mod:`xsweep.plan.transport`);
 * activations (forward) and their gradients (backward) between consecutive virtual
-  stages move as explicit transfers, one COMM task per resharding phase;
+  stages move as explicit transfers, one COMM task per resharding phase, beside the
+  sending stream (its next pass starts at once), or with ``pp_p2p_overlap`` off on it
+  (its next pass, or its optimizer step, waits for the transfer's last phase);
 * DP synchronisation is per sweep-line DP group and gradient bucket (one bucket, the
   segment, unless ``dp_overlap``): a BARRIER task waits for the piece of every member
   that completes the bucket, then one COMM task runs a pipelined ring per LCM chunk
   ring: an all-reduce, or under ZeRO-1 a reduce-scatter;
-* ZeRO-1's all-gather of the updated parameters runs after the members' optimizer
+* ZeRO-1's all-gather of the updated parameters (their FP8 copies with
+  ``fp8_param_gather``) runs after the members' optimizer
   steps, or with ``dp_overlap`` (Megatron's ``--overlap-param-gather``) at the start of
   the iteration, bucket after bucket, each forward piece waiting for its own (steady
   state: the gathers carry the previous step's update);
@@ -76,11 +79,13 @@ from xsweep.plan.values import (
     KINDS,
     ONE,
     ZERO,
+    GatherBytes,
     Keys,
     KeyTable,
     OptimizerTime,
     RingBytes,
     RingHops,
+    gather_bytes,
 )
 from xsweep.ragged import owners_and_places, run_starts
 from xsweep.runtime import collector_paused
@@ -133,12 +138,14 @@ def structure_key(a: PlanAnalysis) -> tuple:
     The device groups (ranks, stage, replica, layers, micro-batches, CP ranks), the schedule and its
     virtual stages, the resharding scheme, the ZeRO stage, gradient overlap and buckets,
     the cluster's shape (``Topology.shape_key``), whether TP communication overlaps
-    the compute, and the expert parallelism (whose all-to-alls add flows to TP tasks).
+    the compute, the expert parallelism (whose all-to-alls add flows to TP tasks), and
+    whether pipeline sends run beside the compute (blocking ones add dependencies), and
+    whether parameters are gathered in FP8 (the gathers' payloads are other value keys).
     """
     s = a.stack
     return (a.schedule, a.resharding, a.topology.shape_key(), a.structure_groups,
             s.virtual_pipeline_stages, s.zero_stage, s.dp_overlap, a.dp_buckets,
-            s.tp_comm_overlap, expert_layout(a))
+            s.tp_comm_overlap, expert_layout(a), s.pp_p2p_overlap, s.fp8_param_gather)
 
 
 def expert_layout(a: PlanAnalysis) -> tuple[int, int]:
@@ -228,7 +235,8 @@ class _Builder:
         self.num_tasks += 1
         return self.num_tasks - 1
 
-    def collective(self, deps, name, src, dst, nbytes: RingBytes, hops: RingHops) -> int:
+    def collective(self, deps, name, src, dst, nbytes: RingBytes | GatherBytes,
+                   hops: RingHops) -> int:
         """One DP COMM task: flows ``src[i] -> dst[i]`` carrying ``nbytes`` after ``hops``
         hop latencies and one NCCL launch; its id."""
         t = self.add(TaskRow(kind=COMM, category=Category.DP), deps, name)
@@ -302,8 +310,9 @@ def _add_block(out: _Builder, a: PlanAnalysis, replicas: list[tuple[int, ...]], 
             bool(gather), orders)
     overlap, experts = a.stack.tp_comm_overlap, expert_layout(a)
     cp = groups[members[0]].cp  # one for the whole plan (the plan's validation)
+    blocking, fp8_gather = not a.stack.pp_p2p_overlap, a.stack.fp8_param_gather
     # names, for traces only, when asked for
-    block = cached_block(*args, False, overlap, *experts, cp)
+    block = cached_block(*args, False, overlap, *experts, cp, blocking, fp8_gather)
     base = out.num_tasks
     ids = np.array([groups[gi].id for gi in members], np.int64)
     # the block's keys -> the program's keys
@@ -318,7 +327,7 @@ def _add_block(out: _Builder, a: PlanAnalysis, replicas: list[tuple[int, ...]], 
     out.extend(_placed_tasks(block.tasks, members, ids, [groups[gi].replica for gi in members],
                              remap), dep_counts, dep,
                (block.names if block.names is not None
-                else _BlockNames((args, overlap, experts, cp)),
+                else _BlockNames((args, overlap, experts, cp, blocking, fp8_gather)),
                 tuple(ids.tolist())), block.flow_task + base,
                rank_table[offset[flows.src_stream] + flows.src_index],
                ep_table[ep_offset[flows.dst_stream] + flows.dst_index],
@@ -419,7 +428,8 @@ def _add_param_gathers(out: _Builder, a: PlanAnalysis,
         for lo, hi in a.buckets(d):
             deps = previous if after is None else [after[dg] for dg in dpg.device_groups]
             t = out.collective(deps, f"ag L{lo}-{hi}", src, dst,
-                               RingBytes(d, lo, hi, ALLGATHER), RingHops(d, ALLGATHER))
+                               gather_bytes(a.stack.fp8_param_gather, d, lo, hi),
+                               RingHops(d, ALLGATHER))
             previous = [t]
             gathered |= {(dg, layer): t for dg in dpg.device_groups
                          for layer in range(lo, hi + 1)}
@@ -521,8 +531,9 @@ class Template:
         names = []
         for formats, ids in self._names:
             if isinstance(formats, _BlockNames):
-                args, overlap, experts, cp = formats.args
-                formats = cached_block(*args, True, overlap, *experts, cp).names
+                args, overlap, experts, cp, blocking, fp8_gather = formats.args
+                formats = cached_block(*args, True, overlap, *experts, cp, blocking,
+                                       fp8_gather).names
             fill = {f"dg{st}": gid for st, gid in enumerate(ids)}
             names += [n.format(**fill) for n in formats] if ids else formats
         return tuple(names)

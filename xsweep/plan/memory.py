@@ -41,6 +41,14 @@ of the attention's ``4*s*b*q``) and the FFN's output-matrix input (``s*b*f`` of 
 and V (the attention core is BF16), the norm inputs, the FFN's input-matrix outputs, the
 masks and, under full recompute, the block inputs stay as in BF16.
 
+With FP8 parameters (``stack.fp8_param_gather``: Transformer Engine's FP8 model
+initialisation, which Megatron-Core's ``--fp8-param-gather`` and NeMo's ``fp8_params``
+turn on) the GEMM weights are held as FP8 tensors only: their FP8 data and transpose
+(``FP8_WEIGHT_BYTES``, as above) and no BF16 copy, so 2 bytes less per GEMM parameter
+held (of the rank's shard and of the gathered blocks under FSDP). The embedding, the LM
+head and the norm gains stay BF16; the gradients and the FP32 master weights and Adam
+states (the optimizer's, from which each step writes the FP8 weights) are unchanged.
+
 In-flight micro-batches come from the schedule (``xsweep.plan.schedule.in_flight``):
 GPipe keeps all ``m`` forward passes before the first backward; 1F1B keeps
 ``min(m, p - stage_index)`` with ``stage_index`` counted from 0; interleaved 1F1B with
@@ -220,11 +228,23 @@ def memory_breakdown(model: ModelSpec, tp: int, micro_batch_size: int, first_lay
         if stack.precision == "fp8":
             fp8_copies = (fp8_copies / dp
                           + FSDP_GATHERED_BLOCKS * FP8_WEIGHT_BYTES * block_gemm_params(model, tp))
+    if stack.fp8_param_gather:  # FP8 parameters: no BF16 copy of the GEMM weights
+        weights -= BF16_BYTES * _held_gemm_params(model, tp, first_layer, last_layer, stack, dp)
     weights += fp8_copies
     activations = _held_activation_bytes(model, tp, micro_batch_size, first_layer,
                                          last_layer, in_flight, stack) / cp
     parts = [x / GIB for x in (weights, grads, optimizer, activations)]
     return MemoryBreakdown(*parts, sum(parts))
+
+
+def _held_gemm_params(model: ModelSpec, tp: int, first_layer: int, last_layer: int,
+                      stack: Stack, dp: int) -> float:
+    """GEMM weights a rank holds: its layers' (ZeRO-1), or under FSDP its shard of them
+    and the gathered blocks'."""
+    gemm = rank_gemm_params(model, tp, first_layer, last_layer)
+    if stack.zero_stage == 3:
+        return gemm / dp + FSDP_GATHERED_BLOCKS * block_gemm_params(model, tp)
+    return float(gemm)
 
 
 def fits(breakdown: MemoryBreakdown, gpu: GpuSpec) -> bool:

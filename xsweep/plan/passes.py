@@ -20,6 +20,8 @@ What the pieces wait for:
 * with ``gather`` (ZeRO-1 with overlap), each piece of a chunk's first forward waits for
   its bucket's parameter all-gather (``waits``: resolved by the lowering, which issues
   the gathers first);
+* with ``blocking_p2p`` (``pp_p2p_overlap`` off), a stream's next piece waits for the
+  transfer its previous piece sent;
 * under FSDP, layer ``i`` of a stream's sequence (forward and backward pieces in
   execution order) waits for all-gather ``i`` of its DP group, which starts when the
   previous all-gather is done and every member has finished compute ``i - 2`` (one
@@ -62,6 +64,7 @@ from xsweep.plan.reshard import reshard
 from xsweep.plan.values import (
     ONE,
     ZERO,
+    GatherBytes,
     Keys,
     KeyTable,
     PassTime,
@@ -191,7 +194,8 @@ def ring_ends(tps: tuple[int, ...]) -> tuple[list[tuple[int, int]], list[tuple[i
 def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage, ...], ...],
                 cuts: tuple[int, ...], gather: bool, fsdp: tuple[tuple[int, ...], ...],
                 names: bool = True, overlap_tp: bool = False, ep: int = 1,
-                moe_from: int = 0, cp: int = 1) -> Block:
+                moe_from: int = 0, cp: int = 1, blocking_p2p: bool = False,
+                fp8_gather: bool = False) -> Block:
     """Every task of ``replicas`` (see the module's description).
 
     Args:
@@ -210,6 +214,12 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
         fastest): each piece's CP ring (ring attention's K/V exchange) runs beside its
         compute as a TP task does with ``overlap_tp``, its TP rings one per CP rank; not
         under FSDP (the plan's validation refuses it).
+      blocking_p2p: a stream waits for each transfer it sends (all its phases) before its
+        next task: the next piece's compute (and a TP task beside it) waits for the
+        transfer's last phase rather than for the piece's last task, and a stream whose
+        last piece sends ends with that transfer (``last``).
+      fp8_gather: under FSDP, the parameter all-gathers move the FP8 copies
+        (``fp8_param_gather``: their payloads are :class:`~xsweep.plan.values.GatherBytes`).
     """
     streams = [spec for rep in replicas for spec in rep]
     where = [(r, s) for r, rep in enumerate(replicas) for s in range(len(rep))]
@@ -225,10 +235,10 @@ def build_block(schedule: str, scheme: str, v: int, replicas: tuple[tuple[Stage,
              for st, (r, s) in enumerate(where)]
     if not fsdp:  # each task waits for its stream and its input only: laid out by arrays
         return Block(**plain_block(tasks.keys, streams, where, first_stream, plans, phases, v,
-                                   names, overlap_tp, ep, moe_from, cp))
+                                   names, overlap_tp, ep, moe_from, cp, blocking_p2p))
     assert cp == 1, "context parallelism under FSDP is not modelled"
     return _FsdpBlock(tasks, streams, where, first_stream, plans, phases, v, fsdp,
-                      overlap_tp, (ep, moe_from)).build()
+                      overlap_tp, (ep, moe_from), blocking_p2p, fp8_gather).build()
 
 
 def _transfer_phases(tasks: Tasks, scheme: str, a: int, b: int, tp_a: int,
@@ -263,7 +273,7 @@ class _DpGroup:
         self.gathers: list[int] = []  # the all-gathers issued, in order
         self.scatter = -1  # the last reduce-scatter
         self.reached: list[int] = []  # per piece index: the members past it
-        self.rings: dict[tuple[int, int], FlowGroup] = {}  # (layer, passes) -> flows
+        self.rings: dict[tuple, FlowGroup] = {}  # (layer, passes, FP8 gather) -> flows
 
     def everyone_past(self, i: int) -> bool:
         return self.reached[i] == len(self.members)
@@ -275,8 +285,10 @@ class _FsdpBlock:
     def __init__(self, tasks: Tasks, streams: list, where: list[tuple[int, int]],
                  first_stream: list[int], plans: list[list[tuple]], phases: dict, v: int,
                  fsdp: tuple[tuple[int, ...], ...], overlap_tp: bool = False,
-                 experts: tuple[int, int] = (1, 0)):
+                 experts: tuple[int, int] = (1, 0), blocking_p2p: bool = False,
+                 fp8_gather: bool = False):
         self.tasks, self.streams, self.where = tasks, streams, where
+        self.blocking_p2p, self.fp8_gather = blocking_p2p, fp8_gather
         self.overlap_tp, self.experts = overlap_tp, experts  # (EP, first MoE layer)
         self.first_stream, self.plans, self.phases, self.v = first_stream, plans, phases, v
         self.group_of: dict[int, _DpGroup] = {}  # stream -> its DP group
@@ -348,7 +360,10 @@ class _FsdpBlock:
             to = next_stage(kind, self.where[st][1], self._num_stages(st), c, self.v)
             if to is not None:
                 dst = self.first_stream[self.where[st][0]] + to[0]
-                self.arrived[kind, dst, mb, to[1]] = self._transfer(st, dst, mb, c, t, kind)
+                sent = self._transfer(st, dst, mb, c, t, kind)
+                self.arrived[kind, dst, mb, to[1]] = sent
+                if self.blocking_p2p:  # the stream goes on once the send is done
+                    self.last[st] = sent
 
     def _on_stream(self, st: int, kind: str, lo: int, hi: int, deps: list[int], mb: int,
                    name: str) -> tuple[int, int]:
@@ -394,14 +409,18 @@ class _FsdpBlock:
                 f"{direction} {{dg{src}}}->{{dg{dst}}} mb{mb}{suffix} p{phase}", [t], flows)
         return t
 
-    def _collective(self, group: _DpGroup, layer: int, passes: int) -> FlowGroup:
-        """The flows of a DP collective on one layer (kept per layer and pass count)."""
-        flows = group.rings.get((layer, passes))
+    def _collective(self, group: _DpGroup, layer: int, passes: int,
+                    gather: bool = False) -> FlowGroup:
+        """The flows of a DP collective on one layer (kept per layer and pass count; a
+        parameter ``gather`` in FP8 has a payload of its own)."""
+        fp8 = gather and self.fp8_gather
+        flows = group.rings.get((layer, passes, fp8))
         if flows is None:
             n = len(group.src)
-            flows = group.rings[layer, passes] = self.tasks.flow_group(
-                group.src, group.dst, [RingBytes(group.stage, layer, layer, passes)] * n,
-                RingHops(group.stage, passes), ONE, False)
+            nbytes = (GatherBytes(group.stage, layer, layer) if fp8
+                      else RingBytes(group.stage, layer, layer, passes))
+            flows = group.rings[layer, passes, fp8] = self.tasks.flow_group(
+                group.src, group.dst, [nbytes] * n, RingHops(group.stage, passes), ONE, False)
         return flows
 
     def _gathered(self, st: int, i: int) -> int | None:
@@ -416,7 +435,7 @@ class _FsdpBlock:
                                      if i >= 2 else [])
         t = self.tasks.add(TaskRow(kind=COMM, category=_DP, stage=group.stage, micro_batch=mb),
                            f"ag L{lo} {kind} mb{mb}", deps,
-                           self._collective(group, lo, ALLGATHER))
+                           self._collective(group, lo, ALLGATHER, gather=True))
         group.gathers.append(t)
         return t
 

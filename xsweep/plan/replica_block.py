@@ -154,7 +154,7 @@ def emission_order(need: list[int], send: list[int], bounds: list[tuple[int, int
 def plain_block(keys: KeyTable, streams: list, where: list[tuple[int, int]],
                 first_stream: list[int], plans: list[list[tuple]], phases: dict, v: int,
                 names: bool, overlap_tp: bool = False, ep: int = 1, moe_from: int = 0,
-                cp: int = 1) -> dict:
+                cp: int = 1, blocking_p2p: bool = False) -> dict:
     """The fields of a :class:`~xsweep.plan.passes.Block` without FSDP.
 
     Args:
@@ -171,6 +171,8 @@ def plain_block(keys: KeyTable, streams: list, where: list[tuple[int, int]],
       cp: context-parallel ranks of every stream: each piece's CP ring runs beside its
         compute, joined by a TP task on the stream that runs the TP rings unless they
         are beside too.
+      blocking_p2p: a stream waits for each transfer it sends before its next task (see
+        :func:`_dependencies`), and ends with its last piece's transfer, if any.
     """
     tp = np.array([spec[0] for spec in streams], np.int64)
     p = _piece_arrays(streams, where, first_stream, plans, v)
@@ -178,7 +180,7 @@ def plain_block(keys: KeyTable, streams: list, where: list[tuple[int, int]],
         p.begins[:-1].tolist(), p.begins[1:].tolist(), strict=True)))
     lay = _layout(p, order, phases, tp, overlap_tp, cp)
     piece_keys = _piece_keys(keys, p, order, streams, tp, ep, moe_from, cp)
-    dep_ptr, dep_idx = _dependencies(p, lay)
+    dep_ptr, dep_idx = _dependencies(p, lay, blocking_p2p)
     flow_task, flows = _flows(lay, piece_keys, phases)
     roles = p.fields.role
     piece_end = {(int(p.stream[g]), int(p.first[g])): int(lay.end[g])
@@ -187,7 +189,7 @@ def plain_block(keys: KeyTable, streams: list, where: list[tuple[int, int]],
     gathered = gathered[np.argsort(lay.first[gathered])]
     last = np.full(len(streams), -1, np.int64)
     has = p.counts > 0
-    last[has] = lay.end[p.begins[1:][has] - 1]
+    last[has] = (lay.delivered if blocking_p2p else lay.end)[p.begins[1:][has] - 1]
     return dict(
         tasks=_task_columns(p, lay, piece_keys.duration[piece_keys.kind_of], tp),
         dep_ptr=dep_ptr, dep_idx=dep_idx, keys=keys.frozen(),
@@ -303,10 +305,13 @@ def _layout(p: _Pieces, order: np.ndarray, phases: dict, tp: np.ndarray,
                    phase, (first + tp_tasks + 1)[phase_piece] + phase)
 
 
-def _dependencies(p: _Pieces, lay: _Layout) -> tuple[np.ndarray, np.ndarray]:
+def _dependencies(p: _Pieces, lay: _Layout,
+                  blocking_p2p: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """CSR of every task's predecessors, ascending, each once: a piece's compute waits for
     its stream's previous piece and for its input's transfer, a TP task for its compute,
-    a transfer's phases for the piece's last task, one after the other."""
+    a transfer's phases for the piece's last task, one after the other. With
+    ``blocking_p2p`` the stream's previous piece is over when the transfer it sends has
+    delivered (its last phase; a piece that sends nothing ends with its last task)."""
     sender = np.full(len(p.stream), -1, np.int64)  # the piece whose transfer brings the input
     if p.needs.any():
         by_key = np.argsort(p.send)
@@ -318,7 +323,8 @@ def _dependencies(p: _Pieces, lay: _Layout) -> tuple[np.ndarray, np.ndarray]:
     follows[p.begins[:-1][p.counts > 0]] = False
     # the computes' waits: the stream's previous piece, the input's transfer
     waiting = np.concatenate([np.flatnonzero(follows), np.flatnonzero(p.needs)])
-    waits = np.concatenate([lay.end[np.flatnonzero(follows) - 1],
+    previous = lay.delivered if blocking_p2p else lay.end
+    waits = np.concatenate([previous[np.flatnonzero(follows) - 1],
                             lay.delivered[sender[p.needs]]])
     # a task beside waits for what its compute waits for, the join for both; a blocking
     # TP task follows its compute

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
-from xsweep.plan.collectives import all_to_all_flow, pipelined_ring_flow
+from xsweep.plan.collectives import ALLGATHER, all_to_all_flow, pipelined_ring_flow
 from xsweep.plan.groups import chunk_bytes_per_rank
 
 if TYPE_CHECKING:
@@ -253,6 +253,34 @@ class RingBytes(NamedTuple):
         return dp_groups[dp_group], first, last, passes
 
 
+class GatherBytes(NamedTuple):
+    """The payload of each flow of an FP8 parameter all-gather (``fp8_param_gather``) of
+    layers ``first`` to ``last``: :class:`RingBytes` of one pass on the bytes the FP8
+    copies make (:meth:`~xsweep.plan.analysis.PlanAnalysis.fp8_gather_bytes`)."""
+
+    dp_group: int
+    first: int
+    last: int
+
+    @staticmethod
+    def number(a: PlanAnalysis, dp_group: int, first: int, last: int) -> float:
+        dpg = a.dp_groups[dp_group]
+        chunk = chunk_bytes_per_rank(a.fp8_gather_bytes(first, last), dpg.tps)
+        return pipelined_ring_flow(len(dpg.rings[0].ranks), chunk, 1.0, ALLGATHER)[0]
+
+    @staticmethod
+    def placed(groups: Sequence[int], dp_groups: Sequence[int], dp_group: int, first: int,
+               last: int) -> tuple:
+        return dp_groups[dp_group], first, last
+
+
+def gather_bytes(fp8: bool, dp_group: int, first: int, last: int) -> tuple:
+    """The payload key of a parameter all-gather of layers first..last: FP8 copies with
+    ``fp8_param_gather`` (``fp8``), else the BF16 parameters."""
+    return (GatherBytes(dp_group, first, last) if fp8
+            else RingBytes(dp_group, first, last, ALLGATHER))
+
+
 class RingHops(NamedTuple):
     """The hop latencies each flow of a DP collective of ``passes`` passes waits for."""
 
@@ -316,7 +344,7 @@ ZERO, ONE = Zero(), One()
 
 #: Every kind; a kept key names its kind by its index here.
 KINDS = (Zero, One, PassTime, TpBytes, TpHops, TpLaunches, OptimizerTime, TransferBytes,
-         RingBytes, RingHops, EpBytes, EpHops, EpLaunches, CpBytes, CpSteps)
+         RingBytes, RingHops, EpBytes, EpHops, EpLaunches, CpBytes, CpSteps, GatherBytes)
 _CODE = {kind: code for code, kind in enumerate(KINDS)}
 
 #: Kinds whose number depends only on the group's stage cost and the span (their fields:

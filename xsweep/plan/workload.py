@@ -280,6 +280,17 @@ def segment_grad_bytes(model: ModelSpec, first: int, last: int,
     return BF16_BYTES * _segment_params(model, tp_shard(model, 1), first, last, total, 1, fold)
 
 
+def segment_fp8_gather_bytes(model: ModelSpec, first: int, last: int,
+                             num_layers: int | None = None) -> int:
+    """Unsharded bytes of an FP8 parameter all-gather of layers first..last (1-based,
+    inclusive): the blocks' GEMM weights as their FP8 copies (1 byte an element), every
+    other parameter (norm gains, the embedding, the LM head) in BF16 (2 bytes)."""
+    if model.is_moe:
+        raise ValueError("FP8 is not modelled for a model with experts")
+    gemm = (last - first + 1) * block_gemm_params(model, 1)
+    return segment_grad_bytes(model, first, last, num_layers) - (BF16_BYTES - FP8_BYTES) * gemm
+
+
 #: Output tile (rows, columns) of the GEMM kernels that reach ``gemm_efficiency``
 #: (cuBLAS's 256 x 128), and the narrowest tile side used for smaller dimensions.
 GEMM_TILE = (256, 128)

@@ -47,7 +47,10 @@ training time and costs per run and per million tokens the matching lower bounds
 cluster's capex and hourly rate, as the evaluator prices them, times the bound); every
 other metric has no closed form and stays NaN, which the funnel never prunes on.
 The bound reads no per-point field of the plan (NICs, fabric, resharding, DP overlap,
-gradient buckets): points of one layout share it.
+gradient buckets, whether pipeline sends overlap the compute): points of one layout share
+it. Pipeline transfers are left out, so it holds whether a stage's sends run beside its
+compute or block it (``pp_p2p_overlap``: blocking only adds waits), and whether parameters
+are gathered in FP8 (``fp8_param_gather``: DP traffic is left out too).
 """
 
 from __future__ import annotations

@@ -129,6 +129,9 @@ def resolve_training(training: xsweep_pb2.Training,
         tp_comm_overlap=bool(t.tp_comm_overlap),
         expert_parallel=max(1, int(t.expert_parallel)),
         moe_imbalance=float(t.moe_imbalance) or 1.0,
+        pp_p2p_overlap=t.pp_p2p_overlap if t.HasField("pp_p2p_overlap")
+        else DEFAULT_STACK.pp_p2p_overlap,
+        fp8_param_gather=bool(t.fp8_param_gather),
         software=software,
     )
     return TrainingOptions(global_batch_size=int(t.global_batch_size),

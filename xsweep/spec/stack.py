@@ -59,6 +59,16 @@ class Stack:
         moe_imbalance: the assumed load of the busiest expert over the mean (1.0: tokens
             spread evenly); the busiest rank's expert work and all-to-all traffic scale by
             it (by the capacity factor when that is lower); none at EP 1.
+        pp_p2p_overlap: a stage's sends to the next (or previous) pipeline stage run beside
+            its compute: its next pass starts as soon as the output is handed over (the
+            overlapped point-to-point communication of Megatron-Core's interleaved
+            schedule, ``overlap_p2p_comm``). False: the stage waits for each send to finish
+            before its next pass, as Megatron's batched ``isend``/``irecv`` are waited on
+            without overlap. No effect without pipeline parallelism.
+        fp8_param_gather: with FP8 and ZeRO-1 or FSDP, the parameter all-gathers move the
+            GEMM weights' FP8 copies (1 byte an element; the other parameters stay BF16)
+            and the model keeps FP8 weights instead of BF16 ones (Transformer Engine's FP8
+            parameters, Megatron-Core's ``--fp8-param-gather``, NeMo's ``fp8_params``).
         software: the software profile (a catalog entry): factors on the GPUs' compute
             fractions for what the framework and its version achieve where the model does
             not spell out the mechanism; the reference profile's factors are all 1.
@@ -75,6 +85,8 @@ class Stack:
     tp_comm_overlap: bool = False
     expert_parallel: int = 1
     moe_imbalance: float = 1.0
+    pp_p2p_overlap: bool = True
+    fp8_param_gather: bool = False
     software: SoftwareSpec = REFERENCE_SOFTWARE
 
     def __post_init__(self):
@@ -93,6 +105,8 @@ class Stack:
             raise ValueError(f"expert_parallel must be at least 1, got {self.expert_parallel}")
         if not self.moe_imbalance >= 1.0:
             raise ValueError(f"moe_imbalance must be at least 1, got {self.moe_imbalance}")
+        if self.fp8_param_gather and (self.precision != "fp8" or self.zero_stage not in (1, 3)):
+            raise ValueError("fp8_param_gather needs precision fp8 and zero_stage 1 or 3")
         if self.dp_bucket_params < 0:
             raise ValueError(f"dp_bucket_params must not be negative, got {self.dp_bucket_params}")
 

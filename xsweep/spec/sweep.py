@@ -240,6 +240,12 @@ class Training(_Strict):
     # TP communication beside the GEMMs (Transformer Engine's userbuffers); needs
     # sequence_parallel (a point without it is infeasible), no effect at TP 1
     tp_comm_overlap: Annotated[Axis[bool], LAYOUT] = [False]
+    # pipeline sends beside the compute (true) or waited for by the sending stage (false):
+    # only the waits change, so per point
+    pp_p2p_overlap: Annotated[Axis[bool], PER_POINT] = [True]
+    # FP8 parameter all-gathers and FP8 weights (memory); needs fp8 and zero_stage 1 or 3
+    # (a point without them is infeasible)
+    fp8_param_gather: Annotated[Axis[bool], LAYOUT] = [False]
     # software profiles (catalog section software): factors on the GPUs' compute rates
     # for what a framework and its version achieve
     software: Annotated[Axis[Annotated[str, Field(min_length=1)]], NUMERIC] = ["reference"]

@@ -261,6 +261,11 @@ def _check_training(training: xsweep_pb2.Training, file: str | None) -> None:
                          else DEFAULT_STACK.sequence_parallel)
     for name in ("expert_parallel", "moe_imbalance"):
         ranges.PLAN[f"training.{name}"].check(getattr(training, name), file, f"training.{name}")
+    if training.fp8_param_gather and (training.precision != xsweep_pb2.FP8
+                                      or training.zero_stage not in (1, 3)):
+        raise InputError(file, "training.fp8_param_gather", True,
+                         "needs precision FP8 and zero_stage 1 (distributed optimizer) or 3 "
+                         "(FSDP): only then are the parameters gathered, and in FP8")
     if training.tp_comm_overlap and not sequence_parallel:
         raise InputError(file, "training.tp_comm_overlap", True, "needs sequence_parallel: "
                          "the overlap hides the sequence-parallel all-gathers and "

@@ -225,7 +225,8 @@ def test_points_of_one_variant_have_one_plan(spaces_dir, catalog):
 def test_every_training_stack_option_reaches_the_plan(catalog, sequence):
     stack = {"recompute": "selective", **sequence, "flash_attention": False,
              "virtual_pipeline_stages": 2, "dp_overlap": True, "dp_bucket_params": 5_000_000,
-             "zero_stage": 1, "precision": "fp8", "software": "nemo-24.07"}
+             "zero_stage": 1, "precision": "fp8", "software": "nemo-24.07",
+             "pp_p2p_overlap": False, "fp8_param_gather": True}
     hopper = {"cluster__pools": [{"gpu": "H100-SXM", "nodes": 1}, {"gpu": "H200", "nodes": 1}],
               "parallelism__tp": {"H100-SXM": 4, "H200": 4}}  # FP8 needs FP8 tensor cores
     out = plan_one(catalog, **{f"training__{k}": v for k, v in stack.items()}, **hopper)
@@ -295,7 +296,8 @@ def test_fsdp_with_replicas_of_one_shape_is_built(catalog):
 #: fields (regular expressions over the paths): the declarations must class them alike.
 OLD_PER_POINT = re.compile(r"cluster\.pools\[\d+\]\.nic|training\.resharding|cluster\.fabric"
                            r"|cluster\.oversubscription|cost\.pricing"
-                           r"|training\.dp_overlap|training\.dp_bucket_params")
+                           r"|training\.dp_overlap|training\.dp_bucket_params"
+                           r"|training\.pp_p2p_overlap")
 OLD_NUMERIC = re.compile(r"training\.(recompute|sequence_parallel|flash_attention|precision|software)")
 
 

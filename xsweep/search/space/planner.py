@@ -145,6 +145,7 @@ class PointFields(NamedTuple):
     resharding: str
     dp_overlap: bool
     dp_bucket_params: int
+    pp_p2p_overlap: bool  # pipeline sends beside the compute
     fabric: str
     oversubscription: float
     nics: tuple[str, ...]  # of each pool that has nodes, in pool order ("": the default)
@@ -187,6 +188,8 @@ class Planner:
         t.resharding = RESHARDING.value(fields.resharding)
         t.dp_overlap = fields.dp_overlap
         t.dp_bucket_params = fields.dp_bucket_params
+        if not fields.pp_p2p_overlap:  # unset means overlapped: other plans keep their bytes
+            t.pp_p2p_overlap = False
         plan.cluster.fabric.kind = FABRIC.value(fields.fabric)
         plan.cluster.fabric.oversubscription = fields.oversubscription
         nic_of = dict(zip(sorted(set(layout.node_pool)), fields.nics, strict=True))
@@ -222,7 +225,8 @@ class Planner:
     def _point_fields(point: Point, layout: _Template) -> PointFields:
         """The per-point fields that :meth:`plan` writes into the layout's plan."""
         return PointFields(point["training.resharding"], point["training.dp_overlap"],
-                           point["training.dp_bucket_params"], point["cluster.fabric"],
+                           point["training.dp_bucket_params"],
+                           point.get("training.pp_p2p_overlap", True), point["cluster.fabric"],
                            point["cluster.oversubscription"],
                            tuple(point.get(f"cluster.pools[{pool}].nic", "")
                                  for pool in sorted(set(layout.node_pool))))
@@ -276,6 +280,7 @@ class Planner:
                   or _check_cp(pools, model, stack, point["parallelism.pipeline_mix"])
                   or _check_precision(pools, stack.precision)
                   or _check_tp_overlap(point)
+                  or _check_fp8_gather(point)
                   or _check_interleaving(model, p, v, batch // b, point["training.schedule"])
                   or _check_experts(pools, model, stack))
         if reason:
@@ -377,6 +382,8 @@ def layout_stack(point: Point, catalog: Catalog, imbalance: float = 1.0) -> Stac
                  precision=point["training.precision"],
                  tp_comm_overlap=(point["training.tp_comm_overlap"]
                                   and point["training.sequence_parallel"]),
+                 fp8_param_gather=not _check_fp8_gather(point) and point.get(
+                     "training.fp8_param_gather", False),
                  expert_parallel=point.get("parallelism.ep", 1),
                  moe_imbalance=imbalance)
 
@@ -433,6 +440,9 @@ REASON_KINDS = (
     ReasonKind("tp_overlap", "overlap TP communication without sequence parallelism",
                "overlaps TP communication without sequence parallelism",
                r"^TP communication overlap needs sequence parallelism"),
+    ReasonKind("fp8_gather", "gather FP8 parameters without FP8 or sharded parameters",
+               "gathers FP8 parameters without FP8 or sharded parameters",
+               r"^FP8 parameter gathers need"),
     ReasonKind("experts", "break a rule of expert parallelism",
                "breaks a rule of expert parallelism", r"^expert parallelism: "),
     ReasonKind("pipeline", "have a pipeline depth their TP groups or layers cannot form",
@@ -602,6 +612,16 @@ def _check_tp_overlap(point: Point) -> str:
     return ""
 
 
+def _check_fp8_gather(point: Point) -> str:
+    """Why the point cannot gather its parameters in FP8 ("" if it can): it needs FP8 and
+    sharded parameters (ZeRO-1 or FSDP), as the plan's validation asks."""
+    if not point.get("training.fp8_param_gather", False):
+        return ""
+    if point["training.precision"] != "fp8" or point["training.zero_stage"] not in (1, 3):
+        return "FP8 parameter gathers need precision fp8 and zero_stage 1 or 3"
+    return ""
+
+
 def _check_interleaving(model: ModelSpec, p: int, v: int, micro_batches: int,
                         schedule: str) -> str:
     """Why ``v`` virtual stages per pipeline stage cannot run ("" if they can)."""
@@ -717,6 +737,8 @@ def _build(point: Point, pools: list[_Pool], shapes: list[tuple[_Stage, ...]], l
     t.tp_comm_overlap = stack.tp_comm_overlap
     if stack.expert_parallel > 1:
         t.expert_parallel = stack.expert_parallel
+    if stack.fp8_param_gather:
+        t.fp8_param_gather = True
     if stack.moe_imbalance != 1.0:
         t.moe_imbalance = stack.moe_imbalance
     t.sequence_parallel, t.flash_attention = stack.sequence_parallel, stack.flash_attention

@@ -204,6 +204,11 @@ def _screen_model(sweep: Sweep, catalog: Catalog, model, columns, v: _Verdicts,
     sequence_parallel = _col(columns, "training.sequence_parallel", n, True).astype(bool)
     v.fail(overlap & ~sequence_parallel, "tp_overlap",
            lambda: "TP communication overlap needs sequence parallelism")
+    # _check_fp8_gather
+    gather = _col(columns, "training.fp8_param_gather", n, False).astype(bool)
+    zero = _col(columns, "training.zero_stage", n, 0).astype(np.int64)
+    v.fail(gather & (~fp8 | ((zero != 1) & (zero != 3))), "fp8_gather",
+           lambda: "FP8 parameter gathers need precision fp8 and zero_stage 1 or 3")
     # _check_interleaving
     inter = virtual != 1
     for name in np.unique(schedule):

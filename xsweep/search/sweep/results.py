@@ -92,6 +92,9 @@ AXES = {
     "dp_bucket_params": ("parameters", "parameters per gradient bucket (0: Megatron-LM's "
                                        "default)"),
     "zero_stage": ("1", "ZeRO stage (3: FSDP)"),
+    "pp_p2p_overlap": ("bool", "pipeline sends beside the compute (false: waited for by the "
+                               "sending stage)"),
+    "fp8_param_gather": ("bool", "parameter all-gathers of the FP8 copies, FP8 weights kept"),
     "precision": ("", "number format of the blocks' GEMMs (bf16, or fp8 as Transformer "
                       "Engine runs it)"),
     "fabric": ("", "scale-out network topology"),
