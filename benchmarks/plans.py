@@ -135,11 +135,11 @@ def simulated_time(program) -> float:
     return simulate(program).iteration_time_s
 
 
-def gpt3_space_plans(space) -> tuple[list, list]:
+def gpt3_space_plans(space) -> list[tuple[object, list]]:
     """The buildable plans of a sweep file (``spaces/gpt3-175b-64.yaml``: GPT-3 175B on 64
-    A100-80GB), split into the first plan of each program structure
-    (:func:`xsweep.plan.lower.structure_key`) and the others: numeric variants (recompute,
-    sequence parallelism) of a structure met before."""
+    A100-80GB) by program structure (:func:`xsweep.plan.lower.structure_key`), in the
+    order the sweep's walk meets them: per structure, its first plan and the others,
+    numeric variants of it (recompute, sequence parallelism)."""
     from xsweep.plan.analysis import analyze
     from xsweep.plan.lower import structure_key
     from xsweep.search.space.grid import Grid
@@ -151,15 +151,13 @@ def gpt3_space_plans(space) -> tuple[list, list]:
     catalog = load_catalog()
     sweep = load_sweep(space, catalog)
     grid, walk, planner = Grid(sweep), bound_walk(sweep), Planner(sweep, catalog)
-    first, again, seen = [], [], set()
+    groups: dict[tuple, tuple[object, list]] = {}
     for start, stop in walk.chunks(4096):
         points = walk.points(start, stop)
         ruled_out = screen(sweep, catalog, columns_of_grid(grid, points)).infeasible
         for i in points[~ruled_out].tolist():
             built = planner.plan(grid.point(i), f"point-{i}")
-            if not isinstance(built, Built):
-                continue
-            key = structure_key(analyze(built.plan, catalog))
-            (again if key in seen else first).append(built.plan)
-            seen.add(key)
-    return first, again
+            if isinstance(built, Built):
+                key = structure_key(analyze(built.plan, catalog))
+                groups.setdefault(key, (built.plan, []))[1].append(built.plan)
+    return [(first, others[1:]) for first, others in groups.values()]
