@@ -34,7 +34,11 @@ Semantics (what one task stands for):
   the last stage feeds chunk ``c + 1`` of the first), one COMM task per phase;
 * per DP group and bucket: a barrier on the member pieces that complete the bucket,
   then one COMM task of pipelined rings, one per LCM chunk ring: an all-reduce of the
-  bucket's gradients, or a reduce-scatter under ZeRO-1;
+  bucket's gradients, or a reduce-scatter under ZeRO-1; where EP groups span ``r``
+  replicas, those rings carry the dense gradients and, for a bucket with MoE layers,
+  the task also holds per chunk ``r`` rings over the replicas at one place in their EP
+  groups (every ``r``-th, from the place on) on each rank's own ``experts / EP``
+  experts' gradients (none of one replica);
 * ZeRO-1 all-gathers the updated parameters per bucket after the members' optimizer
   steps, or with overlap at the start of the iteration, one bucket after another;
 * FSDP: before each layer piece an all-gather of that layer's parameters over its DP
@@ -63,6 +67,7 @@ from xsweep.plan.groups import chunk_bytes_per_rank
 from xsweep.plan.program import Category, Program, ProgramBuilder
 from xsweep.plan.schedule import stage_order
 from xsweep.plan.transport import flow_numbers
+from xsweep.plan.workload import BF16_BYTES, rank_expert_params
 
 
 class _Lowering:
@@ -91,13 +96,33 @@ class _Lowering:
         return (src, dst, wire, hops * self.topo.path_latency_s(path) + extra_s, path)
 
     def _ring_flows(self, dpg, first, last, passes):
-        """A collective of a DP group on layers first..last: a pipelined ring per chunk."""
-        d = self.a.dp_groups.index(dpg)
-        chunk = chunk_bytes_per_rank(self.a.grad_bytes(first, last, self.a.expert_fold(d)),
-                                     dpg.tps)
-        return [self._flow(src, dst, nbytes, hops=hops, launches=1)
-                for ring in dpg.rings
-                for src, dst, nbytes, hops in pipelined_ring(ring.ranks, chunk, 1.0, passes)]
+        """A collective of a DP group on layers first..last: a pipelined ring per chunk;
+        where EP groups span ``r`` replicas, those rings on the dense gradients and, if
+        the layers hold experts, per chunk ``r`` rings on the experts' (below)."""
+        a = self.a
+        tp, ep = min(dpg.tps), a.stack.expert_parallel
+        fold = ep // tp if ep > tp else 1
+        total = a.grad_bytes(first, last, fold)
+        # what each rank holds of its experts/EP experts: one chunk of the expert rings
+        expert = BF16_BYTES * rank_expert_params(a.model, tp, first, last, ep) if fold > 1 else 0
+        chunk = chunk_bytes_per_rank(total - tp * expert, dpg.tps)
+        flows = [self._flow(src, dst, nbytes, hops=hops, launches=1)
+                 for ring in dpg.rings
+                 for src, dst, nbytes, hops in pipelined_ring(ring.ranks, chunk, 1.0, passes)]
+        if expert:
+            flows += [self._flow(src, dst, nbytes, hops=hops, launches=1)
+                      for ranks in self._expert_rings(dpg, fold)
+                      for src, dst, nbytes, hops in pipelined_ring(ranks, expert, 1.0, passes)]
+        return flows
+
+    def _expert_rings(self, dpg, fold):
+        """Per chunk, per place ``q`` in an EP group (``fold`` consecutive replicas of the
+        stage), the chunk's ranks of the members at that place, in replica order: those
+        that hold the same experts."""
+        members = sorted((self.a.groups[self.a.index_of(dg)] for dg in dpg.device_groups),
+                         key=lambda g: g.replica)
+        return [[g.ranks[c % g.tp] for i, g in enumerate(members) if i % fold == q]
+                for c in range(dpg.lcm) for q in range(fold)]
 
     # -- pieces --------------------------------------------------------------------------
     def _pieces(self, g: GroupInfo, p: int):

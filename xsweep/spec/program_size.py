@@ -71,7 +71,8 @@ def _estimate(plan: xsweep_pb2.DeploymentPlan) -> int:
     num_replicas = len(replicas)
     cp = max(groups[0].context_parallel, 1)  # one for the whole plan (validation)
     # weights are replicated over the CP ranks: gradients are reduced over DP x CP
-    size = _dp_size(groups, num_replicas, cp, training.dp_overlap, zero1) if not fsdp else 0
+    size = (_dp_size(groups, num_replicas, cp, training.dp_overlap, zero1,
+                     training.expert_parallel) if not fsdp else 0)
     points = sorted({p for g in groups for p in (g.first_layer, g.last_layer + 1)})
     stage_tps: dict[int, list[int]] = defaultdict(list)  # FSDP: one DP group per stage
     for group in groups:
@@ -112,13 +113,16 @@ def _estimate(plan: xsweep_pb2.DeploymentPlan) -> int:
     return size
 
 
-def _dp_size(groups, num_replicas: int, cp: int, overlap: bool, zero1: bool) -> int:
+def _dp_size(groups, num_replicas: int, cp: int, overlap: bool, zero1: bool,
+             ep: int = 1) -> int:
     """Tasks + flows of DP synchronisation: per layer segment held by a group of each
     replica, per bucket (at most one a layer with overlap), a barrier and a collective of
     an LCM ring of ``R`` flows per chunk (ZeRO-1: a reduce-scatter and an all-gather).
     Under context parallelism the rings hold every CP rank too (DP x CP): a group's
     ``len(ranks)`` is ``tp x cp``, and with one CP size the LCM of those is ``cp`` times
-    the TP degrees'."""
+    the TP degrees'. Where EP groups span ``r = EP / TP`` replicas (one TP degree) and
+    ``R / r`` is at least 2, the collective also holds the expert rings: ``R`` more flows
+    per chunk."""
     if num_replicas * cp < 2:
         return 0
     starts: dict[int, list[int]] = defaultdict(list)
@@ -135,6 +139,8 @@ def _dp_size(groups, num_replicas: int, cp: int, overlap: bool, zero1: bool) -> 
         chunks = math.lcm(*(tp for tp, n in holding.items() if n > 0))
         buckets = following - point if overlap else 1
         collective = 1 + chunks * num_replicas
+        if ep > chunks and num_replicas // (ep // chunks) >= 2:  # expert rings
+            collective += chunks * num_replicas
         size += buckets * (1 + collective * (2 if zero1 else 1))
     return size
 
