@@ -76,20 +76,20 @@ from xsweep.plan.program import (
     padded_paths,
 )
 from xsweep.plan.topology import LinkNames
-from xsweep.plan.workload import moe_layers_in
 from xsweep.plan.values import (
     BY_COST,
     KINDS,
     ONE,
     ZERO,
-    Keys,
     ExpertRingBytes,
     ExpertRingHops,
+    Keys,
     KeyTable,
     OptimizerTime,
     RingBytes,
     RingHops,
 )
+from xsweep.plan.workload import moe_layers_in
 from xsweep.ragged import owners_and_places, run_starts
 from xsweep.runtime import collector_paused
 
