@@ -311,6 +311,13 @@ def test_program_size_bounds_the_expert_rings(catalog):
         assert actual <= estimate_program_size(plan) <= 6 * actual, seed
 
 
+@pytest.mark.parametrize(("seed", "max_gpus"), EXPERT_RING_SEEDS[2:])
+def test_the_closed_form_stays_under_the_simulator_with_expert_rings(catalog, seed, max_gpus):
+    plan = expert_ring_plan(seed, max_gpus)
+    exact = simulate(lower(analyze(plan, catalog))).iteration_time_s
+    assert iteration_lower_bound(plan, catalog) <= exact
+
+
 def test_expert_ring_seeds_cover_the_dp_options(catalog):
     options = {(p.training.zero_stage, p.training.dp_overlap)
                for p in (expert_ring_plan(*seed) for seed in EXPERT_RING_SEEDS)}
