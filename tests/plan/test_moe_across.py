@@ -14,6 +14,7 @@ from xsweep.plan.builder import NodeReq, ReplicaReq, StageReq, build_plan, rando
 from xsweep.plan.lower import lower, structure_key
 from xsweep.plan.program import Category
 from xsweep.plan.stack import Stack
+from xsweep.plan.summary import plan_summary
 from xsweep.plan.workload import BF16_BYTES, rank_params
 from xsweep.search.closed_form import expert_fanout, iteration_lower_bound
 from xsweep.sim import simulate
@@ -120,6 +121,19 @@ def test_expert_rings_join_the_replicas_holding_the_same_experts(catalog):
     dense = whole.grad_bytes(1, 4, 4) / 2 - _expert_bytes(whole.model, 8, 4)
     assert payload_bytes(whole, p, _task_flows(p, t)) == pytest.approx(
         8 * 2 * 3 / 4 * dense, rel=1e-12)
+
+
+def test_the_plan_summary_shows_the_expert_rings(catalog):
+    """``xsweep plan`` lists each DP group's expert rings and bytes where EP groups span
+    replicas (dense bytes per chunk beside them), and nothing of them elsewhere."""
+    a = analyze(across_plan(4, tp=2, gpus_per_node=4, nodes=4), catalog)
+    (g,) = plan_summary(a, lower(a))["dp_groups"]
+    assert g["expert_rings"] == [list(r) for r in a.expert_rings(0)]
+    assert g["expert_bytes_per_rank_per_chunk"] == _expert_bytes(a.model, 4, 4)
+    assert g["bytes_per_rank_per_chunk"] + g["expert_bytes_per_rank_per_chunk"] == \
+        a.grad_bytes(1, 4, 2) / 2
+    within = analyze(across_plan(2, tp=2, gpus_per_node=4, nodes=4), catalog)
+    assert "expert_rings" not in plan_summary(within, lower(within))["dp_groups"][0]
 
 
 def _dp_flows(a, p, name):
