@@ -245,7 +245,7 @@ class _Lowering:
 
     def _replicas(self, replicas: list[tuple[int, ...]]):
         """Add every pass of ``replicas`` in an order that respects all dependencies."""
-        groups, v = self.a.groups, self.v
+        groups = self.a.groups
         streams = [(gi, members) for members in replicas for gi in members]
         plans = {gi: self._pieces(groups[gi], len(members)) for gi, members in streams}
         pos = dict.fromkeys(plans, 0)
@@ -254,22 +254,13 @@ class _Lowering:
         while any(pos[gi] < len(plans[gi]) for gi in plans):
             progressed = False
             for gi, members in streams:
-                p, s = len(members), groups[gi].stage
+                s = groups[gi].stage
                 while pos[gi] < len(plans[gi]):
                     kind, mb, c, lo, hi, j, n, role = plans[gi][pos[gi]]
-                    deps = []
-                    is_start = (s, c) == ((0, 0) if kind == "F" else (p - 1, v - 1))
-                    if j == 0 and not is_start:
-                        if (kind, gi, mb, c) not in arrived:
-                            break
-                        deps.append(arrived[(kind, gi, mb, c)])
-                    if fsdp is not None:
-                        gather = fsdp.gather(gi, pos[gi])
-                        if gather is None:
-                            break
-                        deps.append(gather)
-                    if role == "first_f" and (groups[gi].id, lo) in self.gather:
-                        deps.append(self.gather[(groups[gi].id, lo)])
+                    deps = self._inputs(gi, len(members), plans[gi][pos[gi]], pos[gi], arrived,
+                                        fsdp)
+                    if deps is None:
+                        break
                     compute, t = self._piece(gi, kind, mb, c, lo, hi, role, deps)
                     if role == "last_b":
                         self.piece_end[(groups[gi].id, lo)] = t
@@ -281,6 +272,27 @@ class _Lowering:
                     progressed = True
             assert progressed, "pipeline schedule deadlocked"
         return fsdp.finals if fsdp is not None else {}
+
+    def _inputs(self, gi, p, piece, i, arrived, fsdp):
+        """What piece ``i`` (``piece``) of group ``gi``, in a replica of ``p`` stages,
+        waits for: its input transfer, its FSDP gather (issued now if it can be) and its
+        ZeRO-1 parameter gather; None while one of them is not added yet."""
+        kind, mb, c, lo, _, j, _, role = piece
+        deps = []
+        is_start = (self.a.groups[gi].stage, c) == ((0, 0) if kind == "F" else (p - 1, self.v - 1))
+        if j == 0 and not is_start:
+            if (kind, gi, mb, c) not in arrived:
+                return None
+            deps.append(arrived[(kind, gi, mb, c)])
+        if fsdp is not None:
+            gather = fsdp.gather(gi, i)
+            if gather is None:
+                return None
+            deps.append(gather)
+        gid = self.a.groups[gi].id
+        if role == "first_f" and (gid, lo) in self.gather:
+            deps.append(self.gather[(gid, lo)])
+        return deps
 
     def _send(self, members, s, kind, mb, c, t, arrived):
         """The transfer of a pass's output to the next (forward) or previous virtual stage."""

@@ -93,16 +93,26 @@ def _estimate(plan: xsweep_pb2.DeploymentPlan) -> int:
                 cuts = (layers if training.dp_overlap
                         else _inside(points, group.first_layer, group.last_layer))
             passes = 2 * m * v + cuts * (2 if zero1 and training.dp_overlap else 1)
-        size += passes + 1  # + the optimizer step
-        if cp > 1:  # a CP ring (and TP rings) beside the compute, and a join
-            size += passes * (2 + 2 * tp * cp)
-        elif tp > 1:  # one blocking TP task of tp flows per pass; overlapped, its join too;
-            # with expert parallelism also an all-to-all's flows, tp (w - 1) for an EP
-            # group of w ranks (tp, or EP over tp x EP / tp ranks of several replicas)
-            ep = training.expert_parallel
-            flows = tp * tp * max(ep // tp, 1) if ep > 1 else tp
-            size += passes * (1 + flows + bool(training.tp_comm_overlap))
-    scheme = enum_name(RESHARDING, training.resharding)
+        size += passes + 1 + passes * _pass_comm(training, tp, cp)  # + the optimizer step
+    return size + _transfers(replicas, enum_name(RESHARDING, training.resharding), v)
+
+
+def _pass_comm(training, tp: int, cp: int) -> int:
+    """Tasks + flows of a pass's communication beside its compute task."""
+    if cp > 1:  # a CP ring (and TP rings) beside the compute, and a join
+        return 2 + 2 * tp * cp
+    if tp > 1:  # one blocking TP task of tp flows per pass; overlapped, its join too;
+        # with expert parallelism also an all-to-all's flows, tp (w - 1) for an EP
+        # group of w ranks (tp, or EP over tp x EP / tp ranks of several replicas)
+        ep = training.expert_parallel
+        flows = tp * tp * max(ep // tp, 1) if ep > 1 else tp
+        return 1 + flows + bool(training.tp_comm_overlap)
+    return 0
+
+
+def _transfers(replicas: dict, scheme: str, v: int) -> int:
+    """Tasks + flows of the transfers between consecutive stages of every replica."""
+    size = 0
     for members in replicas.values():
         members.sort(key=lambda g: g.pp_stage)
         tps = [len(g.ranks) for g in members]
