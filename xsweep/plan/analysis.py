@@ -157,7 +157,7 @@ class PlanAnalysis:
         replicas and the ``n`` replicas of its stage hold each expert ``n / r`` times: per
         LCM chunk, then per place ``q`` inside an EP group, the chunk's ranks of the
         replicas at that place (the stage's ``q``-th, ``(q + r)``-th, ... in replica
-        order). None where ``r`` is 1 or ``n / r`` is (each expert held once)."""
+        order). Empty where ``r`` is 1 or ``n / r`` is (each expert held once)."""
         fold = self.expert_fold(d)
         dpg = self.dp_groups[d]
         if fold == 1 or len(dpg.device_groups) // fold < 2:
