@@ -42,7 +42,7 @@ def test_ep_across_replicas_plan_simulates_and_evaluates_alike(run_xsweep, space
     """The shipped plan with EP 8 = TP 2 x 4 replicas (its EP groups span two nodes):
     ``xsweep simulate`` runs it, and ``xsweep.evaluate`` at the exact level gives the
     simulator's iteration time; keeping each EP group inside one node is faster (its
-    all-to-alls stay on NVLink)."""
+    all-to-alls stay on NVLink, though its expert rings then cross the NICs)."""
     plan = spaces_dir / "mixtral-8x7b-ep-dp.pbtxt"
     result = run_xsweep("simulate", plan, "--json")
     assert result.returncode == 0, result.stderr

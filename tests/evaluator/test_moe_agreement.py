@@ -2,7 +2,9 @@
 against the exact simulator: random Mixtral-8x7B and DeepSeek-V3-shaped plans of every
 training-stack option the generator draws, with expert parallelism inside a group and
 across replicas, a node of 8 GPUs at EP 8, where the all-to-alls contend with the TP rings
-on NVLink, and two nodes at EP 8 = TP 4 x 2 replicas, where they cross the NICs."""
+on NVLink, two nodes at EP 8 = TP 4 x 2 replicas, where they cross the NICs, and plans
+whose experts are held by several replicas, whose DP collectives hold expert rings beside
+the dense ones (with and without ZeRO-1 and gradient buckets)."""
 
 from __future__ import annotations
 
@@ -37,22 +39,41 @@ def two_nodes() -> pb.DeploymentPlan:
                       num_layers=4, stack=Stack(expert_parallel=8, moe_imbalance=1.25))
 
 
+def expert_rings(zero_stage: int, dp_overlap: bool) -> pb.DeploymentPlan:
+    """Mixtral cut to 4 layers on four nodes of 4 H100s, eight replicas of TP 2 at EP 4:
+    each expert is held by four replicas, whose expert rings (every other replica) cross
+    the NICs beside the dense rings; with overlap, buckets of a layer or two."""
+    return build_plan(f"moe-expert-rings-z{zero_stage}-{dp_overlap}", "mixtral-8x7b",
+                      [NodeReq("H100-SXM", 4, "cx7")] * 4,
+                      [ReplicaReq((StageReq("H100-SXM", 2, 4),), 1, 2)] * 8, seq_length=1024,
+                      num_layers=4, stack=Stack(expert_parallel=4, zero_stage=zero_stage,
+                                                dp_overlap=dp_overlap,
+                                                dp_bucket_params=300_000_000))
+
+
 def _plans() -> list[pb.DeploymentPlan]:
     return ([random_plan(seed, max_gpus=32, num_layers=8, model=model)
              for seed in range(6) for model in ("mixtral-8x7b", "deepseek-v3")]
             + [random_plan(seed, max_gpus=32, num_layers=8, model=model, ep_across=True)
                for seed in range(3) for model in ("mixtral-8x7b", "deepseek-v3")]
+            # random plans with expert rings (ZeRO-1 with and without overlap, overlap alone)
+            + [random_plan(seed, max_gpus=32, num_layers=8,
+                           model=("mixtral-8x7b", "deepseek-v3")[seed % 2], ep_across=True)
+               for seed in (49, 57, 72)]
+            + [expert_rings(zero, overlap) for zero in (0, 1) for overlap in (False, True)]
             + [one_node(), two_nodes()])
 
 
 def test_moe_plans_agree_with_the_simulator():
     catalog = load_catalog()
     programs, times, per_stream = [], [], []
-    eps, spans = set(), set()
+    eps, spans, rings = set(), set(), set()
     for plan in _plans():
         a = analyze(plan, catalog)
         eps.add(a.stack.expert_parallel)
         spans.add(max(len(peers) for peers in a.ep_peers))
+        if any(a.expert_rings(d) for d in range(len(a.dp_groups))):
+            rings.add((a.stack.zero_stage, a.stack.dp_overlap, len(a.dp_buckets[0]) > 1))
         program = lower(a)
         result = simulate(program)
         programs.append(program)
@@ -61,6 +82,8 @@ def test_moe_plans_agree_with_the_simulator():
                                                   result.task_start_s, result.task_end_s))
     assert {1, 2, 8} <= eps  # without and with all-to-alls, partial and whole experts
     assert {1, 2} <= spans  # EP groups inside a group and across replicas
+    # expert rings beside the dense ones, with one bucket and several, under ZeRO 0 and 1
+    assert {(0, False, False), (1, False, False), (0, True, True), (1, True, True)} <= rings
     t_ref = np.array(times)
     for dtype, tol in (("float32", 1e-4), ("float64", 1e-9)):
         out = default_evaluator().run(programs, "exact", dtype=dtype)

@@ -36,7 +36,11 @@ Semantics (what one task stands for):
   the last phase;
 * per DP group and bucket: a barrier on the member pieces that complete the bucket,
   then one COMM task of pipelined rings, one per LCM chunk ring: an all-reduce of the
-  bucket's gradients, or a reduce-scatter under ZeRO-1;
+  bucket's gradients, or a reduce-scatter under ZeRO-1; where EP groups span ``r``
+  replicas, those rings carry the dense gradients and, for a bucket with MoE layers,
+  the task also holds per chunk ``r`` rings over the replicas at one place in their EP
+  groups (every ``r``-th, from the place on) on each rank's own ``experts / EP``
+  experts' gradients (none of one replica);
 * ZeRO-1 all-gathers the updated parameters per bucket after the members' optimizer
   steps, or with overlap at the start of the iteration, one bucket after another;
 * FSDP: before each layer piece an all-gather of that layer's parameters over its DP
@@ -65,6 +69,7 @@ from xsweep.plan.groups import chunk_bytes_per_rank
 from xsweep.plan.program import Category, Program, ProgramBuilder
 from xsweep.plan.schedule import stage_order
 from xsweep.plan.transport import flow_numbers
+from xsweep.plan.workload import BF16_BYTES, rank_expert_params
 
 
 class _Lowering:
@@ -93,18 +98,40 @@ class _Lowering:
         return (src, dst, wire, hops * self.topo.path_latency_s(path) + extra_s, path)
 
     def _ring_flows(self, dpg, first, last, passes, gather=False):
-        """A collective of a DP group on layers first..last: a pipelined ring per chunk; a
-        parameter ``gather`` moves the FP8 copies' bytes with ``fp8_param_gather`` (FP8 is
-        not modelled with experts, so no EP fold meets it)."""
-        if gather and self.a.stack.fp8_param_gather:
-            total = self.a.fp8_gather_bytes(first, last)
-        else:
-            total = self.a.grad_bytes(first, last,
-                                      self.a.expert_fold(self.a.dp_groups.index(dpg)))
-        chunk = chunk_bytes_per_rank(total, dpg.tps)
-        return [self._flow(src, dst, nbytes, hops=hops, launches=1)
-                for ring in dpg.rings
-                for src, dst, nbytes, hops in pipelined_ring(ring.ranks, chunk, 1.0, passes)]
+        """A collective of a DP group on layers first..last: a pipelined ring per chunk;
+        where EP groups span ``r`` replicas, those rings on the dense gradients and, if
+        the layers hold experts, per chunk ``r`` rings on the experts' (below). A parameter
+        ``gather`` moves the FP8 copies' bytes with ``fp8_param_gather`` (FP8 is not
+        modelled with experts: no expert ring meets it)."""
+        a = self.a
+        if gather and a.stack.fp8_param_gather:
+            chunk = chunk_bytes_per_rank(a.fp8_gather_bytes(first, last), dpg.tps)
+            return [self._flow(src, dst, nbytes, hops=hops, launches=1)
+                    for ring in dpg.rings
+                    for src, dst, nbytes, hops in pipelined_ring(ring.ranks, chunk, 1.0, passes)]
+        tp, ep = min(dpg.tps), a.stack.expert_parallel
+        fold = ep // tp if ep > tp else 1
+        total = a.grad_bytes(first, last, fold)
+        # what each rank holds of its experts/EP experts: one chunk of the expert rings
+        expert = BF16_BYTES * rank_expert_params(a.model, tp, first, last, ep) if fold > 1 else 0
+        chunk = chunk_bytes_per_rank(total - tp * expert, dpg.tps)
+        flows = [self._flow(src, dst, nbytes, hops=hops, launches=1)
+                 for ring in dpg.rings
+                 for src, dst, nbytes, hops in pipelined_ring(ring.ranks, chunk, 1.0, passes)]
+        if expert:
+            flows += [self._flow(src, dst, nbytes, hops=hops, launches=1)
+                      for ranks in self._expert_rings(dpg, fold)
+                      for src, dst, nbytes, hops in pipelined_ring(ranks, expert, 1.0, passes)]
+        return flows
+
+    def _expert_rings(self, dpg, fold):
+        """Per chunk, per place ``q`` in an EP group (``fold`` consecutive replicas of the
+        stage), the chunk's ranks of the members at that place, in replica order: those
+        that hold the same experts."""
+        members = sorted((self.a.groups[self.a.index_of(dg)] for dg in dpg.device_groups),
+                         key=lambda g: g.replica)
+        return [[g.ranks[c % g.tp] for i, g in enumerate(members) if i % fold == q]
+                for c in range(dpg.lcm) for q in range(fold)]
 
     # -- pieces --------------------------------------------------------------------------
     def _pieces(self, g: GroupInfo, p: int):
@@ -227,7 +254,7 @@ class _Lowering:
 
     def _replicas(self, replicas: list[tuple[int, ...]]):
         """Add every pass of ``replicas`` in an order that respects all dependencies."""
-        groups, v = self.a.groups, self.v
+        groups = self.a.groups
         streams = [(gi, members) for members in replicas for gi in members]
         plans = {gi: self._pieces(groups[gi], len(members)) for gi, members in streams}
         pos = dict.fromkeys(plans, 0)
@@ -236,22 +263,13 @@ class _Lowering:
         while any(pos[gi] < len(plans[gi]) for gi in plans):
             progressed = False
             for gi, members in streams:
-                p, s = len(members), groups[gi].stage
+                s = groups[gi].stage
                 while pos[gi] < len(plans[gi]):
                     kind, mb, c, lo, hi, j, n, role = plans[gi][pos[gi]]
-                    deps = []
-                    is_start = (s, c) == ((0, 0) if kind == "F" else (p - 1, v - 1))
-                    if j == 0 and not is_start:
-                        if (kind, gi, mb, c) not in arrived:
-                            break
-                        deps.append(arrived[(kind, gi, mb, c)])
-                    if fsdp is not None:
-                        gather = fsdp.gather(gi, pos[gi])
-                        if gather is None:
-                            break
-                        deps.append(gather)
-                    if role == "first_f" and (groups[gi].id, lo) in self.gather:
-                        deps.append(self.gather[(groups[gi].id, lo)])
+                    deps = self._inputs(gi, len(members), plans[gi][pos[gi]], pos[gi], arrived,
+                                        fsdp)
+                    if deps is None:
+                        break
                     compute, t = self._piece(gi, kind, mb, c, lo, hi, role, deps)
                     if role == "last_b":
                         self.piece_end[(groups[gi].id, lo)] = t
@@ -263,6 +281,27 @@ class _Lowering:
                     progressed = True
             assert progressed, "pipeline schedule deadlocked"
         return fsdp.finals if fsdp is not None else {}
+
+    def _inputs(self, gi, p, piece, i, arrived, fsdp):
+        """What piece ``i`` (``piece``) of group ``gi``, in a replica of ``p`` stages,
+        waits for: its input transfer, its FSDP gather (issued now if it can be) and its
+        ZeRO-1 parameter gather; None while one of them is not added yet."""
+        kind, mb, c, lo, _, j, _, role = piece
+        deps = []
+        is_start = (self.a.groups[gi].stage, c) == ((0, 0) if kind == "F" else (p - 1, self.v - 1))
+        if j == 0 and not is_start:
+            if (kind, gi, mb, c) not in arrived:
+                return None
+            deps.append(arrived[(kind, gi, mb, c)])
+        if fsdp is not None:
+            gather = fsdp.gather(gi, i)
+            if gather is None:
+                return None
+            deps.append(gather)
+        gid = self.a.groups[gi].id
+        if role == "first_f" and (gid, lo) in self.gather:
+            deps.append(self.gather[(gid, lo)])
+        return deps
 
     def _send(self, members, s, kind, mb, c, t, arrived):
         """The transfer of a pass's output to the next (forward) or previous virtual stage."""

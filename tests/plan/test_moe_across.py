@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 
 from tests.plan.reference_lowering import reference_lower
-from tests.support.lowering import assert_identical
+from tests.support.lowering import assert_identical, payload_bytes
 from xsweep.plan.analysis import analyze
 from xsweep.plan.builder import NodeReq, ReplicaReq, StageReq, build_plan, random_plan
 from xsweep.plan.lower import lower, structure_key
 from xsweep.plan.program import Category
 from xsweep.plan.stack import Stack
+from xsweep.plan.summary import plan_summary
 from xsweep.plan.workload import BF16_BYTES, rank_params
 from xsweep.search.closed_form import expert_fanout, iteration_lower_bound
 from xsweep.sim import simulate
@@ -26,9 +27,10 @@ SEQ = 1024
 def across_plan(ep: int, *, tp: int = 4, gpus_per_node: int = 4, nodes: int = 2,
                 layers: int = 4, stages: int = 1, zero_stage: int = 0,
                 recompute: str = "none", imbalance: float = 1.0,
-                micro_batches: int = 4) -> object:
+                micro_batches: int = 4, **stack) -> object:
     """Mixtral-8x7B cut to ``layers`` layers on ``nodes`` nodes of ``gpus_per_node``
-    H100s, as many replicas of ``stages`` TP-``tp`` stages as the GPUs hold."""
+    H100s, as many replicas of ``stages`` TP-``tp`` stages as the GPUs hold (``stack``:
+    further training-stack options)."""
     replicas = nodes * gpus_per_node // (tp * stages)
     stage = tuple(StageReq("H100-SXM", tp, layers // stages) for _ in range(stages))
     return build_plan(f"mixtral-ep{ep}-tp{tp}", "mixtral-8x7b",
@@ -36,7 +38,7 @@ def across_plan(ep: int, *, tp: int = 4, gpus_per_node: int = 4, nodes: int = 2,
                       [ReplicaReq(stage, 1, micro_batches)] * replicas,
                       seq_length=SEQ, num_layers=layers,
                       stack=Stack(expert_parallel=ep, zero_stage=zero_stage,
-                                  recompute=recompute, moe_imbalance=imbalance))
+                                  recompute=recompute, moe_imbalance=imbalance, **stack))
 
 
 def test_a_rank_holds_experts_over_ep_whole_experts(catalog):
@@ -78,19 +80,137 @@ def test_expert_optimizer_states_shard_over_the_replicas_holding_them(catalog):
     assert a.groups[0].memory.optimizer_gib == pytest.approx(want, rel=1e-12)
 
 
-def test_the_dp_ring_carries_each_ranks_own_gradients(catalog):
-    """The one DP ring over every replica moves, per rank, the gradients it holds (its
-    ``experts / EP`` experts included): the unsharded bytes over TP, up to the router and
-    norms that every TP rank holds whole (a part in ten thousand here)."""
+def _expert_bytes(model, ep: int, layers: int) -> float:
+    """bf16 gradient bytes of the ``experts / EP`` whole experts a rank holds in each of
+    ``layers`` MoE layers (SwiGLU: three matrices of ``h x f``)."""
+    return 2.0 * layers * model.num_experts // ep * 3 * model.hidden_size \
+        * model.expert_ffn_hidden_size
+
+
+def test_dense_and_expert_gradients_split_a_ranks_own(catalog):
+    """The dense part of a DP group's gradients plus the expert part are each rank's own
+    gradients (its ``experts / EP`` experts included): the unsharded bytes over TP, up to
+    the router and norms that every TP rank holds whole (a part in ten thousand here);
+    the expert part is the rank's experts over TP."""
     a = analyze(across_plan(8, nodes=4), catalog)
     d = 0
     assert a.expert_fold(d) == 2
-    per_rank = a.grad_bytes(1, 4, a.expert_fold(d)) / 4
-    assert per_rank == pytest.approx(a.groups[0].cost.grad_bytes, rel=2e-4)
-    # the EP-4 (within TP) ring moves every expert's quarter-width slice: more bytes
+    dense, expert = a.dp_bytes(d, 1, 4)
+    assert expert / 4 == _expert_bytes(a.model, 8, 4)
+    assert (dense + expert) / 4 == pytest.approx(a.groups[0].cost.grad_bytes, rel=2e-4)
+    # inside TP (EP 4) nothing is apart: every expert's quarter-width slice rides the ring
     within = analyze(across_plan(4, nodes=4), catalog)
-    experts = 4 * 3 * within.model.hidden_size * within.model.expert_ffn_hidden_size
-    assert (within.grad_bytes(1, 4) - a.grad_bytes(1, 4, 2)) / 4 == 2 * (8 / 4 - 1) * experts
+    assert within.dp_bytes(d, 1, 4) == (within.grad_bytes(1, 4), 0.0)
+    assert within.expert_rings(d) == ()
+
+
+def test_expert_rings_join_the_replicas_holding_the_same_experts(catalog):
+    """TP 2 x 8 replicas at EP 4 (EP groups of two replicas): per TP rank (chunk) two
+    expert rings, the even replicas' and the odd ones', each of four ranks in replica
+    order; with four replicas at EP 8 (an EP group of all four) each expert is held once
+    and there is none."""
+    a = analyze(across_plan(4, tp=2, gpus_per_node=4, nodes=4), catalog)
+    ranks = {g.replica: g.ranks for g in a.groups}
+    assert a.expert_rings(0) == tuple(tuple(ranks[p][c] for p in range(q, 8, 2))
+                                      for c in range(2) for q in range(2))
+    whole = analyze(across_plan(8, tp=2, gpus_per_node=4, nodes=2), catalog)
+    assert whole.expert_fold(0) == 4 and whole.expert_rings(0) == ()
+    # its all-reduce is the dense ring's alone, on the dense bytes
+    p = lower(whole)
+    (t,) = [t for t, n in enumerate(p.task_names) if n == "dp L1-4"]
+    dense = whole.grad_bytes(1, 4, 4) / 2 - _expert_bytes(whole.model, 8, 4)
+    assert payload_bytes(whole, p, _task_flows(p, t)) == pytest.approx(
+        8 * 2 * 3 / 4 * dense, rel=1e-12)
+
+
+def test_the_plan_summary_shows_the_expert_rings(catalog):
+    """``xsweep plan`` lists each DP group's expert rings and bytes where EP groups span
+    replicas (dense bytes per chunk beside them), and nothing of them elsewhere."""
+    a = analyze(across_plan(4, tp=2, gpus_per_node=4, nodes=4), catalog)
+    (g,) = plan_summary(a, lower(a))["dp_groups"]
+    assert g["expert_rings"] == [list(r) for r in a.expert_rings(0)]
+    assert g["expert_bytes_per_rank_per_chunk"] == _expert_bytes(a.model, 4, 4)
+    assert g["bytes_per_rank_per_chunk"] + g["expert_bytes_per_rank_per_chunk"] == \
+        a.grad_bytes(1, 4, 2) / 2
+    within = analyze(across_plan(2, tp=2, gpus_per_node=4, nodes=4), catalog)
+    assert "expert_rings" not in plan_summary(within, lower(within))["dp_groups"][0]
+
+
+def _dp_flows(a, p, name):
+    """The flows of the DP task ``name``: (dense ones, expert ones), told by the distance
+    of their ends in replicas (an expert ring joins every ``r``-th replica)."""
+    replica = {r: g.replica for g in a.groups for r in g.ranks}
+    (t,) = [t for t, n in enumerate(p.task_names) if n == name]
+    flows = list(_task_flows(p, t))
+    d = len(a.replicas)
+    gap = {f: (replica[int(p.flow_dst[f])] - replica[int(p.flow_src[f])]) % d for f in flows}
+    return [f for f in flows if gap[f] == 1], [f for f in flows if gap[f] != 1], gap
+
+
+@pytest.mark.parametrize("zero_stage", (0, 1))
+def test_expert_ring_flows_carry_the_expert_dp_groups_share(catalog, zero_stage):
+    """TP 2 x 8 replicas at EP 4 (r = 2, d / r = 4): the all-reduce of a bucket holds the
+    dense ring (8 ranks per TP rank) on the dense bytes, ``2 (8 - 1) / 8`` of them per
+    flow, and the expert rings (4 ranks, every other replica) on the rank's own 2 experts
+    per layer, ``2 (4 - 1) / 4`` of them per flow (ZeRO-1: half as much in the
+    reduce-scatter and again in the parameter all-gather), each flow after its ring's
+    hop latencies (``2 (k - 1)``, or ``k - 1``)."""
+    a = analyze(across_plan(4, tp=2, gpus_per_node=4, nodes=4, zero_stage=zero_stage), catalog)
+    p = lower(a)
+    expert = _expert_bytes(a.model, 4, 4)
+    dense = a.grad_bytes(1, 4, 2) / 2 - expert
+    names = ("rs L1-4", "ag L1-4") if zero_stage else ("dp L1-4",)
+    passes = 1 if zero_stage else 2
+    for name in names:
+        dense_flows, expert_flows, gap = _dp_flows(a, p, name)
+        assert len(dense_flows) == 16 and len(expert_flows) == 16
+        assert {gap[f] for f in expert_flows} == {2}
+        assert payload_bytes(a, p, dense_flows) == pytest.approx(
+            16 * passes * 7 / 8 * dense, rel=1e-12)
+        assert payload_bytes(a, p, expert_flows) == pytest.approx(
+            16 * passes * 3 / 4 * expert, rel=1e-12)
+    # the old single ring over all 8 replicas would have moved 2 x 7/8 of the experts
+
+
+def test_an_expert_ring_bound_all_reduce_takes_the_closed_form(catalog):
+    """Four replicas of TP 4, one per node, EP 8 (r = 2): each rank's NIC carries its
+    dense ring flow (``2 x 3/4`` of the dense bytes) and its expert ring flow (to the
+    replica two on, ``2 x 1/2`` of its experts' bytes, nearly nine tenths of the whole).
+    Starting together behind the barrier and sharing every NIC alike, the all-reduce
+    lasts the expert flow's latencies plus both flows' bytes over the NIC's rate, where
+    one ring over all four replicas would have moved ``2 x 3/4`` of the experts too."""
+    a = analyze(across_plan(8, nodes=4, micro_batches=1), catalog)
+    p = lower(a)
+    result = simulate(p)
+    dense_flows, expert_flows, _ = _dp_flows(a, p, "dp L1-4")
+    assert len(dense_flows) == 16 and len(expert_flows) == 16
+    expert = _expert_bytes(a.model, 8, 4)
+    dense = a.grad_bytes(1, 4, 2) / 4 - expert
+    assert expert / (expert + dense) > 0.85
+    f = expert_flows[0]
+    path = p.path(f)
+    narrowest = path[np.argmin(a.topology.capacity[path])]
+    assert "nic" in p.link_names[narrowest]
+    rate = a.topology.capacity[narrowest] * a.topology.bus_efficiency[narrowest]
+    (t,) = [t for t, n in enumerate(p.task_names) if n == "dp L1-4"]
+    took = result.task_end_s[t] - result.task_start_s[t]
+    want = p.flow_latency_s[f] + (2 * 3 / 4 * dense + 2 * 1 / 2 * expert) / rate
+    assert took == pytest.approx(want, rel=1e-9)
+    assert took < p.flow_latency_s[f] + 2 * 3 / 4 * (dense + expert) / rate
+
+
+def test_buckets_count_experts_at_the_plans_ep(catalog):
+    """TP 2, EP 8 over 4 replicas: a rank holds one whole expert per layer, a quarter of
+    what EP 1 would put on it; a bucket of two such layers' parameters closes every two
+    layers (counting experts at EP 1, every layer would close one)."""
+    m = catalog.model("mixtral-8x7b")
+    per_layer = rank_params(m, 2, 2, 2, 8)
+    assert rank_params(m, 2, 2, 2, 1) - per_layer == 3 * 3 * m.hidden_size * (
+        m.expert_ffn_hidden_size)
+    a = analyze(across_plan(8, tp=2, gpus_per_node=4, nodes=2, layers=8, dp_overlap=True,
+                            dp_bucket_params=2 * per_layer), catalog)
+    assert a.expert_fold(0) == 4
+    assert a.dp_buckets[0] == (1, 3, 5, 7)
 
 
 def test_ep_groups_are_consecutive_replicas_of_a_stage(catalog):
@@ -171,6 +291,51 @@ def test_random_plans_with_ep_across_replicas_lower_as_the_reference(catalog, se
     validate_plan(plan, catalog)
     a = analyze(plan, catalog)
     assert_identical(lower(a), reference_lower(a))
+
+
+#: (seed, max_gpus) of random plans with EP across replicas whose experts are held by two
+#: or more replicas (expert rings), under ZeRO 0 and 1, with and without ``dp_overlap``
+EXPERT_RING_SEEDS = ((27, 64), (28, 64), (37, 32), (49, 32), (57, 32), (72, 32))
+
+
+def expert_ring_plan(seed: int, max_gpus: int):
+    return random_plan(seed, max_gpus=max_gpus, model=("mixtral-8x7b", "deepseek-v3")[seed % 2],
+                       ep_across=True)
+
+
+@pytest.mark.parametrize(("seed", "max_gpus"), EXPERT_RING_SEEDS)
+def test_random_plans_with_expert_rings_lower_as_the_reference(catalog, seed, max_gpus):
+    """Plans whose DP collectives hold expert rings equal the task-by-task reference (its
+    expert rings written from the replicas' order and each rank's own experts), bit for
+    bit."""
+    a = analyze(expert_ring_plan(seed, max_gpus), catalog)
+    assert any(a.expert_rings(d) for d in range(len(a.dp_groups)))
+    assert_identical(lower(a), reference_lower(a))
+
+
+def test_program_size_bounds_the_expert_rings(catalog):
+    """The validation's estimate counts the expert rings' flows (``R`` more per chunk of a
+    DP collective; without them it falls under seed 57's program), within a small factor
+    of the program's tasks plus flows (it takes a bucket per layer under ``dp_overlap``,
+    which one small plan here reduces in a single bucket)."""
+    for seed in EXPERT_RING_SEEDS:
+        plan = expert_ring_plan(*seed)
+        program = lower(analyze(plan, catalog))
+        actual = program.num_tasks + program.flow_src.size
+        assert actual <= estimate_program_size(plan) <= 6 * actual, seed
+
+
+@pytest.mark.parametrize(("seed", "max_gpus"), EXPERT_RING_SEEDS[2:])
+def test_the_closed_form_stays_under_the_simulator_with_expert_rings(catalog, seed, max_gpus):
+    plan = expert_ring_plan(seed, max_gpus)
+    exact = simulate(lower(analyze(plan, catalog))).iteration_time_s
+    assert iteration_lower_bound(plan, catalog) <= exact
+
+
+def test_expert_ring_seeds_cover_the_dp_options(catalog):
+    options = {(p.training.zero_stage, p.training.dp_overlap)
+               for p in (expert_ring_plan(*seed) for seed in EXPERT_RING_SEEDS)}
+    assert options == {(0, True), (1, True), (1, False)}
 
 
 def test_some_random_plans_span_replicas(catalog):

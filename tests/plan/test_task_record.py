@@ -86,7 +86,7 @@ def test_placing_a_block_leaves_it_as_it_was():
 
 KINDS = [values.Zero, values.One, values.PassTime, values.TpBytes, values.TpHops,
          values.TpLaunches, values.OptimizerTime, values.TransferBytes, values.RingBytes,
-         values.RingHops]
+         values.RingHops, values.ExpertRingBytes, values.ExpertRingHops]
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.__name__)

@@ -18,10 +18,12 @@ from xsweep.plan.memory import MemoryBreakdown, fits, memory_breakdown
 from xsweep.plan.stack import Stack
 from xsweep.plan.topology import Topology, build_topology
 from xsweep.plan.workload import (
+    BF16_BYTES,
     StageCost,
     expert_replicas,
     iteration_model_flops,
     optimizer_time_s,
+    rank_expert_params,
     segment_fp8_gather_bytes,
     segment_grad_bytes,
     stage_cost,
@@ -132,6 +134,44 @@ class PlanAnalysis:
         validation gives every member of such a group the same TP degree)."""
         return expert_replicas(min(self.dp_groups[d].tps), self.stack.expert_parallel)
 
+    def expert_grad_bytes(self, first: int, last: int, fold: int) -> float:
+        """The routed experts' part of :meth:`grad_bytes` with EP over ``fold`` replicas
+        (``fold`` above 1): ``experts / fold`` whole experts per MoE layer, so that a rank
+        of TP ``t`` holds ``1 / t`` of them, its ``experts / EP``."""
+        return float(BF16_BYTES * _rank_expert_params(self.model, 1, first, last, fold))
+
+    def dp_bytes(self, d: int, first: int, last: int) -> tuple[float, float]:
+        """(dense, expert) unsharded gradient bytes of layers first..last in DP group
+        ``d``: where its EP groups span replicas, the routed experts' part (reduced over the
+        replicas that hold the same experts, :meth:`expert_rings`) apart from the rest
+        (reduced over all ``d`` replicas); else all of them dense and no expert part."""
+        fold = self.expert_fold(d)
+        total = self.grad_bytes(first, last, fold)
+        if fold == 1:
+            return total, 0.0
+        experts = self.expert_grad_bytes(first, last, fold)
+        return total - experts, experts
+
+    def expert_rings(self, d: int) -> tuple[tuple[int, ...], ...]:
+        """The rings of DP group ``d``'s expert gradients (Megatron-Core's expert
+        data-parallel groups) where its EP groups span ``r`` = :meth:`expert_fold`
+        replicas and the ``n`` replicas of its stage hold each expert ``n / r`` times: per
+        LCM chunk, then per place ``q`` inside an EP group, the chunk's ranks of the
+        replicas at that place (the stage's ``q``-th, ``(q + r)``-th, ... in replica
+        order). Empty where ``r`` is 1 or ``n / r`` is (each expert held once)."""
+        fold = self.expert_fold(d)
+        dpg = self.dp_groups[d]
+        if fold == 1 or len(dpg.device_groups) // fold < 2:
+            return ()
+        place = {}  # group id -> its place among its stage's groups, in replica order
+        for dg in dpg.device_groups:
+            g = self.groups[self.index_of(dg)]
+            stage = [rep[g.stage] for rep in self.replicas.values() if len(rep) > g.stage]
+            place[dg] = stage.index(self.index_of(dg))
+        order = sorted(range(len(dpg.device_groups)), key=lambda i: place[dpg.device_groups[i]])
+        return tuple(tuple(ring.ranks[i] for i in order if place[dpg.device_groups[i]] % fold == q)
+                     for ring in dpg.rings for q in range(fold))
+
     @functools.cached_property
     def ep_peers(self) -> tuple[tuple[int, ...], ...]:
         """Per group (index into ``groups``), its EP group's groups: itself, then the
@@ -181,6 +221,7 @@ _build_topology = cached(1024)(build_topology)
 _iteration_model_flops = cached(1024)(iteration_model_flops)
 _segment_grad_bytes = cached(16384)(segment_grad_bytes)
 _segment_fp8_gather_bytes = cached(16384)(segment_fp8_gather_bytes)
+_rank_expert_params = cached(16384)(rank_expert_params)
 _reshard = cached(16384)(lambda scheme, src, dst, nbytes: tuple(
     reshard_mod.reshard(scheme, src, dst, nbytes)))
 _bucket_starts = cached(16384)(bucket_starts)
@@ -214,7 +255,8 @@ def _dp_buckets(model: ModelSpec, stack: Stack, g: groups_mod.DpGroup) -> tuple[
     if not stack.dp_overlap or stack.zero_stage == 3:
         return (g.first_layer,)
     size = bucket_params(stack.dp_bucket_params, len(g.rings[0].ranks))  # DP x CP ranks
-    return _bucket_starts(model, g.first_layer, g.last_layer, min(g.tps), size)
+    return _bucket_starts(model, g.first_layer, g.last_layer, min(g.tps), size,
+                          stack.expert_parallel)
 
 
 @dataclass(frozen=True, eq=False)

@@ -13,7 +13,10 @@ xsweep cuts buckets at layer boundaries (the lowering knows when a layer's backw
 ends, not each tensor's), counting the parameters of the DP group's largest shard (its
 smallest TP degree), so that every member cuts at the same layers and each LCM ring
 reduces equal buffers. A bucket therefore holds at least ``bucket_size`` parameters of
-that shard, or a whole layer.
+that shard, or a whole layer. With experts, a rank's routed experts count as it holds
+them at the plan's expert parallelism (``experts / EP`` whole experts when EP spans
+replicas, :func:`xsweep.plan.workload.rank_params`); one set of boundaries serves a
+bucket's dense and expert gradients alike.
 """
 
 from __future__ import annotations
@@ -31,17 +34,18 @@ def bucket_params(configured: int, dp: int) -> int:
 
 
 def bucket_starts(model: ModelSpec, first: int, last: int, tp: int,
-                  size_params: int) -> tuple[int, ...]:
+                  size_params: int, ep: int = 1) -> tuple[int, ...]:
     """First layers of the buckets of layers first..last (1-based), ascending.
 
     Layers are taken from ``last`` down; a bucket closes at the layer where it reaches
-    ``size_params`` parameters of a TP-``tp`` shard; what remains is the last bucket.
+    ``size_params`` parameters of a TP-``tp`` shard at expert parallelism ``ep``; what
+    remains is the last bucket.
     """
     if size_params < 1:
         raise ValueError(f"a bucket holds at least one parameter, got {size_params}")
     starts, held = [], 0
     for layer in range(last, first - 1, -1):
-        held += rank_params(model, tp, layer, layer)
+        held += rank_params(model, tp, layer, layer, ep)
         if held >= size_params:
             starts.append(layer)
             held = 0

@@ -20,12 +20,17 @@ Granularity (what one task stands for):
 * DP synchronisation is per sweep-line DP group and gradient bucket (one bucket, the
   segment, unless ``dp_overlap``): a BARRIER task waits for the piece of every member
   that completes the bucket, then one COMM task runs a pipelined ring per LCM chunk
-  ring: an all-reduce, or under ZeRO-1 a reduce-scatter;
+  ring: an all-reduce, or under ZeRO-1 a reduce-scatter. Where EP groups span ``r``
+  replicas, those rings carry the dense gradients only, and the same task also runs,
+  per chunk, ``r`` expert rings, each over the ``d / r`` replicas at one place in their
+  EP groups, on the routed experts' gradients (Megatron-Core's expert data-parallel
+  groups; none where ``d = r`` or the bucket has no MoE layer);
 * ZeRO-1's all-gather of the updated parameters (their FP8 copies with
   ``fp8_param_gather``) runs after the members' optimizer
   steps, or with ``dp_overlap`` (Megatron's ``--overlap-param-gather``) at the start of
   the iteration, bucket after bucket, each forward piece waiting for its own (steady
-  state: the gathers carry the previous step's update);
+  state: the gathers carry the previous step's update), its rings split as the
+  reduce-scatter's;
 * FSDP's per-layer all-gathers and reduce-scatters belong to the passes
   (:mod:`xsweep.plan.passes`);
 * the optimizer step is one COMPUTE task per group after all its DP collectives.
@@ -79,6 +84,8 @@ from xsweep.plan.values import (
     KINDS,
     ONE,
     ZERO,
+    ExpertRingBytes,
+    ExpertRingHops,
     GatherBytes,
     Keys,
     KeyTable,
@@ -87,6 +94,7 @@ from xsweep.plan.values import (
     RingHops,
     gather_bytes,
 )
+from xsweep.plan.workload import moe_layers_in
 from xsweep.ragged import owners_and_places, run_starts
 from xsweep.runtime import collector_paused
 
@@ -243,6 +251,11 @@ class _Builder:
         self._singles.flows(t, src, dst, self.key(nbytes), self.key(hops))
         return t
 
+    def more_flows(self, task: int, src, dst, nbytes, hops) -> None:
+        """Further flows of the collective ``task``, the last task added."""
+        assert task == self.num_tasks - 1, "flows join the last task added"
+        self._singles.flows(task, src, dst, self.key(nbytes), self.key(hops))
+
     def flush(self) -> None:
         """Append the tasks added one at a time since the last extension."""
         singles = self._singles
@@ -389,8 +402,36 @@ def _block_deps(block: Block, base: int, ids: np.ndarray,
 
 def _ring_arrays(dpg) -> tuple[np.ndarray, np.ndarray]:
     """Source and destination ranks of a DP group's collective: a ring per LCM chunk."""
-    rings = np.array([ring.ranks for ring in dpg.rings], np.int64)  # [lcm, k]
+    return _rings_src_dst([ring.ranks for ring in dpg.rings])
+
+
+def _rings_src_dst(rings) -> tuple[np.ndarray, np.ndarray]:
+    """Source and destination ranks of rings of equal size: each rank to its successor."""
+    rings = np.array(rings, np.int64)  # [rings, k]
     return rings.ravel(), np.roll(rings, -1, axis=1).ravel()
+
+
+def _expert_part(a: PlanAnalysis, d: int) -> tuple | None:
+    """Where DP group ``d``'s EP groups span replicas and each expert is held more than
+    once: its expert rings' sources and destinations (:meth:`PlanAnalysis.expert_rings`);
+    else None."""
+    rings = a.expert_rings(d)
+    return _rings_src_dst(rings) if rings else None
+
+
+def _collective(out: _Builder, a: PlanAnalysis, d: int, deps, name: str, lo: int, hi: int,
+                passes: int, rings, expert, payload: RingBytes | GatherBytes | None = None) -> int:
+    """One DP COMM task on layers lo..hi of DP group ``d``: its rings (``rings``: sources
+    and destinations) on the bucket's gradients (or ``payload``, a parameter gather's
+    bytes), dense only where EP groups span replicas, and then, if the bucket holds MoE
+    layers, the expert rings (``expert``) on the routed experts' gradients, all behind
+    ``deps``."""
+    t = out.collective(deps, name, *rings, payload or RingBytes(d, lo, hi, passes),
+                       RingHops(d, passes))
+    if expert is not None and moe_layers_in(a.model, lo, hi):
+        out.more_flows(t, *expert, ExpertRingBytes(d, lo, hi, passes),
+                       ExpertRingHops(d, passes))
+    return t
 
 
 def _add_dp_sync(out: _Builder, a: PlanAnalysis, piece_end: dict) -> dict[int, list[int]]:
@@ -400,13 +441,13 @@ def _add_dp_sync(out: _Builder, a: PlanAnalysis, piece_end: dict) -> dict[int, l
     zero1 = a.stack.zero_stage == 1
     passes, verb = (REDUCE_SCATTER, "rs") if zero1 else (ALLREDUCE, "dp")
     for d, dpg in enumerate(a.dp_groups):
-        src, dst = _ring_arrays(dpg)
+        rings, expert = _ring_arrays(dpg), _expert_part(a, d)
         for lo, hi in a.buckets(d):
             barrier = out.add(TaskRow(kind=COMPUTE, category=Category.BARRIER, phase=d),
                               [piece_end[(dg, lo)] for dg in dpg.device_groups],
                               f"dp barrier L{lo}-{hi}")
-            t = out.collective([barrier], f"{verb} L{lo}-{hi}", src, dst,
-                               RingBytes(d, lo, hi, passes), RingHops(d, passes))
+            t = _collective(out, a, d, [barrier], f"{verb} L{lo}-{hi}", lo, hi, passes,
+                            rings, expert)
             for dg in dpg.device_groups:
                 finals.setdefault(dg, []).append(t)
     return finals
@@ -423,13 +464,12 @@ def _add_param_gathers(out: _Builder, a: PlanAnalysis,
     """
     gathered: dict[tuple[int, int], int] = {}
     for d, dpg in enumerate(a.dp_groups):
-        src, dst = _ring_arrays(dpg)
+        rings, expert = _ring_arrays(dpg), _expert_part(a, d)
         previous: list[int] = []
         for lo, hi in a.buckets(d):
             deps = previous if after is None else [after[dg] for dg in dpg.device_groups]
-            t = out.collective(deps, f"ag L{lo}-{hi}", src, dst,
-                               gather_bytes(a.stack.fp8_param_gather, d, lo, hi),
-                               RingHops(d, ALLGATHER))
+            t = _collective(out, a, d, deps, f"ag L{lo}-{hi}", lo, hi, ALLGATHER, rings,
+                            expert, gather_bytes(a.stack.fp8_param_gather, d, lo, hi))
             previous = [t]
             gathered |= {(dg, layer): t for dg in dpg.device_groups
                          for layer in range(lo, hi + 1)}

@@ -14,14 +14,20 @@ def plan_summary(a: PlanAnalysis, program: Program) -> dict:
     """A JSON-ready description of an analysed plan and the size of its program."""
     dp_groups = []
     for d, (g, nbytes) in enumerate(zip(a.dp_groups, a.dp_segment_bytes, strict=True)):
-        tps = [a.groups[a.index_of(d)].tp for d in g.device_groups]
+        tps = [a.groups[a.index_of(dg)].tp for dg in g.device_groups]
+        dense, expert = a.dp_bytes(d, g.first_layer, g.last_layer)
         dp_groups.append({
             "first_layer": g.first_layer, "last_layer": g.last_layer,
             "ranks": list(g.ranks), "device_groups": list(g.device_groups), "lcm": g.lcm,
             "rings": [{"chunk": r.chunk, "ranks": list(r.ranks)} for r in g.rings],
             "gradient_bytes": nbytes,
-            "bytes_per_rank_per_chunk": chunk_bytes_per_rank(nbytes, tps),
+            "bytes_per_rank_per_chunk": chunk_bytes_per_rank(dense, tps),
             "buckets": [list(b) for b in a.buckets(d)],
+            # EP groups over replicas: the routed experts' part rides rings of its own
+            **({"expert_gradient_bytes": expert,
+                "expert_bytes_per_rank_per_chunk": chunk_bytes_per_rank(expert, tps),
+                "expert_rings": [list(r) for r in a.expert_rings(d)]}
+               if a.expert_fold(d) > 1 else {}),
         })
     resharding = [{
         "from_group": r.from_group, "to_group": r.to_group,
@@ -98,6 +104,12 @@ def format_plan(s: dict) -> str:
         )
         for r in g["rings"]:
             out.append(f"    ring {r['chunk']}: ranks {r['ranks']}")
+        if "expert_rings" in g:
+            out.append(f"    experts apart: {g['expert_bytes_per_rank_per_chunk'] / 1e6:.2f} MB "
+                       f"per rank per chunk, {len(g['expert_rings'])} expert rings"
+                       + ("" if g["expert_rings"] else " (each expert held once)"))
+            for ranks in g["expert_rings"]:
+                out.append(f"    expert ring: ranks {ranks}")
     out.append("\nstage-to-stage transfers (per micro-batch, forward):")
     if not s["resharding"]:
         out.append("  none (single-stage replicas)")

@@ -233,7 +233,9 @@ class TransferBytes(NamedTuple):
 class RingBytes(NamedTuple):
     """The payload of each flow of a DP collective on the gradients (or parameters) of
     layers ``first`` to ``last``: a pipelined ring per LCM chunk, each on ``d / lcm``
-    bytes, making ``passes`` passes (:mod:`xsweep.plan.collectives`)."""
+    bytes, making ``passes`` passes (:mod:`xsweep.plan.collectives`). Where EP groups
+    span replicas, ``d`` is the dense part only (:meth:`~xsweep.plan.analysis.
+    PlanAnalysis.dp_bytes`; the experts' ride :class:`ExpertRingBytes`)."""
 
     dp_group: int
     first: int
@@ -243,8 +245,7 @@ class RingBytes(NamedTuple):
     @staticmethod
     def number(a: PlanAnalysis, dp_group: int, first: int, last: int, passes: int) -> float:
         dpg = a.dp_groups[dp_group]
-        chunk = chunk_bytes_per_rank(a.grad_bytes(first, last, a.expert_fold(dp_group)),
-                                     dpg.tps)
+        chunk = chunk_bytes_per_rank(a.dp_bytes(dp_group, first, last)[0], dpg.tps)
         return pipelined_ring_flow(len(dpg.rings[0].ranks), chunk, 1.0, passes)[0]
 
     @staticmethod
@@ -298,6 +299,45 @@ class RingHops(NamedTuple):
         return dp_groups[dp_group], passes
 
 
+def _expert_ring_size(a: PlanAnalysis, dp_group: int) -> int:
+    """Members of each expert ring of a DP group: its replicas over those an EP group spans."""
+    return len(a.dp_groups[dp_group].device_groups) // a.expert_fold(dp_group)
+
+
+class ExpertRingBytes(NamedTuple):
+    """The payload of each flow of the expert rings of a DP collective on layers
+    ``first`` to ``last`` (EP groups over replicas:
+    :meth:`~xsweep.plan.analysis.PlanAnalysis.expert_rings`): the routed experts'
+    gradients (or parameters), ``1 / lcm`` of their unsharded bytes per ring, over the
+    ``d / r`` replicas that hold the same experts, making ``passes`` passes."""
+
+    dp_group: int
+    first: int
+    last: int
+    passes: int
+
+    @staticmethod
+    def number(a: PlanAnalysis, dp_group: int, first: int, last: int, passes: int) -> float:
+        chunk = chunk_bytes_per_rank(a.dp_bytes(dp_group, first, last)[1],
+                                     a.dp_groups[dp_group].tps)
+        return pipelined_ring_flow(_expert_ring_size(a, dp_group), chunk, 1.0, passes)[0]
+
+    placed = staticmethod(RingBytes.placed)
+
+
+class ExpertRingHops(NamedTuple):
+    """The hop latencies each flow of an expert ring of ``passes`` passes waits for."""
+
+    dp_group: int
+    passes: int
+
+    @staticmethod
+    def number(a: PlanAnalysis, dp_group: int, passes: int) -> float:
+        return pipelined_ring_flow(_expert_ring_size(a, dp_group), 0.0, 1.0, passes)[1]
+
+    placed = staticmethod(RingHops.placed)
+
+
 def _cp_steps(a: PlanAnalysis, group: int, kind: str, first: int, end: int) -> float:
     """Steps of a piece's context-parallel ring: ``cp - 1`` per block of a forward pass,
     times the backward's factor (K/V and their gradients; with recompute the forward's
@@ -344,7 +384,8 @@ ZERO, ONE = Zero(), One()
 
 #: Every kind; a kept key names its kind by its index here.
 KINDS = (Zero, One, PassTime, TpBytes, TpHops, TpLaunches, OptimizerTime, TransferBytes,
-         RingBytes, RingHops, EpBytes, EpHops, EpLaunches, CpBytes, CpSteps, GatherBytes)
+         RingBytes, RingHops, EpBytes, EpHops, EpLaunches, CpBytes, CpSteps, GatherBytes,
+         ExpertRingBytes, ExpertRingHops)
 _CODE = {kind: code for code, kind in enumerate(KINDS)}
 
 #: Kinds whose number depends only on the group's stage cost and the span (their fields:

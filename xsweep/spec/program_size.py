@@ -71,7 +71,8 @@ def _estimate(plan: xsweep_pb2.DeploymentPlan) -> int:
     num_replicas = len(replicas)
     cp = max(groups[0].context_parallel, 1)  # one for the whole plan (validation)
     # weights are replicated over the CP ranks: gradients are reduced over DP x CP
-    size = _dp_size(groups, num_replicas, cp, training.dp_overlap, zero1) if not fsdp else 0
+    size = (_dp_size(groups, num_replicas, cp, training.dp_overlap, zero1,
+                     training.expert_parallel) if not fsdp else 0)
     points = sorted({p for g in groups for p in (g.first_layer, g.last_layer + 1)})
     stage_tps: dict[int, list[int]] = defaultdict(list)  # FSDP: one DP group per stage
     for group in groups:
@@ -92,16 +93,26 @@ def _estimate(plan: xsweep_pb2.DeploymentPlan) -> int:
                 cuts = (layers if training.dp_overlap
                         else _inside(points, group.first_layer, group.last_layer))
             passes = 2 * m * v + cuts * (2 if zero1 and training.dp_overlap else 1)
-        size += passes + 1  # + the optimizer step
-        if cp > 1:  # a CP ring (and TP rings) beside the compute, and a join
-            size += passes * (2 + 2 * tp * cp)
-        elif tp > 1:  # one blocking TP task of tp flows per pass; overlapped, its join too;
-            # with expert parallelism also an all-to-all's flows, tp (w - 1) for an EP
-            # group of w ranks (tp, or EP over tp x EP / tp ranks of several replicas)
-            ep = training.expert_parallel
-            flows = tp * tp * max(ep // tp, 1) if ep > 1 else tp
-            size += passes * (1 + flows + bool(training.tp_comm_overlap))
-    scheme = enum_name(RESHARDING, training.resharding)
+        size += passes + 1 + passes * _pass_comm(training, tp, cp)  # + the optimizer step
+    return size + _transfers(replicas, enum_name(RESHARDING, training.resharding), v)
+
+
+def _pass_comm(training, tp: int, cp: int) -> int:
+    """Tasks + flows of a pass's communication beside its compute task."""
+    if cp > 1:  # a CP ring (and TP rings) beside the compute, and a join
+        return 2 + 2 * tp * cp
+    if tp > 1:  # one blocking TP task of tp flows per pass; overlapped, its join too;
+        # with expert parallelism also an all-to-all's flows, tp (w - 1) for an EP
+        # group of w ranks (tp, or EP over tp x EP / tp ranks of several replicas)
+        ep = training.expert_parallel
+        flows = tp * tp * max(ep // tp, 1) if ep > 1 else tp
+        return 1 + flows + bool(training.tp_comm_overlap)
+    return 0
+
+
+def _transfers(replicas: dict, scheme: str, v: int) -> int:
+    """Tasks + flows of the transfers between consecutive stages of every replica."""
+    size = 0
     for members in replicas.values():
         members.sort(key=lambda g: g.pp_stage)
         tps = [len(g.ranks) for g in members]
@@ -112,13 +123,16 @@ def _estimate(plan: xsweep_pb2.DeploymentPlan) -> int:
     return size
 
 
-def _dp_size(groups, num_replicas: int, cp: int, overlap: bool, zero1: bool) -> int:
+def _dp_size(groups, num_replicas: int, cp: int, overlap: bool, zero1: bool,
+             ep: int = 1) -> int:
     """Tasks + flows of DP synchronisation: per layer segment held by a group of each
     replica, per bucket (at most one a layer with overlap), a barrier and a collective of
     an LCM ring of ``R`` flows per chunk (ZeRO-1: a reduce-scatter and an all-gather).
     Under context parallelism the rings hold every CP rank too (DP x CP): a group's
     ``len(ranks)`` is ``tp x cp``, and with one CP size the LCM of those is ``cp`` times
-    the TP degrees'."""
+    the TP degrees'. Where EP groups span ``r = EP / TP`` replicas (one TP degree) and
+    ``R / r`` is at least 2, the collective also holds the expert rings: ``R`` more flows
+    per chunk."""
     if num_replicas * cp < 2:
         return 0
     starts: dict[int, list[int]] = defaultdict(list)
@@ -135,6 +149,8 @@ def _dp_size(groups, num_replicas: int, cp: int, overlap: bool, zero1: bool) -> 
         chunks = math.lcm(*(tp for tp, n in holding.items() if n > 0))
         buckets = following - point if overlap else 1
         collective = 1 + chunks * num_replicas
+        if ep > chunks and num_replicas // (ep // chunks) >= 2:  # expert rings
+            collective += chunks * num_replicas
         size += buckets * (1 + collective * (2 if zero1 else 1))
     return size
 
