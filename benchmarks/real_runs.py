@@ -21,8 +21,14 @@
 5. Software profiles (``xsweep/spec/data/software.yaml``): each profile's calibration
    runs and held-out runs, with their errors as the catalog stands.
 
+``--p2p-sensitivity`` prints, instead of all that, one table: every run with more than one
+pipeline stage simulated as shipped (sends beside the compute) and again with the stage
+waiting for its own sends (``training.pp_p2p_overlap: false``, set on a copy of the plan in
+memory; the file is only read), beside what the stack that ran it did.
+
 Every plan file states its sources and assumptions. Run:
-``python benchmarks/real_runs.py [--deepspeed-sweep]`` (minutes on 2 cores).
+``python benchmarks/real_runs.py [--deepspeed-sweep | --p2p-sensitivity]`` (minutes on 2
+cores).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from xsweep.plan.analysis import analyze
 from xsweep.plan.lower import lower
 from xsweep.plan.workload import iteration_model_flops
 from xsweep.sim import simulate, summary
-from xsweep.spec import load_catalog, load_plan
+from xsweep.spec import load_catalog, load_plan, validate_plan
 
 SPACES = Path(__file__).resolve().parent.parent / "spaces"
 MEGATRON_DIR = SPACES / "megatron"
@@ -57,20 +63,36 @@ def published_tflops(path: Path) -> float:
     return float(found.group(1))
 
 
-_CHECKED: dict = {}  # (catalog id, path) -> check(): the slow runs are simulated once
+def blocking_sends_plan(path: Path, catalog):
+    """The plan at ``path`` with ``training.pp_p2p_overlap`` false (each stage waits for its
+    own pipeline sends), validated against ``catalog``: a copy in memory, the file only
+    read."""
+    shipped = load_plan(path, catalog)
+    plan = type(shipped)()
+    plan.CopyFrom(shipped)
+    plan.training.pp_p2p_overlap = False
+    return validate_plan(plan, catalog, str(path))
 
 
-def check(catalog, path: Path) -> dict:
+def run_plan(path: Path, catalog, blocking: bool = False):
+    """The plan at ``path`` as shipped, or with blocking pipeline sends."""
+    return blocking_sends_plan(path, catalog) if blocking else load_plan(path, catalog)
+
+
+_CHECKED: dict = {}  # (catalog id, path, blocking) -> check(): slow runs simulated once
+
+
+def check(catalog, path: Path, blocking: bool = False) -> dict:
     """A run whose header gives its achieved teraFLOP/s per GPU (Megatron's count), as the
-    catalog stands."""
-    key = (id(catalog), path)
-    if key not in _CHECKED:
-        _CHECKED[key] = (catalog, _check(catalog, path))  # the catalog kept: its id stays
+    catalog stands (with ``blocking``, its stages waiting for their pipeline sends)."""
+    key = (id(catalog), path, blocking)
+    if key not in _CHECKED:  # the catalog kept: its id stays
+        _CHECKED[key] = (catalog, _check(catalog, path, blocking))
     return _CHECKED[key][1]
 
 
-def _check(catalog, path: Path) -> dict:
-    a = analyze(load_plan(path, catalog), catalog)
+def _check(catalog, path: Path, blocking: bool) -> dict:
+    a = analyze(run_plan(path, catalog, blocking), catalog)
     program = lower(a)
     m = summary(program, simulate(program))
     gpus = sum(len(g.ranks) for g in a.groups)
@@ -159,8 +181,8 @@ NEMO_RUNS = {
 FP8_CANDIDATES = (0.43, 0.45, 0.47, 0.49, 0.51, 0.55, 0.711)
 
 
-def tokens_per_gpu(catalog, name: str) -> tuple[float, dict, object]:
-    a = analyze(load_plan(SPACES / "published" / f"{name}.pbtxt", catalog), catalog)
+def tokens_per_gpu(catalog, name: str, blocking: bool = False) -> tuple[float, dict, object]:
+    a = analyze(run_plan(SPACES / "published" / f"{name}.pbtxt", catalog, blocking), catalog)
     program = lower(a)
     m = summary(program, simulate(program))
     return m["tokens_per_s"] / sum(len(g.ranks) for g in a.groups), m, a
@@ -230,15 +252,16 @@ def deepspeed_2021(catalog, sweep: bool) -> None:
               + ", ".join(f"{e:+.1%}" for e in held) + ")")
 
 
-def run_error(catalog, run: str) -> tuple[str, float, float, str]:
+def run_error(catalog, run: str, blocking: bool = False) -> tuple[str, float, float, str]:
     """One real run (``megatron/<name>`` or ``published/<name>``, a plan under ``spaces/``)
-    as the catalog stands: what is compared, xsweep's figure, the published one, and the
-    software profile its plan names."""
+    as the catalog stands (with ``blocking``, its stages waiting for their pipeline sends):
+    what is compared, xsweep's figure, the published one, and the software profile its plan
+    names."""
     folder, name = run.split("/")
     if folder in ("megatron", "deepspeed"):
-        r = check(catalog, SPACES / f"{run}.pbtxt")
+        r = check(catalog, SPACES / f"{run}.pbtxt", blocking)
         return "TFLOP/s/GPU", r["tflops"], r["published"], r["software"]
-    per_gpu, _, a = tokens_per_gpu(catalog, name)
+    per_gpu, _, a = tokens_per_gpu(catalog, name, blocking)
     published_figure = {**{k: v[0] for k, v in NEMO_RUNS.items()},
                         **{k: v[0] for k, v in PUBLISHED_RUNS.items()}}[name]
     return "tokens/s/GPU", per_gpu, published_figure, a.stack.software.name
@@ -282,9 +305,43 @@ def megatron_table(catalog, title: str, runs: tuple[str, ...]) -> None:
     print(f"largest error {max(errors, key=abs):+.1%}\n")
 
 
+#: What each stack did with a stage's pipeline sends (sources: docs/validation.md,
+#: "Pipeline sends: waited for or not").
+STACK_SENDS = {"megatron-lm-2021": "waited", "nemo-24.07": "overlapped",
+               "deepspeed-2021": "waited"}
+
+
+def pipelined_runs(catalog):
+    """(software profile, run) for every run of the profiles with more than one pipeline
+    stage (every shipped real run with pipeline parallelism belongs to a profile)."""
+    for profile in catalog.software.values():
+        for run in (*profile.calibrated_on, *profile.held_out):
+            plan = load_plan(SPACES / f"{run}.pbtxt", catalog)
+            if len({g.pp_stage for g in plan.device_groups}) > 1:
+                yield profile.name, run
+
+
+def p2p_sensitivity(catalog) -> None:
+    """Each pipelined run's error as shipped (sends beside the compute) and with every stage
+    waiting for its own sends, beside what the stack that ran it did."""
+    print(f"{'run':<36}{'stack':>18}{'its sends':>12}{'compared':>14}{'published':>11}"
+          f"{'shipped':>9}{'blocking':>10}{'change':>9}")
+    for profile, run in pipelined_runs(catalog):
+        what, shipped, published_figure, _ = run_error(catalog, run)
+        blocking = run_error(catalog, run, blocking=True)[1]
+        before, after = shipped / published_figure - 1, blocking / published_figure - 1
+        print(f"{run:<36}{profile:>18}{STACK_SENDS[profile]:>12}{what:>14}"
+              f"{published_figure:>11,}{before:>+9.1%}{after:>+10.1%}"
+              f"{(after - before) * 100:>+6.1f} pt")
+
+
 def main() -> None:
     catalog = load_catalog()
     started = time.perf_counter()
+    if "--p2p-sensitivity" in sys.argv[1:]:
+        p2p_sensitivity(catalog)
+        print(f"{time.perf_counter() - started:.1f} s")
+        return
     megatron_table(catalog, "calibration", RUNS)
     calibration_sweep()
     print()
