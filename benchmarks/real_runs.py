@@ -24,7 +24,7 @@
 ``--p2p-sensitivity`` prints, instead of all that, one table: every run with more than one
 pipeline stage simulated as shipped (sends beside the compute) and again with the stage
 waiting for its own sends (``training.pp_p2p_overlap: false``, set on a copy of the plan in
-memory; the file is only read), beside what the stack that ran it did.
+memory; the file is only read), beside what the stack that ran it did (303 s on 2 cores).
 
 Every plan file states its sources and assumptions. Run:
 ``python benchmarks/real_runs.py [--deepspeed-sweep | --p2p-sensitivity]`` (minutes on 2
