@@ -298,9 +298,10 @@ def _bound_phase(grid: Grid, folder: SweepFolder, job: Job, executor, options: O
         # no chunk waits for another's slowest share. Chunks planned to the closed form
         # evaluate nothing: unless worker processes were asked for, this process plans
         # them too, alone while the rest is short (a small space is answered before
-        # workers could have started)
+        # workers could have started), then on a core of its own beside one worker fewer
         helps = level == Level.CLOSED_FORM and options.processes is None
-        units = ProcessExecutor(processes, executor.session if helps else None)
+        units = ProcessExecutor(max(1, processes - 1) if helps else processes,
+                                executor.session if helps else None)
     try:
         for (start, stop), (table, spent) in units.run(bound_chunk, job, todo):
             saving = time.perf_counter()
