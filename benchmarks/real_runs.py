@@ -22,9 +22,10 @@
    runs and held-out runs, with their errors as the catalog stands.
 
 ``--p2p-sensitivity`` prints, instead of all that, one table: every run with more than one
-pipeline stage simulated as shipped (sends beside the compute) and again with the stage
-waiting for its own sends (``training.pp_p2p_overlap: false``, set on a copy of the plan in
-memory; the file is only read), beside what the stack that ran it did (303 s on 2 cores).
+pipeline stage simulated with its sends beside the compute (``training.pp_p2p_overlap``
+cleared) and again with each stage waiting for its own sends (the field false), both set on
+a copy of the plan in memory (the file is only read), beside what the stack that ran it did
+and what the shipped plan says (303 s on 2 cores).
 
 Every plan file states its sources and assumptions. Run:
 ``python benchmarks/real_runs.py [--deepspeed-sweep | --p2p-sensitivity]`` (minutes on 2
@@ -63,36 +64,51 @@ def published_tflops(path: Path) -> float:
     return float(found.group(1))
 
 
-def blocking_sends_plan(path: Path, catalog):
-    """The plan at ``path`` with ``training.pp_p2p_overlap`` false (each stage waits for its
-    own pipeline sends), validated against ``catalog``: a copy in memory, the file only
-    read."""
+#: How a run's stages treat their pipeline sends: as the plan file says, or set on a copy.
+SENDS = ("shipped", "overlapped", "waited")
+
+
+def sends_plan(path: Path, catalog, overlapped: bool):
+    """The plan at ``path`` with its stages' pipeline sends overlapped (``training.
+    pp_p2p_overlap`` cleared: unset means overlapped) or waited for (the field false),
+    validated against ``catalog``: a copy in memory, the file only read."""
     shipped = load_plan(path, catalog)
     plan = type(shipped)()
     plan.CopyFrom(shipped)
-    plan.training.pp_p2p_overlap = False
+    if overlapped:
+        plan.training.ClearField("pp_p2p_overlap")
+    else:
+        plan.training.pp_p2p_overlap = False
     return validate_plan(plan, catalog, str(path))
 
 
-def run_plan(path: Path, catalog, blocking: bool = False):
-    """The plan at ``path`` as shipped, or with blocking pipeline sends."""
-    return blocking_sends_plan(path, catalog) if blocking else load_plan(path, catalog)
+def blocking_sends_plan(path: Path, catalog):
+    """The plan at ``path`` with every stage waiting for its own pipeline sends."""
+    return sends_plan(path, catalog, overlapped=False)
 
 
-_CHECKED: dict = {}  # (catalog id, path, blocking) -> check(): slow runs simulated once
+def run_plan(path: Path, catalog, sends: str = "shipped"):
+    """The plan at ``path`` as shipped, or with its pipeline sends ``overlapped`` or
+    ``waited`` for whatever the file says."""
+    if sends == "shipped":
+        return load_plan(path, catalog)
+    return sends_plan(path, catalog, overlapped=sends == "overlapped")
 
 
-def check(catalog, path: Path, blocking: bool = False) -> dict:
+_CHECKED: dict = {}  # (catalog id, path, sends) -> check(): slow runs simulated once
+
+
+def check(catalog, path: Path, sends: str = "shipped") -> dict:
     """A run whose header gives its achieved teraFLOP/s per GPU (Megatron's count), as the
-    catalog stands (with ``blocking``, its stages waiting for their pipeline sends)."""
-    key = (id(catalog), path, blocking)
+    catalog stands (``sends``: its pipeline sends as shipped, overlapped or waited for)."""
+    key = (id(catalog), path, sends)
     if key not in _CHECKED:  # the catalog kept: its id stays
-        _CHECKED[key] = (catalog, _check(catalog, path, blocking))
+        _CHECKED[key] = (catalog, _check(catalog, path, sends))
     return _CHECKED[key][1]
 
 
-def _check(catalog, path: Path, blocking: bool) -> dict:
-    a = analyze(run_plan(path, catalog, blocking), catalog)
+def _check(catalog, path: Path, sends: str) -> dict:
+    a = analyze(run_plan(path, catalog, sends), catalog)
     program = lower(a)
     m = summary(program, simulate(program))
     gpus = sum(len(g.ranks) for g in a.groups)
@@ -181,8 +197,8 @@ NEMO_RUNS = {
 FP8_CANDIDATES = (0.43, 0.45, 0.47, 0.49, 0.51, 0.55, 0.711)
 
 
-def tokens_per_gpu(catalog, name: str, blocking: bool = False) -> tuple[float, dict, object]:
-    a = analyze(run_plan(SPACES / "published" / f"{name}.pbtxt", catalog, blocking), catalog)
+def tokens_per_gpu(catalog, name: str, sends: str = "shipped") -> tuple[float, dict, object]:
+    a = analyze(run_plan(SPACES / "published" / f"{name}.pbtxt", catalog, sends), catalog)
     program = lower(a)
     m = summary(program, simulate(program))
     return m["tokens_per_s"] / sum(len(g.ranks) for g in a.groups), m, a
@@ -252,16 +268,16 @@ def deepspeed_2021(catalog, sweep: bool) -> None:
               + ", ".join(f"{e:+.1%}" for e in held) + ")")
 
 
-def run_error(catalog, run: str, blocking: bool = False) -> tuple[str, float, float, str]:
+def run_error(catalog, run: str, sends: str = "shipped") -> tuple[str, float, float, str]:
     """One real run (``megatron/<name>`` or ``published/<name>``, a plan under ``spaces/``)
-    as the catalog stands (with ``blocking``, its stages waiting for their pipeline sends):
+    as the catalog stands (``sends``: its pipeline sends as shipped, overlapped or waited for):
     what is compared, xsweep's figure, the published one, and the software profile its plan
     names."""
     folder, name = run.split("/")
     if folder in ("megatron", "deepspeed"):
-        r = check(catalog, SPACES / f"{run}.pbtxt", blocking)
+        r = check(catalog, SPACES / f"{run}.pbtxt", sends)
         return "TFLOP/s/GPU", r["tflops"], r["published"], r["software"]
-    per_gpu, _, a = tokens_per_gpu(catalog, name, blocking)
+    per_gpu, _, a = tokens_per_gpu(catalog, name, sends)
     published_figure = {**{k: v[0] for k, v in NEMO_RUNS.items()},
                         **{k: v[0] for k, v in PUBLISHED_RUNS.items()}}[name]
     return "tokens/s/GPU", per_gpu, published_figure, a.stack.software.name
@@ -321,18 +337,26 @@ def pipelined_runs(catalog):
                 yield profile.name, run
 
 
+def shipped_sends(catalog, run: str) -> str:
+    """What the plan file of ``run`` says of its pipeline sends."""
+    training = load_plan(SPACES / f"{run}.pbtxt", catalog).training
+    waits = training.HasField("pp_p2p_overlap") and not training.pp_p2p_overlap
+    return "waited" if waits else "overlapped"  # unset means overlapped
+
+
 def p2p_sensitivity(catalog) -> None:
-    """Each pipelined run's error as shipped (sends beside the compute) and with every stage
-    waiting for its own sends, beside what the stack that ran it did."""
-    print(f"{'run':<36}{'stack':>18}{'its sends':>12}{'compared':>14}{'published':>11}"
-          f"{'shipped':>9}{'blocking':>10}{'change':>9}")
+    """Each pipelined run's error with its stages' sends beside the compute and with every
+    stage waiting for its own sends, beside what the stack that ran it did and what the
+    shipped plan says."""
+    print(f"{'run':<36}{'stack':>18}{'its sends':>12}{'plan':>12}{'compared':>14}"
+          f"{'published':>11}{'overlapped':>12}{'waited':>9}{'change':>9}")
     for profile, run in pipelined_runs(catalog):
-        what, shipped, published_figure, _ = run_error(catalog, run)
-        blocking = run_error(catalog, run, blocking=True)[1]
-        before, after = shipped / published_figure - 1, blocking / published_figure - 1
-        print(f"{run:<36}{profile:>18}{STACK_SENDS[profile]:>12}{what:>14}"
-              f"{published_figure:>11,}{before:>+9.1%}{after:>+10.1%}"
-              f"{(after - before) * 100:>+6.1f} pt")
+        what, overlapped, published_figure, _ = run_error(catalog, run, "overlapped")
+        waited = run_error(catalog, run, "waited")[1]
+        before, after = overlapped / published_figure - 1, waited / published_figure - 1
+        print(f"{run:<36}{profile:>18}{STACK_SENDS[profile]:>12}"
+              f"{shipped_sends(catalog, run):>12}{what:>14}{published_figure:>11,}"
+              f"{before:>+12.1%}{after:>+9.1%}{(after - before) * 100:>+6.1f} pt")
 
 
 def main() -> None:

@@ -225,7 +225,7 @@ MEGATRON_HEADER = """\
 #   same peak as bf16), activation recompute of every layer ("--recompute-method
 #   uniform"), 8 x 200 Gb/s InfiniBand HDR per node (ConnectX-6, one per GPU).
 # Stack of 2021: no sequence parallelism, no fused (flash) attention, 1F1B.
-# Assumed: GPT blocks with a 4h GELU FFN, dropout (0.1 in Megatron's GPT recipe),
+{sends_text}# Assumed: GPT blocks with a 4h GELU FFN, dropout (0.1 in Megatron's GPT recipe),
 #   rail-optimized fabric. {role_text}
 # Software profile megatron-lm-2021 (software.yaml): {profile_role}
 """
@@ -234,6 +234,13 @@ MEGATRON_KIND = {
     False: ("Held-out run", "Held out: no number of the model was set with this run."),
 }
 MEGATRON_ROLE = {True: "a calibration run of it.", False: "held out by it."}
+#: Megatron-LM of 2021 waited for its pipeline sends: said in the header of every plan with
+#: more than one stage, which sets ``pp_p2p_overlap: false``.
+MEGATRON_SENDS_TEXT = (
+    "# Pipeline sends waited for (pp_p2p_overlap false): megatron/p2p_communication.py of\n"
+    "#   2021 posts a stage's sends and receives as one batch_isend_irecv and waits on every\n"
+    "#   request before the next pass (schedules.py, 1F1B and interleaved); it has no\n"
+    "#   overlap option.\n")
 DDP_TEXT = {
     "torch": ("PyTorch DDP (DDP_impl torch):\n#   gradient all-reduce in buckets of "
               "25 MiB (its default, 13,107,200 fp16 parameters)\n#   overlapped with the "
@@ -249,7 +256,7 @@ def megatron_plan(run: MegatronRun, catalog) -> pb.DeploymentPlan:
     torch_ddp = run.ddp == "torch"
     stack = Stack(sequence_parallel=False, flash_attention=False, recompute="full",
                   dp_overlap=torch_ddp, dp_bucket_params=TORCH_DDP_BUCKET_PARAMS if torch_ddp else 0,
-                  virtual_pipeline_stages=run.vp,
+                  virtual_pipeline_stages=run.vp, pp_p2p_overlap=run.pp == 1,
                   software=catalog.software_profile("megatron-lm-2021"))
     plan = build_plan(run.name, "", [NodeReq("A100-80GB", 8, "cx6")] * (run.gpus // 8),
                       [replica] * dp, stack=stack)
@@ -276,6 +283,9 @@ DEEPSPEED_HEADER = """\
 #   DeepSpeed's 1F1B pipeline schedule with gradients reduced after the pipeline flush
 #   (not overlapped); GPT blocks with a 4h GELU FFN and dropout; vocabulary 51,200 (GPT-2's
 #   padded as Megatron pads it for TP 8); rail-optimized fabric, one ConnectX-6 per GPU.
+# Pipeline sends waited for (pp_p2p_overlap false): DeepSpeed's pipeline engine
+#   (deepspeed/runtime/pipe/engine.py) sends activations and gradients with p2p.send,
+#   which refuses async_op and calls dist.send: each stage waits for every send.
 # Software profile deepspeed-2021 (software.yaml): {role}
 """
 DEEPSPEED_ROLE = {True: "a calibration run of it.", False: "held out."}
@@ -302,7 +312,8 @@ def deepspeed_plan(run: DeepSpeedRun, catalog) -> pb.DeploymentPlan:
     tp, pp, layers, batch = 8, 35, 105, 1920
     dp = run.gpus // (tp * pp)
     stack = Stack(sequence_parallel=False, flash_attention=False, recompute="full",
-                  zero_stage=1, software=catalog.software_profile("deepspeed-2021"))
+                  zero_stage=1, pp_p2p_overlap=False,
+                  software=catalog.software_profile("deepspeed-2021"))
     replica = ReplicaReq(tuple(StageReq("A100-80GB", tp, layers // pp) for _ in range(pp)),
                          1, batch // dp)
     plan = build_plan(run.name, "", [NodeReq("A100-80GB", 8, "cx6")] * (run.gpus // 8),
@@ -496,6 +507,7 @@ def main() -> None:
             params=run.name.removeprefix("gpt-").upper(), gpus=run.gpus, tp=run.tp, pp=run.pp,
             batch=run.batch, tflops=run.tflops_per_gpu, micro=run.micro_batch,
             ddp_text=DDP_TEXT[run.ddp], role=role, role_text=role_text,
+            sends_text=MEGATRON_SENDS_TEXT if run.pp > 1 else "",
             profile_role=MEGATRON_ROLE[f"megatron/{run.name}" in megatron_2021.calibrated_on],
             vp_text=(f"\n# Interleaved 1F1B, {run.vp} model chunks per stage (the script's "
                      f"--num-layers-per-virtual-pipeline-stage {run.layers // run.pp // run.vp})."
