@@ -103,6 +103,7 @@ recompute), which the lowering puts on the wire. Parameters: the routed experts 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -650,6 +651,9 @@ class _BlockCost(NamedTuple):
     profiled: bool
 
 
+# every stage of a plan, and every split of its layers a planner tries, has the same few
+# kinds of block: their costs are kept (a stage's cost is then a sum over its layers)
+@functools.lru_cache(maxsize=4096)
 def _block_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int, stack: Stack,
                 profile: Profile | None, moe: bool, cp: int = 1) -> _BlockCost:
     shard = tp_shard(model, tp)
