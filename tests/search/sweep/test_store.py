@@ -10,6 +10,7 @@ from xsweep.errors import InputError
 from xsweep.search import table as tables
 from xsweep.search.levels import Level
 from xsweep.search.sweep.store import SweepFolder
+from xsweep.search.sweep.zarr_v2 import Arrays, Variable
 
 
 def sample(points) -> tables.Table:
@@ -119,7 +120,8 @@ def test_publish_replaces_outputs_whole(tmp_path):
     folder = SweepFolder(tmp_path)
     folder.claim(MANIFEST, overwrite=False)
     for value in (1.0, 2.0):
-        ds = xr.Dataset({"x": (("a",), np.full(3, value))}, coords={"a": [1, 2, 3]})
+        ds = Arrays({"x": Variable(("a",), np.full(3, value), {})},
+                    {"a": Variable(("a",), np.array([1, 2, 3]), {})}, {})
         folder.publish(ds, {"summary.json": b"{}"}, {"point-1.pbtxt": f"name: '{value}'"})
         assert xr.open_zarr(tmp_path / "sweep.zarr")["x"].values.tolist() == [value] * 3
     assert (tmp_path / "plans" / "point-1.pbtxt").read_text() == "name: '2.0'"

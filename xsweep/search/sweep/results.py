@@ -1,4 +1,4 @@
-"""A finished sweep's answer: the per-point table as an xarray Dataset over the swept axes,
+"""A finished sweep's answer: the per-point table as a dataset over the swept axes,
 and, for each work group (one per value of the swept work axes: the model, say), its
 Pareto front and the top plans of each objective, each distinct plan once."""
 
@@ -7,13 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import xarray as xr
 
 from xsweep import metrics
 from xsweep.search.evaluation import METRICS, PLAN_DIGEST, PLAN_TEXT, exact_feasible, plan_ids
 from xsweep.search.levels import names as level_names
 from xsweep.search.pareto import non_dominated, objective_matrix, top_points
 from xsweep.search.space.grid import Grid
+from xsweep.search.sweep.zarr_v2 import Arrays, Variable
 from xsweep.search.table import CODED, Table
 
 
@@ -131,8 +131,13 @@ def axis_attrs(path: str) -> dict[str, str]:
     return {"units": units, "description": description + pool, "path": path}
 
 
-def to_dataset(grid: Grid, table: Table, attrs: dict) -> xr.Dataset:
-    """The table (rows = points 0..n-1 in order) as a Dataset whose dimensions are the
+def to_dataset(grid: Grid, table: Table, attrs: dict):
+    """:func:`dataset_arrays` as an ``xarray.Dataset``: the dataset a sweep's store holds."""
+    return dataset_arrays(grid, table, attrs).to_xarray()
+
+
+def dataset_arrays(grid: Grid, table: Table, attrs: dict) -> Arrays:
+    """The table (rows = points 0..n-1 in order) as a dataset whose dimensions are the
     swept axes, named so that a person can type them (:attr:`Grid.names`: ``pp``,
     ``h100_sxm_nodes``), with their values as coordinates; single-value axes are scalar
     coordinates, and ``point`` gives each point's grid index. Every variable and
@@ -150,13 +155,13 @@ def to_dataset(grid: Grid, table: Table, attrs: dict) -> xr.Dataset:
         if name in CODED:  # codes become names here, where the results are written
             values = level_names(values, CODED[name])
         values = values.reshape(grid.shape).squeeze(axis=singletons)
-        data[name] = (dims, _text(values), variable_attrs(name))
-    coords = {names[path]: (names[path], _text(np.array(grid.axes[path])), axis_attrs(path))
-              for path in grid.dims}
-    coords |= {names[path]: ((), _text(np.array(value)), axis_attrs(path))
+        data[name] = Variable(dims, _text(values), variable_attrs(name))
+    coords = {names[path]: Variable((names[path],), _text(np.array(grid.axes[path])),
+                                    axis_attrs(path)) for path in grid.dims}
+    coords |= {names[path]: Variable((), _text(np.array(value)), axis_attrs(path))
                for path, value in grid.fixed.items()}
-    return xr.Dataset(data, coords=coords, attrs=attrs | {
-        "axis_paths": {names[path]: path for path in grid.paths}})
+    return Arrays(data, coords, attrs | {"axis_paths": {names[path]: path
+                                                        for path in grid.paths}})
 
 
 def _text(values: np.ndarray) -> np.ndarray:

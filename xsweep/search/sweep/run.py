@@ -45,7 +45,7 @@ from xsweep.search.space.planner import Built, Infeasible, Planner, plan_name
 from xsweep.search.sweep.distributed import DaskExecutor, LocalExecutor
 from xsweep.search.sweep.plot import pareto_png
 from xsweep.search.sweep.processes import ProcessExecutor
-from xsweep.search.sweep.results import answers, plan_ids, to_dataset
+from xsweep.search.sweep.results import answers, dataset_arrays, plan_ids
 from xsweep.search.sweep.store import SweepFolder
 from xsweep.search.sweep.summary import infeasible_lines, report_text, summary_of, work_label
 from xsweep.search.sweep.units import bound_batch, bound_chunk, bound_walk, exact_batch
@@ -248,7 +248,7 @@ def _publish(table: Table, funnel: Funnels, sweep, catalog: Catalog, grid: Grid,
                      **{f"tier_{name}": count for name, count in summary["tiers"].items()},
                      "work_axes": [grid.names[path] for path in grid.work],
                      "software": ", ".join(entry["name"] for entry in software)}
-    folder.publish(to_dataset(grid, table, attrs),
+    folder.publish(dataset_arrays(grid, table, attrs),
                    {"pareto.csv": report.csv_text(rows, [key for key, _ in axes],
                                                   objectives=sweep.objectives).encode(),
                     "pareto.png": png,

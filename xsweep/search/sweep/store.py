@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +40,7 @@ from xsweep.search.folders import (
     plain_file_name,
     refuse_foreign,
 )
+from xsweep.search.sweep import zarr_v2
 from xsweep.search.table import Table
 
 OUTPUTS = ("sweep.zarr", "pareto.csv", "pareto.png", "summary.json", "plans")
@@ -128,7 +128,7 @@ class SweepFolder:
     def save_exact(self, round_: int, batch: int, table: Table, kind: str = "exact") -> None:
         tables.save(table, self._exact_file(round_, batch, kind))
 
-    def publish(self, dataset, files: dict[str, bytes], plans: dict[str, str]) -> None:
+    def publish(self, dataset: zarr_v2.Arrays, files: dict[str, bytes], plans: dict[str, str]) -> None:
         """Write the results: ``files`` (name -> content) and ``plans`` (file name -> text)
         first, the dataset last, each complete before it takes its final name."""
         for name in (*files, *plans):  # all before anything is written
@@ -142,11 +142,9 @@ class SweepFolder:
             (staging / name).write_text(text, encoding="utf-8")
         _swap(staging, folder)
         staging = _staging(self.path("sweep.zarr"))
-        with warnings.catch_warnings():  # zarr notes that v3 has no consolidated metadata spec yet
-            warnings.simplefilter("ignore", UserWarning)
-            # Zarr format 2: its fixed-width text (numpy "<U") and consolidated metadata
-            # are in its specification, and xarray reads that text back as numpy str
-            dataset.to_zarr(staging, mode="w", consolidated=True, zarr_format=2)
+        # Zarr format 2: its fixed-width text (numpy "<U") and consolidated metadata are in
+        # its specification, and xarray reads that text back as numpy str
+        zarr_v2.write(dataset, staging)
         _swap(staging, self.path("sweep.zarr"))
 
 
