@@ -10,7 +10,8 @@ from matplotlib.font_manager import FontProperties
 
 from tests.support.hostile_inputs import SWEEP
 from xsweep.errors import InputError
-from xsweep.search.sweep.plot import drawable, pareto_png
+from xsweep.search.sweep.drawing import drawable
+from xsweep.search.sweep.plot import pareto_png
 from xsweep.search.sweep.results import Answer
 from xsweep.spec.reader import parse_yaml, read_text_file
 from xsweep.spec.sweep import sweep_from_dict

@@ -3,10 +3,6 @@ highlighted and labelled."""
 
 from __future__ import annotations
 
-import functools
-import io
-import warnings
-
 import numpy as np
 
 from xsweep.metrics import metric_of
@@ -14,6 +10,7 @@ from xsweep.report.charts import use_log
 from xsweep.search.evaluation import exact_feasible
 from xsweep.search.levels import Status
 from xsweep.search.space.grid import Grid
+from xsweep.search.sweep.drawing import draw
 from xsweep.search.sweep.results import Answer
 from xsweep.search.table import Table
 
@@ -45,73 +42,32 @@ def pareto_png(table: Table, grid: Grid, objectives: list[str], found: list[Answ
     """A PNG of the first two objectives (:func:`axes_of`): feasible points in grey, pruned
     points at their bounds, the front of each work group in a colour of its own with its
     points labelled by their index; an axis whose values span decades is logarithmic."""
-    import matplotlib
+    return draw(figure_of(table, grid, objectives, found, title))
 
-    matplotlib.use("Agg")  # files only, no display
-    from matplotlib import pyplot as plt
 
+def figure_of(table: Table, grid: Grid, objectives: list[str], found: list[Answer],
+              title: str) -> dict:
+    """What :func:`pareto_png` draws, as plain values (numbers, text, numpy arrays), for
+    :func:`xsweep.search.sweep.drawing.draw`, here or in a drawing process."""
     x_name, y_name = axes_of(objectives)
     x, y = (np.asarray(table[name], float) for name in (x_name, y_name))
     exact = exact_feasible(table)
     pruned = table["status"] == Status.PRUNED
-    figure, axes = plt.subplots(figsize=(7.5, 5.0), dpi=120)
-    # markers of one line, not a scatter collection: as drawn, and for a large sweep's tens
-    # of thousands of points several times faster to draw and to place the legend around
-    axes.plot(x[pruned], y[pruned], linestyle="none", marker="o", markersize=3.2,
-              markerfacecolor="none", markeredgecolor="#c8c8c8", markeredgewidth=0.6,
-              label=f"pruned, at its lower bound ({int(pruned.sum())})")
-    axes.plot(x[exact], y[exact], linestyle="none", marker="o", markersize=3.7,
-              color="#8c8c8c", label=f"feasible, exact ({int(exact.sum())})")
+    fronts = []
     for k, answer in enumerate(found):
         front = answer.front[np.argsort(x[answer.front], kind="stable")]
-        colour = FRONT_COLOURS[k % len(FRONT_COLOURS)]
         work = ", ".join(f"{grid.names[p]} {v}" for p, v in answer.work.items())
         name = f"Pareto front, {work}" if work else "Pareto front"
         plans = "plan" if len(front) == 1 else "plans"
-        axes.plot(x[front], y[front], "-o", color=colour, markersize=5, linewidth=1.2,
-                  label=f"{name} ({len(front)} {plans})" if len(front) else f"{name}: none")
         step = max(1, -(-len(front) // MOST_LABELS))
-        for rank, i in enumerate(front):
-            if rank % step == 0 or rank == len(front) - 1:
-                axes.annotate(str(i), (x[i], y[i]), textcoords="offset points", xytext=(4, 4),
-                              fontsize=7, color=colour)
+        fronts.append({
+            "x": x[front], "y": y[front], "colour": FRONT_COLOURS[k % len(FRONT_COLOURS)],
+            "label": f"{name} ({len(front)} {plans})" if len(front) else f"{name}: none",
+            "points": [(str(i), float(x[i]), float(y[i])) for rank, i in enumerate(front)
+                       if rank % step == 0 or rank == len(front) - 1]})
     shown = exact | pruned
-    for values, scale in ((x[shown], axes.set_xscale), (y[shown], axes.set_yscale)):
-        if use_log(values.tolist()):  # the report's rule, so the page and the PNG agree
-            scale("log")
-    axes.set_xlabel(label(x_name))
-    axes.set_ylabel(label(y_name))
-    # The title holds the sweep's name, as written: no mathtext ($...$), and characters
-    # the font cannot draw are spelled as escapes rather than drawn as empty boxes.
-    heading = axes.set_title(title, parse_math=False)
-    heading.set_text(drawable(title, heading.get_fontproperties()))
-    axes.grid(True, alpha=0.3)
-    if exact.any() or pruned.any():
-        axes.legend(loc="best", fontsize=8)
-    buffer = io.BytesIO()
-    with warnings.catch_warnings():  # no library warning on stderr, whatever the name
-        warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from",
-                                category=UserWarning)
-        figure.tight_layout()
-        figure.savefig(buffer, format="png")
-    plt.close(figure)
-    return buffer.getvalue()
-
-
-def drawable(text: str, font) -> str:
-    """``text`` with each character that ``font`` (matplotlib font properties) has no
-    glyph for, or that prints as nothing, written as its escape (``\\u6d4b``), so that a
-    title in any script shows what it says instead of empty boxes."""
-    from matplotlib import font_manager
-
-    glyphs = _glyphs(font_manager.findfont(font))
-    return "".join(char if char.isprintable() and ord(char) in glyphs
-                   else char.encode("unicode_escape").decode("ascii") for char in text)
-
-
-@functools.cache
-def _glyphs(font_path: str) -> frozenset[int]:
-    """The code points the font file has glyphs for."""
-    from matplotlib import ft2font
-
-    return frozenset(ft2font.FT2Font(font_path).get_charmap())
+    return {"title": title, "x_label": label(x_name), "y_label": label(y_name),
+            # the report's rule, so the page and the PNG agree
+            "x_log": use_log(x[shown].tolist()), "y_log": use_log(y[shown].tolist()),
+            "pruned": (x[pruned], y[pruned]), "exact": (x[exact], y[exact]),
+            "fronts": fronts}

@@ -43,7 +43,8 @@ from xsweep.search.progress import Progress, eta
 from xsweep.search.space.grid import Grid, check_grid
 from xsweep.search.space.planner import Built, Infeasible, Planner, plan_name
 from xsweep.search.sweep.distributed import DaskExecutor, LocalExecutor
-from xsweep.search.sweep.plot import pareto_png
+from xsweep.search.sweep.drawing import Drawer
+from xsweep.search.sweep.plot import figure_of
 from xsweep.search.sweep.processes import ProcessExecutor
 from xsweep.search.sweep.results import answers, dataset_arrays, plan_ids
 from xsweep.search.sweep.store import SweepFolder
@@ -185,6 +186,8 @@ def _run_sweep(path: str | Path, options: Options, progress: Progress | None,
             "dtype": options.dtype,
         }
         resumed = folder.claim(manifest, options.overwrite)
+        # the plot's process imports matplotlib while the sweep runs (on a core to spare)
+        drawer = held.enter_context(contextlib.closing(Drawer()))
         timings = timings if timings is not None else {}
         for key in ("planning_s", "closed_form_s", "bound_s", "exact_s", "writing_s",
                     "points_bounded", "points_lowered", "points_exact"):
@@ -200,7 +203,7 @@ def _run_sweep(path: str | Path, options: Options, progress: Progress | None,
         if made:  # what the run made it closes: its worker processes end with it
             session.evaluator.close()
     finishing = time.perf_counter()
-    summary, tables = _publish(table, funnel, sweep, catalog, grid, folder, {
+    summary, tables = _publish(table, funnel, sweep, catalog, grid, folder, drawer, {
         "sweep_name": sweep.name, "sweep_file": str(path), "sweep_yaml": text,
         "catalog_version": manifest["catalog_version"], "xsweep_version": xsweep.__version__,
         "objectives": list(sweep.objectives), "top": sweep.validation.top,
@@ -221,11 +224,12 @@ def _run_sweep(path: str | Path, options: Options, progress: Progress | None,
 
 
 def _publish(table: Table, funnel: Funnels, sweep, catalog: Catalog, grid: Grid,
-             folder: SweepFolder, attrs: dict) -> tuple[dict, list[str]]:
+             folder: SweepFolder, drawer: Drawer, attrs: dict) -> tuple[dict, list[str]]:
     """Mark the pruned points, find the answer of each work group and write every output;
     return the summary and each group's front table as text."""
     table["status"][funnel.pruned] = Status.PRUNED
     found = answers(table, grid, sweep.objectives, sweep.validation.top)
+    drawer.send(figure_of(table, grid, sweep.objectives, found, sweep.name))  # drawn meanwhile
     software = [catalog.software_profile(name).record() for name in sweep.training.software]
     summary = {"sweep": sweep.name, "software": software,
                **summary_of(table, grid, sweep, found),
@@ -243,7 +247,6 @@ def _publish(table: Table, funnel: Funnels, sweep, catalog: Catalog, grid: Grid,
                                                      objectives=sweep.objectives))
               for g in summary["groups"]]
     rows = [row for g in summary["groups"] for row in g["front"]]
-    png = pareto_png(table, grid, sweep.objectives, found, sweep.name)
     attrs = attrs | {"evaluated_exactly": summary["evaluated_exactly"], "fronts": sweep.fronts,
                      **{f"tier_{name}": count for name, count in summary["tiers"].items()},
                      "work_axes": [grid.names[path] for path in grid.work],
@@ -251,7 +254,7 @@ def _publish(table: Table, funnel: Funnels, sweep, catalog: Catalog, grid: Grid,
     folder.publish(dataset_arrays(grid, table, attrs),
                    {"pareto.csv": report.csv_text(rows, [key for key, _ in axes],
                                                   objectives=sweep.objectives).encode(),
-                    "pareto.png": png,
+                    "pareto.png": drawer.png(),
                     "summary.json": (json.dumps(jsonable(summary), indent=2, allow_nan=False)
                                      + "\n").encode()},
                    {f"point-{i}.pbtxt": text for i, text in plans.items()})

@@ -1,0 +1,41 @@
+"""The Pareto plot drawn in a process of its own, and here when that process fails."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from xsweep.search.sweep.drawing import Drawer, draw
+
+
+def figure() -> dict:
+    x = np.array([12.0, 14.0, 30.0, 120.0])
+    return {"title": "gpt3 训练", "x_label": "iteration_time_s (s)",
+            "y_label": "cost_per_million_tokens_usd (USD/1M tokens)", "x_log": True,
+            "y_log": False, "pruned": (x[2:], x[2:] / 10), "exact": (x[:2], x[:2] / 10),
+            "fronts": [{"x": x[:1], "y": x[:1] / 10, "colour": "#d1495b",
+                        "label": "Pareto front (1 plan)", "points": [("7", 12.0, 1.2)]}]}
+
+
+def test_the_drawing_process_draws_what_this_one_would():
+    drawer = Drawer()
+    process = drawer._process
+    drawer.send(figure())
+    png = drawer.png()
+    assert process.returncode == 0  # drawn there, not here after a failure
+    assert png.startswith(b"\x89PNG") and png == draw(figure())
+
+
+def test_a_failed_drawing_process_is_drawn_here():
+    drawer = Drawer()
+    drawer._process.kill()
+    drawer._process.wait()
+    drawer.send(figure())  # its input is gone: nothing raised
+    assert drawer.png() == draw(figure())
+
+
+def test_close_stops_a_process_that_never_drew():
+    drawer = Drawer()
+    process = drawer._process
+    drawer.close()
+    assert process.poll() is not None
+    drawer.close()  # twice is harmless
