@@ -57,6 +57,8 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from xsweep.cost import DEFAULT_COST, CostModel, node_rates, run_costs
 from xsweep.plan.collectives import all_to_all_flow, pipelined_ring_flow
 from xsweep.plan.stack import Stack
@@ -227,8 +229,19 @@ def closed_form_metrics(plan: pb.DeploymentPlan, catalog: Catalog,
     capex, rate = cluster_rates_of(plan, catalog, cost) if rates is None else rates
     model = resolve_model(plan, catalog)
     tokens = float(plan.training.global_batch_size * model.seq_length)
-    runs = run_costs(seconds, tokens, plan.training.total_tokens, capex, rate)
-    return {"iteration_time_s": seconds,
-            "tokens_per_s": tokens / seconds if seconds > 0 else float("inf"),
-            **{name: float(runs[name]) for name in METRICS[2:]},
-            "capex_usd": capex, "cost_rate_usd_per_hour": rate}
+    return {name: float(value) for name, value in metric_arrays(
+        seconds, tokens, plan.training.total_tokens, capex, rate).items()}
+
+
+def metric_arrays(seconds, tokens, total_tokens, capex, rate) -> dict[str, np.ndarray]:
+    """The tier's metrics (:data:`METRICS`, capex and hourly rate) element-wise over arrays
+    (or numbers): the iteration bound ``seconds``, the tokens of an iteration, the run's
+    tokens, the cluster's capex and hourly rate."""
+    seconds = np.asarray(seconds, float)
+    tokens = np.asarray(tokens, float)
+    runs = run_costs(seconds, tokens, total_tokens, capex, rate)
+    with np.errstate(divide="ignore"):
+        per_s = np.where(seconds > 0, tokens / np.where(seconds > 0, seconds, 1.0), np.inf)
+    return {"iteration_time_s": seconds, "tokens_per_s": per_s,
+            **{name: runs[name] for name in METRICS[2:]},
+            "capex_usd": np.asarray(capex, float), "cost_rate_usd_per_hour": np.asarray(rate, float)}

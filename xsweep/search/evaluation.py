@@ -35,17 +35,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from xsweep import metrics
-from xsweep.search.closed_form import (
-    closed_form_metrics,
-    cluster_rates_of,
-    iteration_lower_bound,
-)
+from xsweep.search.closed_form import cluster_rates_of, iteration_lower_bound, metric_arrays
 from xsweep.search.levels import CODE_DTYPE, Level, Status
 from xsweep.search.space.grid import Point
 from xsweep.search.space.planner import Built, Planner
 from xsweep.search.space.screen import Screened
 from xsweep.search.table import Table, blank, from_rows
 from xsweep.spec.catalog import Catalog
+from xsweep.spec.resolve import resolve_model
 from xsweep.spec.sweep import Sweep
 
 #: Variables of an evaluation that describe its batch, not a point.
@@ -196,8 +193,9 @@ class _Planned:
     plans: dict[bytes, object] = dataclasses.field(default_factory=dict)
     layout_of: dict[bytes, int] = dataclasses.field(default_factory=dict)
     keys: dict[int, bytes] = dataclasses.field(default_factory=dict)  # row -> plan key
-    # the closed form's memos: iteration bounds by layout, prices by pricing and nodes
-    lower_bounds: dict[int, float] = dataclasses.field(default_factory=dict)
+    # the closed form's memos: by layout, the iteration bound and tokens of an iteration;
+    # prices by pricing and nodes
+    lower_bounds: dict[int, tuple[float, float]] = dataclasses.field(default_factory=dict)
     prices: dict[tuple, tuple[float, float]] = dataclasses.field(default_factory=dict)
 
 
@@ -303,27 +301,36 @@ def _results(session: Session, job: Job, found: _Planned, ordered: list[bytes], 
         return session.results(job, {key: found.plans[key] for key in ordered}, cost,
                                 level.label, timings, progress)
     # arithmetic on each plan: nothing lowered
-    per_plan = [_closed_form_row(job, found.plans[key], found.layout_of[key], cost,
-                                 found.lower_bounds, found.prices) for key in ordered]
-    table = from_rows({name: np.array([r[name] for r in per_plan]) for name in per_plan[0]})
-    table["status"][:] = Status.OK
-    table["feasible"][:] = True
+    return _closed_form_table(job, found, ordered, cost)
+
+
+def _closed_form_table(job: Job, found: _Planned, ordered: list[bytes], cost) -> Table:
+    """The closed-form metrics of the plans ``ordered``, a row each: a plan's iteration
+    bound is its layout's (per-point fields leave it unchanged: ``found.lower_bounds``
+    keeps it by layout), its cluster's price that of its nodes' GPUs and NICs
+    (``found.prices`` keeps it by pricing and nodes), its tokens per iteration
+    its layout's (model and global batch); the metrics are then arithmetic on arrays."""
+    n = len(ordered)
+    seconds, tokens, total = np.empty(n), np.empty(n), np.empty(n)
+    capex, rate = np.empty(n), np.empty(n)
+    for i, key in enumerate(ordered):
+        plan, layout = found.plans[key], found.layout_of[key]
+        bound = found.lower_bounds.get(layout)
+        if bound is None:
+            model = resolve_model(plan, job.catalog)
+            bound = found.lower_bounds[layout] = (
+                iteration_lower_bound(plan, job.catalog),
+                float(plan.training.global_batch_size * model.seq_length))
+        seconds[i], tokens[i] = bound
+        nodes = (cost, tuple((n.gpu, n.num_gpus, n.nic) for n in plan.cluster.nodes))
+        if nodes not in found.prices:
+            found.prices[nodes] = cluster_rates_of(plan, job.catalog, cost)
+        capex[i], rate[i] = found.prices[nodes]
+        total[i] = plan.training.total_tokens
+    table = from_rows(metric_arrays(seconds, tokens, total, capex, rate))
+    table["status"] = np.full(n, Status.OK, CODE_DTYPE)
+    table["feasible"] = np.ones(n, bool)
     return table
-
-
-def _closed_form_row(job: Job, plan, layout: int, cost, lower_bounds: dict[int, float],
-                     prices: dict[tuple, tuple[float, float]]) -> dict:
-    """A plan's closed-form metrics: its iteration bound is its layout's (per-point fields
-    leave it unchanged: ``lower_bounds`` keeps it by layout), its cluster's price that of
-    its nodes' GPUs and NICs (``prices`` keeps it by pricing and nodes)."""
-    seconds = lower_bounds.get(layout)
-    if seconds is None:
-        seconds = lower_bounds[layout] = iteration_lower_bound(plan, job.catalog)
-    nodes = (cost, tuple((n.gpu, n.num_gpus, n.nic) for n in plan.cluster.nodes))
-    if nodes not in prices:
-        prices[nodes] = cluster_rates_of(plan, job.catalog, cost)
-    return {**closed_form_metrics(plan, job.catalog, cost, seconds, prices[nodes]),
-            "status": Status.OK, "feasible": True}
 
 
 def plan_digest(key: bytes, cost) -> str:
