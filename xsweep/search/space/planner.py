@@ -165,6 +165,9 @@ class Planner:
         self.catalog = catalog
         self._gpus = [catalog.gpu(pool.gpu) for pool in sweep.cluster.pools]
         self._layouts: dict[tuple, _Template | Infeasible] = {}
+        # the last point's layout: asked for its variant, then its plan, a point's layout
+        # key is read from it once (the point is held, so it is never another's)
+        self._last: tuple[Point, tuple, _Template | Infeasible] | None = None
         # the axes' paths only: expanding the ranges here would cost as much as they hold
         self._layout_axes = tuple(path for path, kind in sweep.axis_classes().items()
                                   if kind is not PER_POINT)
@@ -213,12 +216,16 @@ class Planner:
         return key, self._point_fields(point, layout)
 
     def _layout_of(self, point: Point) -> tuple[tuple, _Template | Infeasible]:
+        last = self._last
+        if last is not None and last[0] is point:
+            return last[1], last[2]
         key = tuple(point[path] for path in self._layout_axes)
         layout = self._layouts.get(key)
         if layout is None:
             if len(self._layouts) >= MAX_CACHED_LAYOUTS:
                 self._layouts.clear()
             layout = self._layouts[key] = self._layout(point)
+        self._last = (point, key, layout)
         return key, layout
 
     @staticmethod
