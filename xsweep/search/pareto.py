@@ -47,6 +47,9 @@ def non_dominated(values: np.ndarray) -> np.ndarray:
         return keep
     # In lexicographic order a row can only be dominated by rows before it.
     order = valid[np.lexsort(values[valid].T[::-1])]
+    if values.shape[1] <= 2:
+        keep[order[~_dominated_sorted(values[order])]] = True
+        return keep
     front = np.empty((0, values.shape[1]))
     for begin in range(0, len(order), _BLOCK):
         block = order[begin: begin + _BLOCK]
@@ -57,6 +60,22 @@ def non_dominated(values: np.ndarray) -> np.ndarray:
         keep[block[~beaten]] = True
         front = np.concatenate([front, v[~beaten]])  # later rows never dominate earlier ones
     return keep
+
+
+def _dominated_sorted(v: np.ndarray) -> np.ndarray:
+    """``bool[n]``: which rows of ``v`` (one or two objectives, no NaN, in lexicographic
+    order) another row dominates, in O(n): only an earlier row can, and one does exactly
+    when some row of a smaller first objective is no worse in the second, or a row of an
+    equal first objective is better in it (the first of its run of equal first values,
+    the best of the run)."""
+    first = v[:, 0]
+    second = v[:, -1] if v.shape[1] == 2 else np.zeros(len(v))
+    n = len(v)
+    starts = np.r_[True, first[1:] != first[:-1]]
+    start = np.maximum.accumulate(np.where(starts, np.arange(n), 0))  # its run's first row
+    # the least second value of the rows before each run (inf before the first run)
+    before = np.r_[np.inf, np.minimum.accumulate(second)][start]
+    return (before <= second) | (second[start] < second)
 
 
 def top_points(values: np.ndarray, k: int, plans: np.ndarray | None = None) -> np.ndarray:

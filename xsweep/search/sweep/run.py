@@ -391,7 +391,7 @@ def _funnel_phase(table: Table, grid: Grid, folder: SweepFolder, job: Job, execu
         for b in range(len(batches)):
             update(table, found[b])
         bound_pruned = _exact_phase(table, grid, folder, job, executor, options, timings, show,
-                                    out)
+                                    out, plans)
         done = exact_feasible(table)[picks]
         values = objective_matrix(table, sweep.objectives)[picks]
         cheap.record(picks, values, done)
@@ -406,16 +406,21 @@ def _funnel_phase(table: Table, grid: Grid, folder: SweepFolder, job: Job, execu
 
 
 def _exact_phase(table: Table, grid: Grid, folder: SweepFolder, job: Job, executor,
-                 options: Options, timings: dict, show: Callable, out: Funnels) -> np.ndarray:
+                 options: Options, timings: dict, show: Callable, out: Funnels,
+                 plans: np.ndarray | None = None) -> np.ndarray:
     """The exact funnel, one per work group (:mod:`xsweep.search.funnel`), each plan once
     among the top points, over every bounded point, the exact results so far recorded;
-    its rounds are numbered on from ``out.rounds``. Returns the points it pruned."""
+    its rounds are numbered on from ``out.rounds``. Returns the points it pruned.
+
+    ``plans``: the points' :func:`plan_ids`, where the caller has them (a point's plan,
+    and so its digest, is the same at every level: lowering it changes neither)."""
     sweep = job.sweep
+    plans = plan_ids(table) if plans is None else plans
     done = table["level"] == Level.EXACT
     candidates = ((table["level"] == Level.BOUND) & (table["status"] == Status.OK)) | done
     funnel = Funnel(objective_matrix(table, sweep.objectives), candidates,
                     sweep.validation.top, options.max_round, options.exhaustive,
-                    groups=grid.group_of(table["point"]), plans=plan_ids(table))
+                    groups=grid.group_of(table["point"]), plans=plans)
     known = np.flatnonzero(done)
     funnel.record(known, objective_matrix(table, sweep.objectives)[known],
                   exact_feasible(table)[known])
