@@ -51,6 +51,13 @@ def test_one_or_two_objectives_agree_with_the_general_front(n, d, seed, ties):
     np.testing.assert_array_equal(non_dominated(values), general)
 
 
+def test_an_infinite_objective_is_dominated_only_by_a_row_that_is():
+    inf = np.inf
+    assert non_dominated(np.array([[-1.0, inf]])).tolist() == [True]
+    assert non_dominated(np.array([[0.0, inf], [1.0, inf], [2.0, 5.0]])).tolist() == [
+        True, False, True]
+
+
 def test_duplicates_of_a_front_point_are_all_on_it():
     values = np.array([[1.0, 2.0], [1.0, 2.0], [2.0, 1.0], [2.0, 2.0]])
     assert non_dominated(values).tolist() == [True, True, True, False]

@@ -73,9 +73,9 @@ def _dominated_sorted(v: np.ndarray) -> np.ndarray:
     n = len(v)
     starts = np.r_[True, first[1:] != first[:-1]]
     start = np.maximum.accumulate(np.where(starts, np.arange(n), 0))  # its run's first row
-    # the least second value of the rows before each run (inf before the first run)
+    # the least second value of the rows before each run (none before the first run)
     before = np.r_[np.inf, np.minimum.accumulate(second)][start]
-    return (before <= second) | (second[start] < second)
+    return ((start > 0) & (before <= second)) | (second[start] < second)
 
 
 def top_points(values: np.ndarray, k: int, plans: np.ndarray | None = None) -> np.ndarray:
