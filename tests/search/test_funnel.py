@@ -10,9 +10,9 @@ from xsweep.search.funnel import Funnel
 from xsweep.search.pareto import non_dominated, top_points
 
 
-def run(bounds, exact, feasible, candidates, top, max_round):
+def run(bounds, exact, feasible, candidates, top, max_round, **options):
     """Drive a funnel with ``exact`` as the evaluator; return it and the rounds' picks."""
-    funnel = Funnel(bounds, candidates, top, max_round)
+    funnel = Funnel(bounds, candidates, top, max_round, **options)
     picked = []
     while len(picks := funnel.next_round()):
         assert not funnel.evaluated[picks].any() and candidates[picks].all()
@@ -29,8 +29,10 @@ def answer(values, top):
 
 @settings(max_examples=80, deadline=None)
 @given(st.integers(1, 400), st.integers(1, 3), st.integers(0, 4), st.integers(1, 64),
-       st.integers(0, 2**31 - 1))
-def test_same_front_and_top_points_as_all_exact(n, d, top, max_round, seed):
+       st.integers(0, 2**31 - 1), st.sampled_from([{}, {"pick_top": 1, "grow": True},
+                                                   {"pick_top": 8, "grow": True},
+                                                   {"pick_top": 5}]))
+def test_same_front_and_top_points_as_all_exact(n, d, top, max_round, seed, options):
     rng = np.random.default_rng(seed)
     exact = rng.integers(1, 30, size=(n, d)).astype(float)  # ties on purpose
     bounds = exact * rng.choice([1.0, 0.9, 0.6, 0.3], size=(n, d))  # never above exact
@@ -38,13 +40,23 @@ def test_same_front_and_top_points_as_all_exact(n, d, top, max_round, seed):
         bounds[:, 1] = exact[:, 1]  # an objective the bound knows exactly (cost rate, memory)
     feasible = rng.random(n) > 0.1  # exact evaluation can still fail (not converged)
     candidates = rng.random(n) > 0.2
-    funnel, _ = run(bounds, exact, feasible, candidates, top, max_round)
+    funnel, _ = run(bounds, exact, feasible, candidates, top, max_round, **options)
     assert not (funnel.remaining).any()
     assert (funnel.evaluated | funnel.pruned)[candidates].all()
     assert not (funnel.evaluated & funnel.pruned).any()
     reference = np.where((candidates & feasible)[:, None], exact, np.nan)
     found = np.where((funnel.evaluated & feasible)[:, None], exact, np.nan)
     assert answer(found, top) == answer(reference, top)
+
+
+def test_growing_rounds_pick_twice_as_many_best_plans_each_round():
+    n = 100
+    bounds = np.arange(n, dtype=float)[:, None]  # loose: every exact value is above them all
+    exact = np.full((n, 1), 1000.0)
+    _, picked = run(bounds, exact, np.ones(n, bool), np.ones(n, bool), 1, n,
+                    pick_top=2, grow=True)
+    assert [len(p) for p in picked] == [2, 4, 8, 16, 32, 38]
+    assert picked[0].tolist() == [0, 1] and picked[1].tolist() == [2, 3, 4, 5]
 
 
 def test_pruning_saves_work_when_bounds_are_tight():

@@ -55,12 +55,17 @@ class Funnel:
       pick_top: how many best plans of each objective a round picks (default ``top``):
         more, where a round's cost is mostly fixed (the closed-form tier's rounds lower
         and bound their points, then evaluate them exactly), so that fewer rounds run.
+      grow: each round picks twice as many best plans as the one before (``pick_top``
+        the first): a first round about as small as the answer, where the bounds are
+        tight, and few rounds, where they are loose.
     """
 
     def __init__(self, bounds: np.ndarray, candidates: np.ndarray, top: int, max_round: int,
                  exhaustive: bool = False, groups: np.ndarray | None = None,
-                 plans: np.ndarray | None = None, pick_top: int | None = None):
+                 plans: np.ndarray | None = None, pick_top: int | None = None,
+                 grow: bool = False):
         self.pick_top = top if pick_top is None else max(pick_top, top)
+        self.grow = grow
         self.optimistic = bounds - BOUND_SLACK * np.abs(bounds)
         self.top = top
         self.max_round = max_round
@@ -100,8 +105,9 @@ class Funnel:
         values = self.optimistic[left]
         pick = non_dominated(values) | np.isnan(values).any(axis=1)  # no bound: no reasoning
         plans = self.plans[left]
+        k = self.pick_top << min(self.rounds - 1, 40) if self.grow else self.pick_top
         for j in range(values.shape[1]):
-            pick[top_points(values[:, j], self.pick_top, plans)] = True
+            pick[top_points(values[:, j], k, plans)] = True
         pick |= np.isin(plans, plans[pick])  # a plan's points together: evaluated once
         return left[pick]
 

@@ -64,7 +64,9 @@ class Options(command.Options):
     scheduler: str | None = None  # a Dask scheduler address
     chunk_size: int | None = None  # points planned and bounded per unit (default below)
     max_round: int = 256  # points evaluated exactly (or lowered) per funnel round at most
-    lowered_top: int = 16  # best plans by closed form lowered per round of that tier
+    # best plans by closed form lowered in the first round of that tier, twice as many in
+    # each round after
+    lowered_top: int = 8
     bound_batch: int = 64  # points per unit of the closed-form tier's rounds
     exact_batch: int = 64  # points per exact unit
     exhaustive: bool = False  # evaluate every bounded point exactly (no pruning)
@@ -358,7 +360,7 @@ def _funnel_phase(table: Table, grid: Grid, folder: SweepFolder, job: Job, execu
 
     Each round lowers and bounds the points whose closed form could still reach the
     answer (the front of their closed-form values and their ``lowered_top`` best plans,
-    per work group), then runs the exact funnel over every bounded point to its end; the
+    per work group, twice as many best plans each round), then runs the exact funnel over every bounded point to its end; the
     exact results prune the points still at the closed form, as they prune bounded ones.
     The closed form is a lower bound on the bound level and so on the exact one: a point
     pruned at either tier can change no front and no top point."""
@@ -367,7 +369,7 @@ def _funnel_phase(table: Table, grid: Grid, folder: SweepFolder, job: Job, execu
     cheap = Funnel(objective_matrix(table, sweep.objectives),
                    (table["level"] == Level.CLOSED_FORM) & (table["status"] == Status.OK),
                    sweep.validation.top, options.max_round, options.exhaustive,
-                   groups=groups, plans=plans, pick_top=options.lowered_top)
+                   groups=groups, plans=plans, pick_top=options.lowered_top, grow=True)
     out = Funnels(np.zeros(len(table["point"]), bool))
     bound_pruned = out.pruned
     if first_level(sweep) == Level.BOUND:  # every point bounded already: the exact funnel alone
