@@ -70,35 +70,47 @@ def write(arrays: Arrays, root: Path) -> None:
 
     codec = Blosc(cname="lz4", clevel=5, shuffle=Blosc.SHUFFLE)
     root.mkdir()
-    dims = {d for v in arrays.coords.values() for d in v.dims}
-    others = " ".join(sorted(name for name in arrays.coords if name not in dims))
     metadata = {".zgroup": {"zarr_format": 2}, ".zattrs": _jsonable(arrays.attrs)}
-    variables = [(name, v, {}) for name, v in arrays.coords.items()]
-    variables += [(name, v, {"coordinates": others} if others else {})
-                  for name, v in arrays.data.items()]
-    for name, variable, extra in variables:
-        folder = root / name
-        folder.mkdir()
-        values = np.asarray(variable.values, order="C")
-        if values.ndim != len(variable.dims):
-            raise ValueError(f"{name}: {values.ndim} dimensions, named {variable.dims}")
-        rows = _chunk_rows(values)
-        array = {"shape": list(values.shape),
-                 "chunks": [rows, *values.shape[1:]] if values.ndim else [],
-                 "dtype": values.dtype.str, "fill_value": "NaN" if values.dtype.kind == "f"
-                 else None, "order": "C", "filters": None, "dimension_separator": ".",
-                 "compressor": codec.get_config(), "zarr_format": 2}
-        attrs = _jsonable({**variable.attrs, **extra,
-                           "_ARRAY_DIMENSIONS": list(variable.dims)})
-        for key, content in ((".zarray", array), (".zattrs", attrs)):
-            (folder / key).write_text(json.dumps(content, indent=2))
+    for name, variable, extra in _arrays_of(arrays):
+        for key, content in _write_array(root / name, variable, extra, codec).items():
             metadata[f"{name}/{key}"] = content
-        for key, chunk in _chunks(values, rows):
-            (folder / key).write_bytes(codec.encode(chunk))
     for key in (".zgroup", ".zattrs"):
         (root / key).write_text(json.dumps(metadata[key], indent=2))
     (root / ".zmetadata").write_text(json.dumps(
         {"metadata": metadata, "zarr_consolidated_format": 1}, indent=2))
+
+
+def _arrays_of(arrays: Arrays) -> list[tuple[str, Variable, dict]]:
+    """Each array of the group, with the attributes xarray adds: the coordinates first,
+    then the data variables, each naming the coordinates that are not dimensions."""
+    dims = {d for v in arrays.coords.values() for d in v.dims}
+    others = " ".join(sorted(name for name in arrays.coords if name not in dims))
+    extra = {"coordinates": others} if others else {}
+    return ([(name, v, {}) for name, v in arrays.coords.items()]
+            + [(name, v, extra) for name, v in arrays.data.items()])
+
+
+def _write_array(folder: Path, variable: Variable, extra: dict, codec) -> dict:
+    """Write one array's folder (metadata, then its chunks); return its metadata by file
+    name (``.zarray``, ``.zattrs``)."""
+    values = np.asarray(variable.values, order="C")
+    if values.ndim != len(variable.dims):
+        raise ValueError(f"{folder.name}: {values.ndim} dimensions, named {variable.dims}")
+    folder.mkdir()
+    rows = _chunk_rows(values)
+    meta = {".zarray": {"shape": list(values.shape),
+                        "chunks": [rows, *values.shape[1:]] if values.ndim else [],
+                        "dtype": values.dtype.str,
+                        "fill_value": "NaN" if values.dtype.kind == "f" else None,
+                        "order": "C", "filters": None, "dimension_separator": ".",
+                        "compressor": codec.get_config(), "zarr_format": 2},
+            ".zattrs": _jsonable({**variable.attrs, **extra,
+                                  "_ARRAY_DIMENSIONS": list(variable.dims)})}
+    for key, content in meta.items():
+        (folder / key).write_text(json.dumps(content, indent=2))
+    for key, chunk in _chunks(values, rows):
+        (folder / key).write_bytes(codec.encode(chunk))
+    return meta
 
 
 def _chunk_rows(values: np.ndarray) -> int:
