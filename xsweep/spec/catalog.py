@@ -230,14 +230,6 @@ class Catalog:
     models: dict[str, ModelSpec]
     _tables: dict[str, _Table] = field(repr=False, compare=False)
     software: dict[str, SoftwareSpec] = field(default_factory=dict)
-    _nodes: dict[bytes, object] = field(default_factory=dict, repr=False, compare=False)
-
-    @property
-    def resolved_nodes(self) -> dict[bytes, object]:
-        """Nodes resolved against this catalog (:func:`xsweep.spec.resolve.resolve_nodes`),
-        by their message's bytes: a sweep resolves the same few kinds of node again and
-        again. Not an entry of the catalog (its version leaves it out)."""
-        return self._nodes
 
     def canonical(self, section: str, name: str) -> str | None:
         """The name of the entry of ``section`` called ``name`` (any case, or an alias), or

@@ -153,36 +153,20 @@ def resolve_nodes(cluster: xsweep_pb2.Cluster, catalog: Catalog,
     its scale-up figures and link kind (the node's where it gives them, else the GPU's);
     InputError naming the node's field for an unknown GPU, link kind or NIC."""
     nodes = []
-    known = catalog.resolved_nodes
     for index, node in enumerate(cluster.nodes):
-        key = node.SerializeToString(deterministic=True)
-        hw = known.get(key)
-        if hw is None:
-            hw = _resolve_node(node, catalog, file, f"cluster.nodes[{index}]")
-            if len(known) >= _KNOWN_NODES:
-                known.clear()
-            known[key] = hw
-        nodes.append(hw)
+        where = f"cluster.nodes[{index}]"
+        gpu = catalog.gpu(node.gpu, file=file, field=f"{where}.gpu")
+        up = node.scale_up
+        link = (catalog.link(up.link, file=file, field=f"{where}.scale_up.link") if up.link
+                else catalog.link(gpu.scale_up_link))
+        nic = (catalog.nic(node.nic, file=file, field=f"{where}.nic") if node.nic
+               else catalog.nic(gpu.default_nic, file=file, field=f"{where}.gpu"))
+        nodes.append(NodeHw(
+            gpu=gpu, nic=nic, num_gpus=node.num_gpus,
+            scale_up_gbps=up.bandwidth_gbps or gpu.scale_up_gbps,
+            scale_up_latency_ns=up.latency_ns or gpu.scale_up_latency_ns,
+            scale_up_link=link, pcie_link=catalog.link(gpu.pcie_link), cluster=node.cluster))
     return tuple(nodes)
-
-
-#: Kinds of node a catalog keeps resolved at most.
-_KNOWN_NODES = 4096
-
-
-def _resolve_node(node: xsweep_pb2.Node, catalog: Catalog, file: str | None,
-                  where: str) -> NodeHw:
-    gpu = catalog.gpu(node.gpu, file=file, field=f"{where}.gpu")
-    up = node.scale_up
-    link = (catalog.link(up.link, file=file, field=f"{where}.scale_up.link") if up.link
-            else catalog.link(gpu.scale_up_link))
-    nic = (catalog.nic(node.nic, file=file, field=f"{where}.nic") if node.nic
-           else catalog.nic(gpu.default_nic, file=file, field=f"{where}.gpu"))
-    return NodeHw(gpu=gpu, nic=nic, num_gpus=node.num_gpus,
-                  scale_up_gbps=up.bandwidth_gbps or gpu.scale_up_gbps,
-                  scale_up_latency_ns=up.latency_ns or gpu.scale_up_latency_ns,
-                  scale_up_link=link, pcie_link=catalog.link(gpu.pcie_link),
-                  cluster=node.cluster)
 
 
 def resolve_fabric(fabric: xsweep_pb2.Fabric) -> FabricHw:
