@@ -322,7 +322,8 @@ def _closed_form_table(job: Job, found: _Planned, ordered: list[bytes], cost) ->
                 iteration_lower_bound(plan, job.catalog),
                 float(plan.training.global_batch_size * model.seq_length))
         seconds[i], tokens[i] = bound
-        nodes = (cost, tuple((n.gpu, n.num_gpus, n.nic) for n in plan.cluster.nodes))
+        nodes = (cost, tuple((node.gpu, node.num_gpus, node.nic)
+                             for node in plan.cluster.nodes))
         if nodes not in found.prices:
             found.prices[nodes] = cluster_rates_of(plan, job.catalog, cost)
         capex[i], rate[i] = found.prices[nodes]
