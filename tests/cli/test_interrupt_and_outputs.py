@@ -166,3 +166,26 @@ def test_ctrl_c_in_a_terminal_reaches_the_caller_not_the_evaluators_workers():
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
     assert stderr.strip().splitlines()[-1] == "interrupted"
+
+
+def test_an_error_raised_while_an_interrupt_is_handled_is_an_interrupt(capsys):
+    """numpy's savez, interrupted inside a zip entry, raises ValueError from its clean-up
+    (the zip cannot close): the command was interrupted, exit 130 and one line."""
+    import argparse
+
+    from xsweep.cli.common import run_guarded
+
+    def run(args):
+        try:
+            raise KeyboardInterrupt
+        finally:
+            raise ValueError("Can't close the ZIP file while there is an open writing handle")
+
+    def fails(args):
+        raise ValueError("a defect, not an interrupt")
+
+    assert run_guarded(run, argparse.Namespace()) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+    with pytest.raises(ValueError, match="a defect"):
+        run_guarded(fails, argparse.Namespace())
+

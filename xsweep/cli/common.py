@@ -58,6 +58,20 @@ def _on_sigint(signum: int, frame) -> None:
     raise KeyboardInterrupt
 
 
+def _raised_on_interrupt(error: BaseException) -> bool:
+    """Whether ``error`` came while a Ctrl-C was being handled: a library's clean-up that
+    fails on the state the interrupt left (numpy's ``savez`` cannot close a zip file
+    whose entry the interrupt cut short) hides the KeyboardInterrupt behind its own
+    error, and the command was interrupted all the same."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def run_guarded(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """Call ``run(args)``; bad input prints one line on stderr and returns 2, Ctrl-C 130."""
     try:
@@ -65,7 +79,12 @@ def run_guarded(run: Callable[[argparse.Namespace], int], args: argparse.Namespa
 
         signal.signal(signal.SIGINT, _on_sigint)
         redeliver_interrupts()
-        return run(args)
+        try:
+            return run(args)
+        except Exception as error:
+            if _raised_on_interrupt(error):
+                raise KeyboardInterrupt from error
+            raise
     except BAD_INPUT_ERRORS as error:
         print(error_line(error), file=sys.stderr)
         return EXIT_BAD_INPUT
