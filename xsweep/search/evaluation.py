@@ -55,10 +55,16 @@ METRICS = metrics.plan_names()
 MEMORY_METRIC = "memory_per_gpu_gib"
 #: The column of each point's :func:`plan_digest` ("" where the point has no plan).
 PLAN_DIGEST = "plan_digest"
-#: The column of a point's plan in protobuf text, where a table carries plans (a sweep's
-#: exact points: its answer's plans are written from it, never planned again); "" where
-#: the point has none. Not a variable of any dataset.
+#: The column of a point's plan in the protobuf wire format, base64-encoded, where a table
+#: carries plans (a sweep's exact points: its answer's plans are written from it, never
+#: planned again); "" where the point has none. Not a variable of any dataset. Encoding a
+#: plan so costs microseconds; its text (milliseconds for a plan of hundreds of device
+#: groups) is made only for the few plans an answer shows.
+PLAN_WIRE = "plan_wire"
+#: The column earlier versions kept plans in, as protobuf text (a resumed run's tables).
 PLAN_TEXT = "plan_pbtxt"
+#: The columns that carry plans.
+PLAN_COLUMNS = (PLAN_WIRE, PLAN_TEXT)
 
 
 #: Plan results a session keeps at most (a few kilobytes each: about 100 MB in all).

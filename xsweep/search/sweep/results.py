@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from xsweep import metrics
-from xsweep.search.evaluation import METRICS, PLAN_DIGEST, PLAN_TEXT, exact_feasible, plan_ids
+from xsweep.search.evaluation import METRICS, PLAN_COLUMNS, PLAN_DIGEST, exact_feasible, plan_ids
 from xsweep.search.levels import names as level_names
 from xsweep.search.pareto import non_dominated, objective_matrix, top_points
 from xsweep.search.space.grid import Grid
@@ -149,7 +149,7 @@ def dataset_arrays(grid: Grid, table: Table, attrs: dict) -> Arrays:
     dims = tuple(names[path] for path in grid.dims)
     data = {}
     first = ("point", "feasible", "status", "level", "reason", *METRICS)
-    kept = [name for name in table if name != PLAN_TEXT]  # plans go to plans/, not here
+    kept = [name for name in table if name not in PLAN_COLUMNS]  # plans go to plans/
     for name in sorted(kept, key=lambda n: (first.index(n) if n in first else len(first), n)):
         values = table[name]
         if name in CODED:  # codes become names here, where the results are written

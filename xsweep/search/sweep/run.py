@@ -17,6 +17,7 @@ are a pure function of the bounds and exact results, so it replays to the same p
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import json
@@ -33,7 +34,7 @@ from xsweep.metrics import jsonable
 from xsweep.runtime import accelerator_possible, usable_cores
 from xsweep.search import command, report
 from xsweep.search.closed_form import METRICS as CLOSED_FORM_METRICS
-from xsweep.search.evaluation import PLAN_DIGEST, PLAN_TEXT, Job, Session, exact_feasible
+from xsweep.search.evaluation import PLAN_DIGEST, PLAN_TEXT, PLAN_WIRE, Job, Session, exact_feasible
 from xsweep.search.folders import sweep_folder
 from xsweep.search.funnel import Funnel
 from xsweep.search.levels import Level, Status
@@ -51,7 +52,7 @@ from xsweep.search.sweep.store import SweepFolder
 from xsweep.search.sweep.summary import infeasible_lines, report_text, summary_of, work_label
 from xsweep.search.sweep.units import bound_batch, bound_chunk, bound_walk, exact_batch
 from xsweep.search.table import Table, concat, update
-from xsweep.spec import load_catalog, load_sweep, plan_to_text
+from xsweep.spec import load_catalog, load_sweep, plan_to_text, xsweep_pb2
 from xsweep.spec.catalog import Catalog
 
 
@@ -265,16 +266,20 @@ def _publish(table: Table, funnel: Funnels, sweep, catalog: Catalog, grid: Grid,
 
 def _answer_plans(table: Table, shown: list[int], sweep, catalog: Catalog,
                   grid: Grid) -> dict[int, str]:
-    """The plans of the points ``shown`` in protobuf text: as their exact units wrote them
-    (:data:`~xsweep.search.evaluation.PLAN_TEXT`), planned here only where a unit of an
-    earlier version, resumed, did not."""
-    kept = table.get(PLAN_TEXT)
+    """The plans of the points ``shown`` in protobuf text: as their exact units kept them
+    (:data:`~xsweep.search.evaluation.PLAN_WIRE`; an earlier version's units,
+    :data:`~xsweep.search.evaluation.PLAN_TEXT`), planned here only where a unit of a
+    much earlier version, resumed, kept none."""
+    wire, text = table.get(PLAN_WIRE), table.get(PLAN_TEXT)
     planner = Planner(sweep, catalog)
     out = {}
     for i in shown:
-        text = str(kept[i]) if kept is not None else ""
-        out[i] = text or plan_to_text(planner.plan(grid.point(i),
-                                                   plan_name(sweep, i)).plan)
+        if wire is not None and wire[i]:
+            out[i] = plan_to_text(xsweep_pb2.DeploymentPlan.FromString(base64.b64decode(wire[i])))
+        elif text is not None and text[i]:
+            out[i] = str(text[i])
+        else:
+            out[i] = plan_to_text(planner.plan(grid.point(i), plan_name(sweep, i)).plan)
     return out
 
 

@@ -9,17 +9,17 @@ and evaluating.
 
 from __future__ import annotations
 
+import base64
 import time
 
 import numpy as np
 
-from xsweep.search.evaluation import PLAN_TEXT, Job, Session, evaluate_points
+from xsweep.search.evaluation import PLAN_WIRE, Job, Session, evaluate_points
 from xsweep.search.levels import Level
 from xsweep.search.space.grid import Grid, Walk
 from xsweep.search.space.planner import plan_name, varies_fast
 from xsweep.search.space.screen import columns_of_grid, screen
 from xsweep.search.table import Table
-from xsweep.spec import plan_to_text
 from xsweep.spec.sweep import Sweep
 
 
@@ -64,9 +64,9 @@ def _evaluate(session: Session, job: Job, indices: np.ndarray,
     table, timings = evaluate_points(session, job, indices, grid.points(rest), names, level,
                                      screened=screened, built=built)
     if built:  # the answer's plans are among the exact points': written as they are
-        text = np.full(len(indices), "", object)
+        wire = np.full(len(indices), "", object)
         for row, plan in built.items():
-            text[row] = plan_to_text(plan)
-        table[PLAN_TEXT] = text
+            wire[row] = base64.b64encode(plan.SerializeToString()).decode("ascii")
+        table[PLAN_WIRE] = wire
     timings["planning_s"] += screening
     return table, timings
