@@ -200,7 +200,7 @@ class _Planned:
     layout_of: dict[bytes, int] = dataclasses.field(default_factory=dict)
     keys: dict[int, bytes] = dataclasses.field(default_factory=dict)  # row -> plan key
     # the closed form's memos: by layout, the iteration bound and tokens of an iteration;
-    # prices by pricing and nodes
+    # prices by pricing and cluster (its message serialized)
     lower_bounds: dict[int, tuple[float, float]] = dataclasses.field(default_factory=dict)
     prices: dict[tuple, tuple[float, float]] = dataclasses.field(default_factory=dict)
 
@@ -314,7 +314,7 @@ def _closed_form_table(job: Job, found: _Planned, ordered: list[bytes], cost) ->
     """The closed-form metrics of the plans ``ordered``, a row each: a plan's iteration
     bound is its layout's (per-point fields leave it unchanged: ``found.lower_bounds``
     keeps it by layout), its cluster's price that of its nodes' GPUs and NICs
-    (``found.prices`` keeps it by pricing and nodes), its tokens per iteration
+    (``found.prices`` keeps it by pricing and cluster), its tokens per iteration
     its layout's (model and global batch); the metrics are then arithmetic on arrays."""
     n = len(ordered)
     seconds, tokens, total = np.empty(n), np.empty(n), np.empty(n)
@@ -328,8 +328,7 @@ def _closed_form_table(job: Job, found: _Planned, ordered: list[bytes], cost) ->
                 iteration_lower_bound(plan, job.catalog),
                 float(plan.training.global_batch_size * model.seq_length))
         seconds[i], tokens[i] = bound
-        nodes = (cost, tuple((node.gpu, node.num_gpus, node.nic)
-                             for node in plan.cluster.nodes))
+        nodes = (cost, plan.cluster.SerializeToString())  # in C: no walk over the nodes
         if nodes not in found.prices:
             found.prices[nodes] = cluster_rates_of(plan, job.catalog, cost)
         capex[i], rate[i] = found.prices[nodes]

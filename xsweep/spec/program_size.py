@@ -48,14 +48,16 @@ def describe_program(size: int) -> str:
             f"about {memory / 1e9:.1f} GB and {seconds:,.0f} s to evaluate exactly)")
 
 
-def estimate_program_size(plan: xsweep_pb2.DeploymentPlan) -> int:
+def estimate_program_size(plan: xsweep_pb2.DeploymentPlan, groups: bytes | None = None) -> int:
     """At least the tasks plus flows of the plan's lowered program.
 
     The plan must have passed the structural checks of ``validate_plan`` (each
-    replica's stages cover the layers once, in order).
+    replica's stages cover the layers once, in order). ``groups``: the plan's
+    :func:`~xsweep.spec.resolve.groups_bytes`, where the caller knows them (a planner's
+    variants of one layout share them).
     """
     t = plan.training
-    key = (groups_bytes(plan), t.virtual_pipeline_stages, t.zero_stage, t.dp_overlap,
+    key = (groups_bytes(plan) if groups is None else groups, t.virtual_pipeline_stages, t.zero_stage, t.dp_overlap,
            t.resharding, t.tp_comm_overlap, t.expert_parallel)
     return _SIZES.get(key, lambda: _estimate(plan))
 

@@ -151,22 +151,36 @@ def resolve_nodes(cluster: xsweep_pb2.Cluster, catalog: Catalog,
                   file: str | None = None) -> tuple[NodeHw, ...]:
     """Every node's hardware: its GPU and NIC (an empty ``nic``: the GPU's default), and
     its scale-up figures and link kind (the node's where it gives them, else the GPU's);
-    InputError naming the node's field for an unknown GPU, link kind or NIC."""
-    nodes = []
+    InputError naming the node's field for an unknown GPU, link kind or NIC.
+
+    Nodes alike (a cluster of 64 is mostly one kind) are resolved once per call: the
+    catalog is read again on every call, so an entry replaced in it is seen."""
+    nodes, alike = [], {}
     for index, node in enumerate(cluster.nodes):
-        where = f"cluster.nodes[{index}]"
-        gpu = catalog.gpu(node.gpu, file=file, field=f"{where}.gpu")
         up = node.scale_up
-        link = (catalog.link(up.link, file=file, field=f"{where}.scale_up.link") if up.link
-                else catalog.link(gpu.scale_up_link))
-        nic = (catalog.nic(node.nic, file=file, field=f"{where}.nic") if node.nic
-               else catalog.nic(gpu.default_nic, file=file, field=f"{where}.gpu"))
-        nodes.append(NodeHw(
-            gpu=gpu, nic=nic, num_gpus=node.num_gpus,
-            scale_up_gbps=up.bandwidth_gbps or gpu.scale_up_gbps,
-            scale_up_latency_ns=up.latency_ns or gpu.scale_up_latency_ns,
-            scale_up_link=link, pcie_link=catalog.link(gpu.pcie_link), cluster=node.cluster))
+        key = (node.gpu, node.nic, node.num_gpus, node.cluster, up.link, up.bandwidth_gbps,
+               up.latency_ns)
+        hw = alike.get(key)
+        if hw is None:  # the first node of its kind: an unknown name is reported there
+            hw = alike[key] = _resolve_node(node, index, catalog, file)
+        nodes.append(hw)
     return tuple(nodes)
+
+
+def _resolve_node(node: xsweep_pb2.Node, index: int, catalog: Catalog,
+                  file: str | None) -> NodeHw:
+    where = f"cluster.nodes[{index}]"
+    gpu = catalog.gpu(node.gpu, file=file, field=f"{where}.gpu")
+    up = node.scale_up
+    link = (catalog.link(up.link, file=file, field=f"{where}.scale_up.link") if up.link
+            else catalog.link(gpu.scale_up_link))
+    nic = (catalog.nic(node.nic, file=file, field=f"{where}.nic") if node.nic
+           else catalog.nic(gpu.default_nic, file=file, field=f"{where}.gpu"))
+    return NodeHw(gpu=gpu, nic=nic, num_gpus=node.num_gpus,
+                  scale_up_gbps=up.bandwidth_gbps or gpu.scale_up_gbps,
+                  scale_up_latency_ns=up.latency_ns or gpu.scale_up_latency_ns,
+                  scale_up_link=link, pcie_link=catalog.link(gpu.pcie_link),
+                  cluster=node.cluster)
 
 
 def resolve_fabric(fabric: xsweep_pb2.Fabric) -> FabricHw:

@@ -64,6 +64,7 @@ from xsweep.spec.catalog import REFERENCE_SOFTWARE, Catalog, GpuSpec, ModelSpec
 from xsweep.spec.enums import FABRIC, PRECISION, RECOMPUTE, RESHARDING, SCHEDULE
 from xsweep.spec.limits import active_limits, over_limit
 from xsweep.spec.program_size import describe_program, estimate_program_size
+from xsweep.spec.resolve import groups_bytes
 from xsweep.spec.sweep import NUMERIC, PER_POINT, Sweep, axis_class
 
 
@@ -108,6 +109,7 @@ class _Template:
     plan: pb.DeploymentPlan
     node_pool: tuple[int, ...]  # the sweep's pool of each node
     memory_per_gpu_gib: float
+    groups: bytes  # the plan's device groups serialized (its variants share them)
 
 
 @dataclass(frozen=True)
@@ -199,10 +201,10 @@ class Planner:
         for node, pool in zip(plan.cluster.nodes, layout.node_pool, strict=True):
             node.nic = nic_of[pool]
         # per point: the resharding scheme and the DP overlap change the program's size
-        size = estimate_program_size(plan)
-        reason = over_limit(size, self._limits, "program_size", describe_program(size))
-        if reason:
-            return Infeasible(reason, layout.memory_per_gpu_gib)
+        size = estimate_program_size(plan, layout.groups)
+        if size > self._limits.program_size:  # the message only where it is needed
+            return Infeasible(over_limit(size, self._limits, "program_size",
+                                         describe_program(size)), layout.memory_per_gpu_gib)
         return Built(plan, self.cost_model(point), layout.memory_per_gpu_gib, key)
 
     def variant(self, point: Point) -> tuple | None:
@@ -272,9 +274,9 @@ class Planner:
         reason = self._size_limits(pools, counts)
         if reason:
             return Infeasible(reason, memory_gib)
-        return _Template(_build(point, pools, shapes, layout, counts, b, self.sweep,
-                                self.catalog),
-                         tuple(p.index for p in pools for _ in range(p.nodes)), memory_gib)
+        plan = _build(point, pools, shapes, layout, counts, b, self.sweep, self.catalog)
+        return _Template(plan, tuple(p.index for p in pools for _ in range(p.nodes)),
+                         memory_gib, groups_bytes(plan))
 
     def _arithmetic(self, point: Point, pools: list[_Pool], model: ModelSpec,
                     stack: Stack) -> str:
