@@ -257,7 +257,7 @@ def _publish(table: Table, funnel: Funnels, sweep, catalog: Catalog, grid: Grid,
     folder.publish(dataset_arrays(grid, table, attrs),
                    {"pareto.csv": report.csv_text(rows, [key for key, _ in axes],
                                                   objectives=sweep.objectives).encode(),
-                    "pareto.png": drawer.png(),
+                    "pareto.png": drawer.png,  # taken last: drawn while the rest is written
                     "summary.json": (json.dumps(jsonable(summary), indent=2, allow_nan=False)
                                      + "\n").encode()},
                    {f"point-{i}.pbtxt": text for i, text in plans.items()})

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -128,13 +129,14 @@ class SweepFolder:
     def save_exact(self, round_: int, batch: int, table: Table, kind: str = "exact") -> None:
         tables.save(table, self._exact_file(round_, batch, kind))
 
-    def publish(self, dataset: zarr_v2.Arrays, files: dict[str, bytes], plans: dict[str, str]) -> None:
-        """Write the results: ``files`` (name -> content) and ``plans`` (file name -> text)
-        first, the dataset last, each complete before it takes its final name."""
+    def publish(self, dataset: zarr_v2.Arrays, files: dict[str, bytes | Callable[[], bytes]],
+                plans: dict[str, str]) -> None:
+        """Write the results: ``files`` (name -> content, or what gives it: called after
+        the rest is written, a plot drawn meanwhile elsewhere, say) and ``plans`` (file
+        name -> text) first, the dataset last, each complete before it takes its final
+        name."""
         for name in (*files, *plans):  # all before anything is written
             plain_file_name(name)
-        for name, content in files.items():
-            _write_bytes(self.path(name), content)
         folder = self.path("plans")
         staging = _staging(folder)
         staging.mkdir()
@@ -145,6 +147,8 @@ class SweepFolder:
         # Zarr format 2: its fixed-width text (numpy "<U") and consolidated metadata are in
         # its specification, and xarray reads that text back as numpy str
         zarr_v2.write(dataset, staging)
+        for name, content in files.items():
+            _write_bytes(self.path(name), content() if callable(content) else content)
         _swap(staging, self.path("sweep.zarr"))
 
 
