@@ -107,8 +107,9 @@ class Session:
         that never evaluates never loads JAX.
     """
 
-    def __init__(self, evaluator=None):
+    def __init__(self, evaluator=None, make_evaluator=None):
         self._evaluator = evaluator
+        self._make = make_evaluator
         self._results = ResultStore(MAX_KEPT_RESULTS)
         self._lock = threading.RLock()  # threads of one process may share a session
 
@@ -119,7 +120,7 @@ class Session:
             if self._evaluator is None:
                 from xsweep.evaluator import default_evaluator  # JAX loads only where it evaluates
 
-                self._evaluator = default_evaluator()
+                self._evaluator = (self._make or default_evaluator)()
             return self._evaluator
 
     def results(self, job: Job, plans: dict[bytes, object], cost, level: str,

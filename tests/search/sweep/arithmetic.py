@@ -21,3 +21,10 @@ def quotient(session, job, k):
 def whose_session(session, job, k):
     """The process that ran the unit and the session it ran in."""
     return os.getpid(), id(session), type(session).__name__
+
+
+def jax_loaded(session, job, k):
+    """The process that ran the unit and whether JAX is loaded there."""
+    import sys
+
+    return os.getpid(), "jax" in sys.modules

@@ -21,8 +21,9 @@ from xsweep.workers import Pool
 #: Bytes of program structures a worker keeps between units.
 UNIT_TEMPLATE_BYTES = 64 * 2**20
 #: Seconds of units left, as this process runs them, above which worker processes are
-#: started to share them: about what starting them costs (each imports the planner and
-#: JAX: 0.6-0.8 s on 2 shared cores), with room for the cores they take meanwhile.
+#: started to share them: about what starting them costs (each imports the planner, and
+#: JAX on its first unit that evaluates: 0.6-0.8 s on 2 shared cores), with room for the
+#: cores they take meanwhile.
 WORKER_START_S = 3.0
 
 
@@ -36,12 +37,18 @@ class ProcessExecutor:
         small space is answered before a worker process could have started); then it
         starts the workers and, while units wait for a free worker, goes on taking them.
         Without it, every unit goes to the workers.
+      prepare: with a session, what this process needs after these units (its evaluator,
+        whose import of JAX a unit that only plans never makes): the workers start with
+        the first call, and this process does ``prepare()`` while they start, then takes
+        units beside them.
     """
 
-    def __init__(self, processes: int, session=None, start_after_s: float = WORKER_START_S):
+    def __init__(self, processes: int, session=None, start_after_s: float = WORKER_START_S,
+                 prepare: Callable[[], object] | None = None):
         self.processes = processes
         self.session = session
         self.start_after_s = start_after_s
+        self.prepare = prepare
         self._pool = Pool(processes, unit_handler, UNIT_TEMPLATE_BYTES)
 
     def run(self, fn: Callable, job, items: Sequence[tuple]) -> Iterator[tuple]:
@@ -49,7 +56,8 @@ class ProcessExecutor:
         order they finish, in the session of the process that ran it (``fn`` must be
         importable: it travels by name)."""
         items, session, done = list(items), self.session, 0
-        if session is not None and not self._pool.started:
+        prepare, self.prepare = (self.prepare, None) if session is not None else (None, None)
+        if session is not None and not self._pool.started and prepare is None:
             began = None
             while done < len(items):
                 key, args = items[done]
@@ -63,11 +71,17 @@ class ProcessExecutor:
         rest = items[done:]
         if not rest:
             return
-        local = None if session is None else (lambda request: request[0](session, job,
-                                                                          *request[1]))
+
+        def local(request: tuple) -> object:
+            nonlocal prepare
+            if prepare is not None:  # while the workers start
+                prepare, first = None, prepare
+                first()
+            return request[0](session, job, *request[1])
+
         keys = [key for key, _ in rest]
         for index, value in self._pool.run([(fn, args) for _, args in rest], context=job,
-                                           local=local):
+                                           local=local if session is not None else None):
             yield keys[index], value
 
     def pids(self) -> list[int]:
@@ -85,10 +99,14 @@ def unit_handler(template_bytes: int) -> Callable:
     store of program structures holds ``template_bytes``: the bound phase's walk puts
     every variant of a structure in one unit, so few structures are met again in a later
     unit, and a smaller store keeps each worker's memory down)."""
-    from xsweep.evaluator import Evaluator
     from xsweep.search.evaluation import Session
 
-    session = Session(Evaluator(processes=1, template_bytes=template_bytes))
+    def evaluator():  # made on the first unit that evaluates: planning alone needs no JAX
+        from xsweep.evaluator import Evaluator
+
+        return Evaluator(processes=1, template_bytes=template_bytes)
+
+    session = Session(make_evaluator=evaluator)
 
     def handle(request: tuple, job: object, note: Callable) -> object:
         fn, args = request

@@ -115,7 +115,8 @@ def _host(options: Options, session: Session | None) -> tuple[str, Session, bool
 
     A session given is used as it is: its evaluator's platform is the run's. Otherwise a
     CPU host where no accelerator can be (:func:`xsweep.runtime.accelerator_possible`)
-    is known without starting JAX, which a sweep of infeasible points never needs; else
+    is known without starting JAX, which a sweep of infeasible points planned here alone
+    never needs (planned beside workers, it loads JAX while they start); else
     the process's default evaluator finds the platform (made here, before any JAX
     computation, so a CPU host is split into its CPU devices). On an accelerator host
     this process is the device's one owner: units are planned here, their plans prepared
@@ -189,8 +190,6 @@ def _run_sweep(path: str | Path, options: Options, progress: Progress | None,
             "dtype": options.dtype,
         }
         resumed = folder.claim(manifest, options.overwrite)
-        # the plot's process imports matplotlib while the sweep runs (on a core to spare)
-        drawer = held.enter_context(contextlib.closing(Drawer()))
         timings = timings if timings is not None else {}
         for key in ("planning_s", "closed_form_s", "bound_s", "exact_s", "writing_s",
                     "points_bounded", "points_lowered", "points_exact"):
@@ -199,6 +198,9 @@ def _run_sweep(path: str | Path, options: Options, progress: Progress | None,
                     else LocalExecutor(session))
         try:
             table = _bound_phase(grid, folder, job, executor, options, timings, show)
+            # the plot's process imports matplotlib while the funnel runs, on a core it
+            # leaves free (the bound phase's workers take them all)
+            drawer = held.enter_context(contextlib.closing(Drawer()))
             funnel = _funnel_phase(table, grid, folder, job, executor, options, timings, show)
         finally:
             executor.close()
@@ -307,11 +309,14 @@ def _bound_phase(grid: Grid, folder: SweepFolder, job: Job, executor, options: O
         # whole chunks on a worker process per core: planning runs in parallel too, and
         # no chunk waits for another's slowest share. Chunks planned to the closed form
         # evaluate nothing: unless worker processes were asked for, this process plans
-        # them too, alone while the rest is short (a small space is answered before
-        # workers could have started), then on a core of its own beside one worker fewer
+        # them too, on a core of its own beside one worker fewer, once it has loaded its
+        # evaluator (JAX, for the funnel's lowered points) while the workers start (they
+        # load none to plan)
         helps = level == Level.CLOSED_FORM and options.processes is None
+        session = executor.session
         units = ProcessExecutor(max(1, processes - 1) if helps else processes,
-                                executor.session if helps else None)
+                                session if helps else None,
+                                prepare=(lambda: session.evaluator) if helps else None)
     try:
         for (start, stop), (table, spent) in units.run(bound_chunk, job, todo):
             saving = time.perf_counter()
