@@ -3,6 +3,7 @@ other argument shapes are other entries, and a damaged file is compiled again.""
 
 from __future__ import annotations
 
+import json
 import os
 
 import jax
@@ -222,3 +223,34 @@ def test_two_processes_that_assign_shapes_at_once_keep_every_assignment(tmp_path
     kept = KernelStore(tmp_path / "kernels").assignments(
         ("bound", "float32", 64, False), (jax.devices()[0],))
     assert kept == {(me, n): (me, n + 1) for me in (0, 1) for n in range(150)}
+
+
+def test_the_code_digest_is_taken_from_the_store_while_its_files_are_unchanged(
+        tmp_path, monkeypatch):
+    """A process finds the traced modules by parsing them once per store and installation;
+    a later one takes the recorded digest, unless a listed file's size or time changed or
+    the record is another installation's (then it parses again, to the same digest)."""
+    from xsweep.evaluator import kernel_store
+
+    found = kernel_store.traced_modules
+    parsed = []
+
+    def counting():
+        parsed.append(1)
+        return found()
+
+    monkeypatch.setattr(kernel_store, "traced_modules", counting)
+    monkeypatch.setattr(kernel_store, "_code_digest", None)
+    first = kernel_store.code_digest(tmp_path)
+    assert len(parsed) == 1 and (tmp_path / "code-digest.json").exists()
+    monkeypatch.setattr(kernel_store, "_code_digest", None)
+    assert kernel_store.code_digest(tmp_path) == first and len(parsed) == 1  # taken
+    record = json.loads((tmp_path / "code-digest.json").read_text())
+    for change in ({"files": [[*record["files"][0][:2], 1], *record["files"][1:]]},
+                   {"package": "/elsewhere/xsweep"}, {"files": "damaged"}):
+        (tmp_path / "code-digest.json").write_text(json.dumps(record | change))
+        monkeypatch.setattr(kernel_store, "_code_digest", None)
+        before = len(parsed)
+        assert kernel_store.code_digest(tmp_path) == first and len(parsed) == before + 1
+    monkeypatch.setattr(kernel_store, "_code_digest", None)
+    assert kernel_store.code_digest(None) == first  # no store: parsed, nothing kept

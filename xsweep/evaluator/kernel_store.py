@@ -93,18 +93,62 @@ def traced_modules() -> list[str]:
     return sorted(seen)
 
 
-def code_digest() -> str:
+def code_digest(directory: Path | None = None) -> str:
     """A digest of the source a kernel is traced from (:func:`traced_modules`): a change
     there is a new key; a change elsewhere in xsweep (planning, validation) is not, so it
-    costs no process a compilation."""
+    costs no process a compilation.
+
+    Finding the modules parses their source (about 50 ms a process); with ``directory``
+    (a kernel store's), the digest found is kept there with each module's file, size and
+    modification time, and a later process of the same installation takes it while every
+    one of those files is unchanged, as Python's own bytecode cache judges a source
+    unchanged (another installation sharing the store finds its own)."""
     global _code_digest
     if _code_digest is None:
-        digest = hashlib.sha256()
-        for module in traced_modules():
-            digest.update(module.encode())
-            digest.update(Path(importlib.util.find_spec(module).origin).read_bytes())
-        _code_digest = digest.hexdigest()
+        record = directory / _DIGEST_RECORD if directory is not None else None
+        _code_digest = _recorded_digest(record) if record is not None else None
+        if _code_digest is None:
+            files = {module: importlib.util.find_spec(module).origin
+                     for module in traced_modules()}
+            digest = hashlib.sha256()
+            for module, origin in files.items():
+                digest.update(module.encode())
+                digest.update(Path(origin).read_bytes())
+            _code_digest = digest.hexdigest()
+            if record is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    KernelStore._write_bytes(record, json.dumps(
+                        {"digest": _code_digest, "package": _package(),
+                         "files": [[origin, *_stamp(origin)] for origin in files.values()]}
+                    ).encode())
     return _code_digest
+
+
+#: Where a kernel store keeps :func:`code_digest`'s last finding.
+_DIGEST_RECORD = "code-digest.json"
+
+
+def _stamp(path: str) -> tuple[int, int]:
+    found = os.stat(path)
+    return found.st_size, found.st_mtime_ns
+
+
+def _package() -> str:
+    """The folder of this process's xsweep package."""
+    return str(Path(importlib.import_module("xsweep").__file__).parent)
+
+
+def _recorded_digest(record: Path) -> str | None:
+    """The digest ``record`` keeps if it is of this installation and every file it lists
+    is as it was then, else None."""
+    try:
+        kept = json.loads(record.read_text())
+        if kept["package"] == _package() and all(
+                _stamp(origin) == (size, mtime) for origin, size, mtime in kept["files"]):
+            return str(kept["digest"])
+    except (OSError, ValueError, TypeError, KeyError):
+        pass  # none yet, damaged, or a file gone: found again
+    return None
 
 
 _host: str | None = None
@@ -189,7 +233,8 @@ class KernelStore:
         if self.directory is None:
             return None
         key = repr((config, signature(args), [(d.platform, d.device_kind, d.id) for d in devices],
-                    jax.__version__, jax.config.jax_enable_x64, code_digest(), host_digest()))
+                    jax.__version__, jax.config.jax_enable_x64, code_digest(self.directory),
+                    host_digest()))
         return self.directory / (hashlib.sha256(key.encode()).hexdigest()[:40] + suffix)
 
     def assignments(self, config: tuple, devices: tuple) -> dict[tuple, tuple]:
