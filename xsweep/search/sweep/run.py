@@ -336,7 +336,8 @@ def _bound_phase(grid: Grid, folder: SweepFolder, job: Job, executor, options: O
         if units is not executor:
             units.close()
     table = concat([found[c] for c in chunks])  # in the walk's order: back to the grid's
-    return {name: values[np.argsort(table["point"])] for name, values in table.items()}
+    order = np.argsort(table["point"])  # once, not per column
+    return {name: values[order] for name, values in table.items()}
 
 
 def _current(table: Table | None) -> Table | None:
