@@ -105,6 +105,8 @@ class Session:
       evaluator: what it evaluates with; by default the process's default evaluator
         (:func:`xsweep.evaluator.default_evaluator`), taken when first needed, so a session
         that never evaluates never loads JAX.
+      make_evaluator: without ``evaluator``, what makes it when first needed instead of
+        the default (a worker's own evaluator, say).
     """
 
     def __init__(self, evaluator=None, make_evaluator=None):
