@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 
 from xsweep.errors import XsweepError
+from xsweep.workers.forked import Forked, fork_safe
 from xsweep.workers.pipes import WorkerError, receive, send, stop
 
 #: Seconds the caller waits for news from the workers before it checks that the pool's
@@ -33,15 +34,19 @@ class Pool:
       pin: give each worker a core of its own once all of them run (a worker that moves
         between cores, or whose compiled code spreads threads over its neighbour's core,
         runs 5-10% slower: measured on the evaluator's workers).
+      fork: start the workers by forking this process where that is safe
+        (:mod:`xsweep.workers.forked`): they have its modules at once (the glibc heap
+        setting below then does not apply); elsewhere they start anew.
     """
 
     def __init__(self, processes: int, factory: Callable, settings: object = None, *,
-                 pin: bool = False):
+                 pin: bool = False, fork: bool = False):
         if processes < 1:
             raise ValueError(f"a pool needs at least one process (got {processes})")
         self.processes = processes
         self._setup = ("setup", factory, settings)
         self._pin_cores = pin
+        self._fork = fork
         self._workers: list[subprocess.Popen] = []
         self._contexts: list[object] = []  # per worker: the context it holds
         self._pinned = False
@@ -64,8 +69,10 @@ class Pool:
         # the sweep of the large space) at no measured cost in time
         env.setdefault("MALLOC_ARENA_MAX", "2")
         self._pinned = False
+        fork = self._fork and fork_safe()
         for _ in range(self.processes):
-            self._workers.append(subprocess.Popen(
+            self._workers.append(Forked({"XSWEEP_CPU_DEVICES": "1", "JAX_PLATFORMS": "cpu"})
+                                 if fork else subprocess.Popen(
                 [sys.executable, "-m", "xsweep.workers.serve"], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, env=env))
             self._contexts.append(_NO_CONTEXT)

@@ -25,10 +25,12 @@ import traceback
 from xsweep.workers.pipes import receive, send
 
 
-def serve() -> None:
-    """Answer requests until the input closes."""
+def serve(requests=None, answers=None) -> None:
+    """Answer requests until the input closes: read from ``requests``, answered on
+    ``answers`` (binary streams; by default standard input and output)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle
-    requests, answers = sys.stdin.buffer, sys.stdout.buffer
+    requests = requests if requests is not None else sys.stdin.buffer
+    answers = answers if answers is not None else sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing else may write on the answer stream
 
     def note(kind: str, payload: object = None) -> None:

@@ -49,7 +49,9 @@ class ProcessExecutor:
         self.session = session
         self.start_after_s = start_after_s
         self.prepare = prepare
-        self._pool = Pool(processes, unit_handler, UNIT_TEMPLATE_BYTES)
+        # forked where safe: a worker that plans needs the planner's modules, which this
+        # process has imported already
+        self._pool = Pool(processes, unit_handler, UNIT_TEMPLATE_BYTES, fork=True)
 
     def run(self, fn: Callable, job, items: Sequence[tuple]) -> Iterator[tuple]:
         """Yield ``(key, fn(session, job, *args))`` for each ``(key, args)`` of ``items``, in the
