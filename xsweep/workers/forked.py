@@ -36,7 +36,8 @@ class Forked:
         to_child, from_parent = os.pipe()
         from_child, to_parent = os.pipe()
         for stream in (sys.stdout, sys.stderr):  # nothing buffered here is written twice
-            stream.flush()
+            if stream is not None:
+                stream.flush()
         pid = os.fork()
         if pid == 0:
             _child(to_child, to_parent, env)  # never returns
@@ -78,7 +79,10 @@ def _child(requests: int, answers: int, env: dict[str, str]) -> None:
     try:
         os.dup2(requests, 0)
         os.dup2(answers, 1)
-        os.closerange(3, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 4096)
+        for fd in os.listdir("/proc/self/fd"):  # those open, not every possible number
+            if int(fd) > 2:
+                with contextlib.suppress(OSError):  # the listing's own, closed by now
+                    os.close(int(fd))
         os.environ.update(env)
         from xsweep.workers.serve import serve
 
