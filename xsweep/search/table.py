@@ -11,8 +11,8 @@ Numbers are float64 (NaN where a point has no value), flags bool, ``status`` and
 are written), other text Python ``str`` in object arrays; column ``point`` holds the
 points' grid indices (int64). A table is saved as one ``.npz`` file without pickle: each
 text column as its distinct values and an integer code per row, so long repeated reasons
-cost little, the other columns stacked by dtype. Files are written under a temporary name and renamed, so a file that exists
-is whole.
+cost little, the other columns stacked by dtype. Files are written under a temporary name
+and renamed, so a file that exists is whole.
 """
 
 from __future__ import annotations

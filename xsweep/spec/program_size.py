@@ -57,8 +57,8 @@ def estimate_program_size(plan: xsweep_pb2.DeploymentPlan, groups: bytes | None 
     variants of one layout share them).
     """
     t = plan.training
-    key = (groups_bytes(plan) if groups is None else groups, t.virtual_pipeline_stages, t.zero_stage, t.dp_overlap,
-           t.resharding, t.tp_comm_overlap, t.expert_parallel)
+    key = (groups_bytes(plan) if groups is None else groups, t.virtual_pipeline_stages,
+           t.zero_stage, t.dp_overlap, t.resharding, t.tp_comm_overlap, t.expert_parallel)
     return _SIZES.get(key, lambda: _estimate(plan))
 
 
