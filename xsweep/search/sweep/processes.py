@@ -58,7 +58,7 @@ class ProcessExecutor:
         order they finish, in the session of the process that ran it (``fn`` must be
         importable: it travels by name)."""
         items, session, done = list(items), self.session, 0
-        prepare, self.prepare = (self.prepare, None) if session is not None else (None, None)
+        prepare, self.prepare = self.prepare if session is not None else None, None
         if session is not None and not self._pool.started and prepare is None:
             began = None
             while done < len(items):
