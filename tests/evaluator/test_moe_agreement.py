@@ -4,7 +4,8 @@ training-stack option the generator draws, with expert parallelism inside a grou
 across replicas, a node of 8 GPUs at EP 8, where the all-to-alls contend with the TP rings
 on NVLink, two nodes at EP 8 = TP 4 x 2 replicas, where they cross the NICs, and plans
 whose experts are held by several replicas, whose DP collectives hold expert rings beside
-the dense ones (with and without ZeRO-1 and gradient buckets)."""
+the dense ones (with and without ZeRO-1 and gradient buckets), and replicas of TP 1 whose
+EP groups span 2 or 4 of them (all-to-alls with no TP ring beside them)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,10 @@ def _plans() -> list[pb.DeploymentPlan]:
             + [random_plan(seed, max_gpus=32, num_layers=8,
                            model=("mixtral-8x7b", "deepseek-v3")[seed % 2], ep_across=True)
                for seed in (49, 57, 72)]
+            + [random_plan(seed, max_gpus=32, num_layers=8,
+                           model=("mixtral-8x7b", "deepseek-v3")[seed % 2], ep_across=True,
+                           tp_one=True)
+               for seed in (3, 8, 10)]
             + [expert_rings(zero, overlap) for zero in (0, 1) for overlap in (False, True)]
             + [one_node(), two_nodes()])
 
@@ -67,11 +72,13 @@ def _plans() -> list[pb.DeploymentPlan]:
 def test_moe_plans_agree_with_the_simulator():
     catalog = load_catalog()
     programs, times, per_stream = [], [], []
-    eps, spans, rings = set(), set(), set()
+    eps, spans, rings, tp_one = set(), set(), set(), set()
     for plan in _plans():
         a = analyze(plan, catalog)
         eps.add(a.stack.expert_parallel)
         spans.add(max(len(peers) for peers in a.ep_peers))
+        if {g.tp for g in a.groups} == {1}:
+            tp_one.add(a.stack.expert_parallel)
         if any(a.expert_rings(d) for d in range(len(a.dp_groups))):
             rings.add((a.stack.zero_stage, a.stack.dp_overlap, len(a.dp_buckets[0]) > 1))
         program = lower(a)
@@ -82,6 +89,7 @@ def test_moe_plans_agree_with_the_simulator():
                                                   result.task_start_s, result.task_end_s))
     assert {1, 2, 8} <= eps  # without and with all-to-alls, partial and whole experts
     assert {1, 2} <= spans  # EP groups inside a group and across replicas
+    assert {2, 4} <= tp_one  # EP over replicas of TP 1
     # expert rings beside the dense ones, with one bucket and several, under ZeRO 0 and 1
     assert {(0, False, False), (1, False, False), (0, True, True), (1, True, True)} <= rings
     t_ref = np.array(times)

@@ -229,20 +229,31 @@ def _task_flows(p, t):
     return range(p.flow_ptr[t], p.flow_ptr[t + 1])
 
 
-def test_all_to_all_flows_reach_the_other_replicas_ranks(catalog):
-    """EP 8 = TP 4 x 2 replicas, one per node: each forward TP task of a MoE piece holds
-    its TP ring and, per rank, one flow to each of the other 7 ranks of its EP group, 4 of
-    them across the NIC to the other node, each ``count x 2 h (b s / TP) k / EP`` bytes
-    over the bus efficiency of its path."""
-    a = analyze(across_plan(8, micro_batches=1, layers=2), catalog)
+def _a2a_flows(p, t, tp: int) -> list[int]:
+    """The all-to-all flows of TP task ``t``: all of them at TP 1, else those under 5 MB
+    (not the TP ring's, in these small plans)."""
+    return [f for f in _task_flows(p, t) if tp == 1 or p.flow_bytes[f] < 5e6]
+
+
+@pytest.mark.parametrize("tp", (4, 1))
+def test_all_to_all_flows_reach_the_other_replicas_ranks(catalog, tp):
+    """EP 8 = TP 4 x 2 replicas, one per node (or TP 1 x 8 replicas, four per node): each
+    forward TP task of a MoE piece holds its TP ring (none at TP 1) and, per rank, one
+    flow to each of the other 7 ranks of its EP group, 4 of them across the NIC to the
+    other node, each ``count x 2 h (b s / TP) k / EP`` bytes over the bus efficiency of
+    its path."""
+    a = analyze(across_plan(8, tp=tp, micro_batches=1, layers=2), catalog)
     p = lower(a)
     m = a.model
-    pair = 2 * m.hidden_size * (SEQ / 4) * m.moe_top_k / 8
+    pair = 2 * m.hidden_size * (SEQ / tp) * m.moe_top_k / 8
     count = 2 * 2  # dispatch and combine, two MoE layers
     nodes = p.rank_node
-    for t in np.flatnonzero(p.task_category == int(Category.TP)).tolist():
+    tasks = np.flatnonzero(p.task_category == int(Category.TP)).tolist()
+    assert len(tasks) == 2 * 8 // tp  # a forward and a backward piece per replica
+    for t in tasks:
         own = set(a.groups[int(p.task_device_group[t])].ranks)
-        flows = [f for f in _task_flows(p, t) if p.flow_bytes[f] < 5e6]  # not the ring
+        flows = _a2a_flows(p, t, tp)
+        assert len(flows) == (len(_task_flows(p, t)) if tp == 1 else 7 * tp)
         pairs = {(int(p.flow_src[f]), int(p.flow_dst[f])) for f in flows}
         assert pairs == {(i, j) for i in own for j in range(8) if i != j}
         for f in flows:
@@ -254,17 +265,18 @@ def test_all_to_all_flows_reach_the_other_replicas_ranks(catalog):
             assert crosses == any("nic" in p.link_names[link] for link in path)
 
 
-def test_a_nic_bound_all_to_all_takes_its_nic_bytes_over_the_nic_rate(catalog):
-    """With one replica per node, the all-to-all sends ``(EP - TP) / (EP - 1)`` of each
-    rank's flows through its NIC: the simulator's TP task of a MoE pass takes at least its
-    NIC's bytes over the NIC's rate, and at most that plus the flows' latencies, and the
-    NIC is its most loaded link."""
-    a = analyze(across_plan(8, micro_batches=1, layers=2), catalog)
+@pytest.mark.parametrize("tp", (4, 1))
+def test_a_nic_bound_all_to_all_takes_its_nic_bytes_over_the_nic_rate(catalog, tp):
+    """With four GPUs per node (one replica of TP 4, or four of TP 1), the all-to-all sends
+    4 of each rank's 7 flows through its NIC: the simulator's TP task of a MoE pass takes
+    at least its NIC's bytes over the NIC's rate, and at most that plus the flows'
+    latencies, and the NIC is its most loaded link."""
+    a = analyze(across_plan(8, tp=tp, micro_batches=1, layers=2), catalog)
     p = lower(a)
     result = simulate(p)
     topo = a.topology
     m = a.model
-    pair = 2 * m.hidden_size * (SEQ / 4) * m.moe_top_k / 8
+    pair = 2 * m.hidden_size * (SEQ / tp) * m.moe_top_k / 8
     for t in np.flatnonzero(p.task_category == int(Category.TP)).tolist():
         load = np.zeros(len(p.link_capacity))
         for f in _task_flows(p, t):
@@ -355,23 +367,24 @@ def test_ep_across_replicas_has_its_own_structure(catalog):
     assert lower(a8).flow_src.size > lower(a4).flow_src.size
 
 
-def test_closed_form_all_to_all_bytes_per_rank_and_per_nic(catalog):
-    """EP 8 = 2 x TP 4, one replica per node of 4 GPUs: a rank sends 7 flows per
-    all-to-all, 3 on its node and 4 through its NIC, each ``2 h (b s / TP) k / EP`` bytes;
-    the closed form counts them so, and its bound (the NIC's share: 4 flows' bytes over
-    the NIC's rate, after the launches) lies under the simulator's iteration and above
-    the NIC time of one pass's all-to-alls."""
-    plan = across_plan(8, micro_batches=1, layers=2)
+@pytest.mark.parametrize("tp", (4, 1))
+def test_closed_form_all_to_all_bytes_per_rank_and_per_nic(catalog, tp):
+    """EP 8 = 2 x TP 4, one replica per node of 4 GPUs (or 8 x TP 1, four replicas per
+    node): a rank sends 7 flows per all-to-all, 3 on its node and 4 through its NIC, each
+    ``2 h (b s / TP) k / EP`` bytes; the closed form counts them so, and its bound (the
+    NIC's share: 4 flows' bytes over the NIC's rate, after the launches) lies under the
+    simulator's iteration and above the NIC time of one pass's all-to-alls."""
+    plan = across_plan(8, tp=tp, micro_batches=1, layers=2)
     nodes = [r // 4 for r in range(8)]
-    assert expert_fanout(plan, 8, nodes) == {0: (3, 4), 1: (3, 4)}
+    assert expert_fanout(plan, 8, nodes) == {g: (3, 4) for g in range(8 // tp)}
     a = analyze(plan, catalog)
     m = a.model
-    pair = 2 * m.hidden_size * (SEQ / 4) * m.moe_top_k / 8
+    pair = 2 * m.hidden_size * (SEQ / tp) * m.moe_top_k / 8
     count = 2 * 2  # per pass: dispatch and combine of two MoE layers
     p = lower(a)
     per_rank = per_nic = 0.0
     for f in range(p.flow_src.size):
-        if p.flow_src[f] == 0 and p.flow_bytes[f] < 5e6 and p.task_names[
+        if p.flow_src[f] == 0 and (tp == 1 or p.flow_bytes[f] < 5e6) and p.task_names[
                 int(np.searchsorted(p.flow_ptr, f, side="right") - 1)].startswith("tp F"):
             path = p.path(f)
             payload = p.flow_bytes[f] * a.topology.bus_efficiency[
@@ -419,3 +432,59 @@ def test_the_program_size_follows_expert_parallelism_on_the_same_groups(catalog)
     with EP on the same groups, so it is part of what is kept by."""
     sizes = [validate_plan(across_plan(ep), catalog).program_size for ep in (1, 4, 8)]
     assert sizes[0] < sizes[1] < sizes[2]
+
+
+#: seeds of random plans at TP 1 whose EP spans 2 or 4 replicas (up to 32 GPUs)
+TP_ONE_SEEDS = (3, 8, 10, 14)
+
+
+def tp_one_plan(seed: int):
+    return random_plan(seed, max_gpus=32, model=("mixtral-8x7b", "deepseek-v3")[seed % 2],
+                       ep_across=True, tp_one=True)
+
+
+@pytest.mark.parametrize("seed", TP_ONE_SEEDS)
+def test_random_plans_at_tp_one_lower_as_the_reference_under_both_bounds(catalog, seed):
+    """EP over replicas of TP 1 (every expert group a set of whole GPUs, as Mixtral and
+    DeepSeek-V3 are usually run): the block lowering equals the task-by-task reference bit
+    for bit, the program-size estimate bounds the program within a small factor, and the
+    closed form stays under the simulator."""
+    plan = tp_one_plan(seed)
+    validate_plan(plan, catalog)
+    a = analyze(plan, catalog)
+    assert a.stack.expert_parallel > 1 and {len(g.ranks) for g in a.groups} == {1}
+    program = lower(a)
+    assert_identical(program, reference_lower(a))
+    actual = program.num_tasks + program.flow_src.size
+    assert actual <= estimate_program_size(plan) <= 6 * actual
+    assert iteration_lower_bound(plan, catalog) <= simulate(program).iteration_time_s
+
+
+def test_tp_one_seeds_cover_both_models_and_zero_stages(catalog):
+    plans = [tp_one_plan(seed) for seed in TP_ONE_SEEDS]
+    assert {p.model.preset for p in plans} == {"mixtral-8x7b", "deepseek-v3"}
+    assert {p.training.zero_stage for p in plans} == {0, 1}
+    assert {p.training.expert_parallel for p in plans} >= {2, 4}
+
+
+def test_at_tp_one_only_pieces_with_moe_layers_get_a_tp_task(catalog):
+    """DeepSeek-V3 cut to 6 layers (three dense first), two stages of TP 1 layers 1-3 and
+    4-6 on 8 replicas, EP 8: the first stage's pieces (dense FFNs) have no TP task, the
+    second stage's each carry one all-to-all of 7 flows per rank, at the pair bytes of
+    TP 1 (a rank's ``b s`` tokens)."""
+    plan = build_plan("dsv3-tp1", "deepseek-v3", [NodeReq("H100-SXM", 8, "cx7")] * 2,
+                      [ReplicaReq((StageReq("H100-SXM", 1, 3), StageReq("H100-SXM", 1, 3)),
+                                  1, 2)] * 8,
+                      seq_length=SEQ, num_layers=6, stack=Stack(expert_parallel=8))
+    a = analyze(validate_plan(plan, catalog), catalog)
+    p = lower(a)
+    stage_of = {g.id: g.stage for g in a.groups}
+    tp_tasks = np.flatnonzero(p.task_category == int(Category.TP)).tolist()
+    assert {stage_of[int(p.task_device_group[t])] for t in tp_tasks} == {1}
+    assert len(tp_tasks) == 8 * 2 * 2  # 8 replicas, 2 micro-batches, forward and backward
+    m = a.model
+    second = next(g for g in a.groups if g.stage == 1)
+    assert second.cost.a2a_pair_bytes == pytest.approx(
+        2 * m.hidden_size * SEQ * m.moe_top_k / 8, rel=1e-12)
+    for t in tp_tasks:
+        assert len(_task_flows(p, t)) == 7

@@ -126,7 +126,7 @@ MOE_PRESETS = {"mixtral-8x7b": 8, "deepseek-v3": 256}
 
 def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers: int = 8,
                 model: str = "llama2-7b", seq_length: int = 1024,
-                ep_across: bool = False) -> pb.DeploymentPlan:
+                ep_across: bool = False, tp_one: bool = False) -> pb.DeploymentPlan:
     """A seeded, valid, heterogeneous plan (GPU and NIC mixes, TP/PP/DP mixes, schedules,
     resharding schemes, fabrics and every training-stack option drawn at random).
 
@@ -143,7 +143,8 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
     With ``ep_across`` (a mixture-of-experts model), expert parallelism spans replicas
     where it can: every replica takes the first one's stages (at one TP degree) and
     micro-batches, and EP is that TP degree times a divisor of the replicas above 1 that
-    keeps it a divisor of the experts (the draws of other plans are as without it).
+    keeps it a divisor of the experts (the draws of other plans are as without it); with
+    ``tp_one`` too, every stage at TP 1, so that EP spans replicas alone.
     """
     rng = random.Random(seed)
     # the shape-constraining options, from a stream of their own
@@ -162,6 +163,8 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
     free = {}
     # with experts, TP degrees that expert parallelism can divide
     tps = (2, 4, 8) if model in MOE_PRESETS else (1, 2, 3, 4, 8)
+    if ep_across and tp_one:
+        tps = (1,)
 
     def place(tps=tps):
         """A random (GPU kind, TP degree) with room left for ``tp x cp`` GPUs in a node,

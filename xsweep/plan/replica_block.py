@@ -97,13 +97,15 @@ def with_all_to_alls(rings: FlowGroup, stream, tp, has, nbytes, hops, launches,
     ``tp[r]``; :func:`xsweep.plan.collectives.expert_pairs`), each with the keys
     ``nbytes[r]``, ``hops[r]``, ``launches[r]``; the flows of the TP tasks of pieces with
     MoE layers under expert parallelism. An index ``j >= tp[r]`` stands for TP rank ``j mod
-    tp[r]`` of the stream's ``j // tp[r]``-th EP peer (the lowering places it)."""
+    tp[r]`` of the stream's ``j // tp[r]``-th EP peer (the lowering places it). A stream of
+    one TP rank has no ring in ``rings`` (its task holds the all-to-alls alone)."""
     width = tp if width is None else width
     parts, at = [], 0
     for r, (on, k, w) in enumerate(zip(np.asarray(stream).tolist(), np.asarray(tp).tolist(),
                                        np.asarray(width).tolist(), strict=True)):
-        parts.append(rings.take(np.arange(at, at + k)))
-        at += k
+        ring = k if k > 1 else 0
+        parts.append(rings.take(np.arange(at, at + ring)))
+        at += ring
         if not has[r]:
             continue
         pairs = np.array(expert_pairs(k, w), np.int64).reshape(-1, 2)
@@ -178,7 +180,10 @@ def plain_block(keys: KeyTable, streams: list, where: list[tuple[int, int]],
     p = _piece_arrays(streams, where, first_stream, plans, v)
     order = emission_order(p.need.tolist(), p.send.tolist(), list(zip(
         p.begins[:-1].tolist(), p.begins[1:].tolist(), strict=True)))
-    lay = _layout(p, order, phases, tp, overlap_tp, cp)
+    # pieces whose TP task carries all-to-alls (MoE layers under EP above 1): at TP 1 the
+    # all-to-alls alone make a TP task
+    a2a = (p.end > moe_from) if ep > 1 else np.zeros(len(p.stream), bool)
+    lay = _layout(p, order, phases, tp, overlap_tp, cp, a2a)
     piece_keys = _piece_keys(keys, p, order, streams, tp, ep, moe_from, cp)
     dep_ptr, dep_idx = _dependencies(p, lay, blocking_p2p)
     flow_task, flows = _flows(lay, piece_keys, phases)
@@ -282,7 +287,9 @@ class _Layout(NamedTuple):
 
 
 def _layout(p: _Pieces, order: np.ndarray, phases: dict, tp: np.ndarray,
-            overlap: bool = False, cp: int = 1) -> _Layout:
+            overlap: bool = False, cp: int = 1, a2a: np.ndarray | None = None) -> _Layout:
+    """Where each piece's tasks go; a piece has a TP task where its stream has TP ranks to
+    ring, context-parallel ranks, or ``a2a`` (the piece's all-to-alls)."""
     num_streams = len(p.counts)
     pairs = sorted(phases)
     pair_phases = np.array([len(phases[pair]) for pair in pairs] + [0], np.int64)
@@ -292,6 +299,8 @@ def _layout(p: _Pieces, order: np.ndarray, phases: dict, tp: np.ndarray,
     pair_of[p.sends] = pair_at[p.stream[p.sends] * num_streams + p.dst[p.sends]]
     assert (pair_of[p.sends] >= 0).all(), "a transfer between stages without phases"
     has_tp = (tp > 1)[p.stream] | (cp > 1)
+    if a2a is not None:
+        has_tp |= a2a
     beside = has_tp & (overlap or cp > 1)
     tp_tasks = has_tp.astype(np.int64) + beside
     num_phases = np.where(p.sends, pair_phases[pair_of], 0)
@@ -381,22 +390,24 @@ def _piece_keys(keys: KeyTable, p: _Pieces, order: np.ndarray, streams: list,
         if streams[s][0] > 1:
             nbytes[k], hops[k], launches[k] = (keys.index(key)
                                                for key in tp_ring_keys(s, *span_of))
-            if ep > 1 and int(p.end[g]) > moe_from:
-                a2a[:, k] = [keys.index(key) for key in ep_keys(s, *span_of)]
-                moe[k] = True
+        if ep > 1 and int(p.end[g]) > moe_from:
+            a2a[:, k] = [keys.index(key) for key in ep_keys(s, *span_of)]
+            moe[k] = True
         if cp > 1:
             cp_bytes[k], cp_steps[k] = (keys.index(key) for key in cp_ring_keys(s, *span_of))
         duration[k] = keys.index(PassTime(s, *span_of))
-    # every piece's TP ring at once (Tasks.tp_ring's flows): rank i sends to rank i + 1
-    ring_of = np.flatnonzero((tp > 1)[p.stream[order[first_at]]])
+    # every piece's TP ring at once (Tasks.tp_ring's flows): rank i sends to rank i + 1; a
+    # piece at TP 1 has no ring, but its all-to-alls where it has MoE layers
+    ring_of = np.flatnonzero((tp > 1)[p.stream[order[first_at]]] | moe)
     ring_stream = p.stream[order[first_at[ring_of]]]
-    rings = tp_rings(ring_stream, tp[ring_stream], nbytes[ring_of], hops[ring_of],
-                     launches[ring_of], cp)
-    ring_size = tp[ring_stream] * cp
+    size = tp[ring_stream]
+    ringed = size > 1
+    rings = tp_rings(ring_stream[ringed], size[ringed], nbytes[ring_of][ringed],
+                     hops[ring_of][ringed], launches[ring_of][ringed], cp)
+    ring_size = np.where(ringed, size * cp, 0)
     if ep > 1:  # (validation refuses context parallelism with experts)
-        size = tp[ring_stream]
         width = size * np.maximum(ep // size, 1)  # the EP group: over replicas if EP > TP
-        ring_size = np.where(moe[ring_of], size * width, size)
+        ring_size = np.where(moe[ring_of], size * width - ~ringed, ring_size)
         rings = with_all_to_alls(rings, ring_stream, size, moe[ring_of], *a2a[:, ring_of],
                                  width)
     distinct_stream = p.stream[order[first_at]] if cp > 1 else np.zeros(0, np.int64)

@@ -109,6 +109,8 @@ def _pass_comm(training, tp: int, cp: int) -> int:
         ep = training.expert_parallel
         flows = tp * tp * max(ep // tp, 1) if ep > 1 else tp
         return 1 + flows + bool(training.tp_comm_overlap)
+    if training.expert_parallel > 1:  # TP 1: a task of the all-to-all's ep - 1 flows alone
+        return training.expert_parallel
     return 0
 
 

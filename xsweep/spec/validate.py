@@ -310,8 +310,8 @@ def _check_ep_across(ep: int, zero_stage: int, groups: tuple[Group, ...],
                      file: str | None) -> None:
     """EP a multiple of a stage's TP degree, ``EP = TP x r``: an EP group is the TP ranks of
     ``r`` consecutive replicas of the stage, so the stage's groups must share their TP
-    degree, layers and micro-batches, and ``r`` must divide their number; not with TP 1
-    (no TP task to carry the all-to-alls) nor under FSDP."""
+    degree, layers and micro-batches, and ``r`` must divide their number (at TP 1, ``r``
+    is EP: a rank's all-to-alls alone make its MoE pieces' TP tasks); not under FSDP."""
     field = "training.expert_parallel"
     if zero_stage == 3:
         raise InputError(file, "training.zero_stage", 3, f"FSDP is not modelled with "
@@ -337,9 +337,6 @@ def _check_ep_across(ep: int, zero_stage: int, groups: tuple[Group, ...],
                                  f"with {field} ({ep}) above the TP degree, every group of "
                                  f"pipeline stage {g.stage} needs the same layers and "
                                  "micro-batches (an EP group spans replicas)")
-        if tp == 1:
-            raise InputError(file, f"device_groups[{members[0]}].ranks", 1,
-                             f"{field} ({ep}) across replicas needs a TP degree above 1")
         if len(members) % (ep // tp):
             raise InputError(file, field, ep,
                              f"is TP ({tp}) x {ep // tp} replicas, and {ep // tp} must divide "

@@ -86,6 +86,30 @@ def test_ep_across_replicas_that_cannot_form_ep_groups_says_why(catalog):
                               "modelled under FSDP (zero_stage 3)")
 
 
+def test_ep_over_replicas_of_tp_one_builds_plans_whose_ep_groups_are_replicas(catalog):
+    """At TP 1 (whole GPUs per expert group, as Mixtral and DeepSeek-V3 are commonly run)
+    EP spans EP replicas. At PP 2 (16 replicas), EP 4 and 8 build plans whose EP groups
+    are EP replicas, while EP 2 leaves each GPU 4 experts of 16 layers, more than an
+    H200 holds; at PP 8, the 4 replicas cannot form an EP group of 8."""
+    _, _, points, outs = _outcomes(_across(tp={"H200": [1]}, pp=[2, 8], ep=[2, 4, 8]),
+                                   catalog)
+    built = set()
+    for point, out in zip(points, outs, strict=True):
+        ep, pp = point["parallelism.ep"], point["parallelism.pp"]
+        if (pp, ep) == (2, 2):
+            assert out.reason.startswith("does not fit in GPU memory")
+        elif (pp, ep) == (8, 8):
+            assert out.reason == ("expert parallelism: ep 8 is TP 1 x 8 replicas, and 8 "
+                                  "does not divide the 4 replicas")
+        else:
+            assert isinstance(out, Built), out
+            a = analyze(validate_plan(out.plan, catalog), catalog)
+            assert a.stack.expert_parallel == ep and {g.tp for g in a.groups} == {1}
+            assert all(len(peers) == ep for peers in a.ep_peers)
+            built.add((pp, ep))
+    assert built == {(2, 4), (2, 8), (8, 2), (8, 4)}
+
+
 def test_ep_across_replicas_of_unlike_shapes_is_infeasible(catalog):
     """Two pools of unlike GPUs at one TP degree cut their replicas' layers apart (the
     planner balances their stage times), so EP across them is refused."""

@@ -548,8 +548,8 @@ def _check_precision(pools: list[_Pool], precision: str) -> str:
 def _check_experts(pools: list[_Pool], model: ModelSpec, stack: Stack) -> str:
     """Why the point cannot split its experts ("" if it can): expert parallelism needs
     routed experts it divides, and must divide every TP degree or be a multiple of it (EP
-    over the TP ranks of several replicas: then one TP degree above 1 for every pool, and
-    not under FSDP); FP8, and TP overlap with EP above 1, are not modelled with
+    over the TP ranks of several replicas: then one TP degree for every pool, and not
+    under FSDP); FP8, and TP overlap with EP above 1, are not modelled with
     experts."""
     ep = stack.expert_parallel
     if ep > 1 and not model.is_moe:
@@ -576,13 +576,11 @@ def _check_experts(pools: list[_Pool], model: ModelSpec, stack: Stack) -> str:
 
 def _check_experts_across(pools: list[_Pool], ep: int, stack: Stack) -> str:
     """Why EP above TP (EP groups over several replicas) cannot run ("" if it can): one TP
-    degree, above 1, for every pool; not under FSDP."""
+    degree for every pool (at TP 1 an EP group is ``EP`` replicas); not under FSDP."""
     tps = sorted({pool.tp for pool in pools})
     where = f"expert parallelism: ep {ep} above TP (across replicas)"
     if len(tps) > 1:
         return f"{where} needs one TP degree for every pool, not TP {tps}"
-    if tps[0] == 1:
-        return f"{where} needs TP above 1"
     if stack.zero_stage == 3:
         return f"{where} is not modelled under FSDP (zero_stage 3)"
     return ""
