@@ -5,7 +5,8 @@ across replicas, a node of 8 GPUs at EP 8, where the all-to-alls contend with th
 on NVLink, two nodes at EP 8 = TP 4 x 2 replicas, where they cross the NICs, and plans
 whose experts are held by several replicas, whose DP collectives hold expert rings beside
 the dense ones (with and without ZeRO-1 and gradient buckets), and replicas of TP 1 whose
-EP groups span 2 or 4 of them (all-to-alls with no TP ring beside them)."""
+EP groups span 2 or 4 of them (all-to-alls with no TP ring beside them); in BF16 and in
+FP8."""
 
 from __future__ import annotations
 
@@ -72,10 +73,11 @@ def _plans() -> list[pb.DeploymentPlan]:
 def test_moe_plans_agree_with_the_simulator():
     catalog = load_catalog()
     programs, times, per_stream = [], [], []
-    eps, spans, rings, tp_one = set(), set(), set(), set()
+    eps, spans, rings, tp_one, precisions = set(), set(), set(), set(), set()
     for plan in _plans():
         a = analyze(plan, catalog)
         eps.add(a.stack.expert_parallel)
+        precisions.add(a.stack.precision)
         spans.add(max(len(peers) for peers in a.ep_peers))
         if {g.tp for g in a.groups} == {1}:
             tp_one.add(a.stack.expert_parallel)
@@ -90,6 +92,7 @@ def test_moe_plans_agree_with_the_simulator():
     assert {1, 2, 8} <= eps  # without and with all-to-alls, partial and whole experts
     assert {1, 2} <= spans  # EP groups inside a group and across replicas
     assert {2, 4} <= tp_one  # EP over replicas of TP 1
+    assert precisions == {"bf16", "fp8"}
     # expert rings beside the dense ones, with one bucket and several, under ZeRO 0 and 1
     assert {(0, False, False), (1, False, False), (0, True, True), (1, True, True)} <= rings
     t_ref = np.array(times)

@@ -233,7 +233,8 @@ def _with(plan: pb.DeploymentPlan, **fields) -> pb.DeploymentPlan:
     ({"model__moe_capacity_factor": 0.5}, "model.moe_capacity_factor", "dropless"),
     ({"model__moe_first_dense_layers": 4}, "model.moe_first_dense_layers", "below num_layers"),
     ({"training__moe_imbalance": 0.5}, "training.moe_imbalance", "at least 1"),
-    ({"training__precision": pb.FP8}, "training.precision", "not modelled"),
+    ({"training__precision": pb.FP8, "training__zero_stage": 1,
+      "training__fp8_param_gather": True}, "training.fp8_param_gather", "not modelled"),
     ({"training__tp_comm_overlap": True}, "training.tp_comm_overlap", "not modelled"),
     ({"model__preset": "llama2-7b"}, "training.expert_parallel", "routed experts"),
 ])

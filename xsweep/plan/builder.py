@@ -136,7 +136,8 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
     layers and micro-batches in multiples) and FSDP (every replica with the first one's
     stages and micro-batches; TP degrees, GPUs and micro-batch sizes still differ).
     A mixture-of-experts ``model`` (:data:`MOE_PRESETS`) also draws its expert parallelism
-    (a divisor of every TP degree and of the experts) and token imbalance, and stays BF16.
+    (a divisor of every TP degree and of the experts) and token imbalance, and never
+    gathers its parameters in FP8.
     Context parallelism, from a stream of its own, where the model allows it (not under
     FSDP, not with experts): one CP size for the plan, each replica's stages at one TP
     degree, each group's ``tp x cp`` GPUs in one node, flash attention on.
@@ -230,7 +231,7 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
         replicas = draw_replicas(v)
     # FP8 where every GPU kind has FP8 tensor cores, from a stream of its own (the other
     # draws stay as they were)
-    fp8 = (all(k in FP8_GPU_TYPES for k in kinds) and model not in MOE_PRESETS
+    fp8 = (all(k in FP8_GPU_TYPES for k in kinds)
            and random.Random(f"precision-{seed}").random() < 0.5)
     sequence_parallel = rng.random() < 0.7
     # TP overlap from a stream of its own too (it needs sequence parallelism)
@@ -248,7 +249,7 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
                   # blocking pipeline sends and FP8 parameter gathers, each from a stream
                   # of its own (the other draws stay as they were)
                   pp_p2p_overlap=random.Random(f"pp-p2p-{seed}").random() >= 0.3,
-                  fp8_param_gather=(fp8 and zero_stage in (1, 3)
+                  fp8_param_gather=(fp8 and zero_stage in (1, 3) and model not in MOE_PRESETS
                                     and random.Random(f"fp8-gather-{seed}").random() < 0.5),
                   software=_random_software(seed))
     schedule = "1f1b" if v > 1 else rng.choice(SCHEDULE.known())

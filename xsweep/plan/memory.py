@@ -137,16 +137,27 @@ def moe_layer_activation_bytes(model: ModelSpec, tp: int, micro_batch_size: int,
     dense block's without its FFN, plus the router's logits (``s b / t x experts``, fp32),
     the routed token copies' expert inputs, their input matrices' outputs and the output
     matrix's input (:func:`xsweep.plan.workload.routed_rows` rows of the rank's expert
-    width), and the shared experts' FFN as a dense one's."""
-    dense_ffn = ((mlp_matrices(model) - 1) * BF16_BYTES + BF16_BYTES)
+    width), and the shared experts' FFN as a dense one's.
+
+    In FP8 the inputs the experts' GEMMs keep (the token copies, the output matrices'
+    inputs, the shared experts' input) are their one-byte FP8 copies, as a dense FFN's;
+    the router is BF16 and keeps its BF16 input beside them (``2 s b h``, split under
+    sequence parallelism)."""
     s, b, mats = model.seq_length, micro_batch_size, mlp_matrices(model)
+    saved = FP8_BYTES if stack.precision == "fp8" else BF16_BYTES
+    dense_ffn = (mats - 1) * BF16_BYTES + saved
     without_ffn = (layer_activation_bytes(model, tp, micro_batch_size, stack)
                    - dense_ffn * s * b * tp_shard(model, tp).ffn)
     rows = routed_rows(model, micro_batch_size, tp, stack)
     width = expert_width(model, tp, stack.expert_parallel)
-    router = 4 * s * b / (tp if stack.sequence_parallel else 1) * model.num_experts
-    routed = rows * BF16_BYTES * (model.hidden_size + mats * width)
-    shared = mats * BF16_BYTES * s * b * shared_width(model, tp)
+    split = tp if stack.sequence_parallel else 1
+    router = 4 * s * b / split * model.num_experts
+    routed = rows * (saved * model.hidden_size + dense_ffn * width)
+    shared_w = shared_width(model, tp)
+    shared = dense_ffn * s * b * shared_w
+    if saved != BF16_BYTES:  # the FFN input the dense block saves in FP8 is the shared
+        # experts' (none without them); the router's BF16 input comes on top
+        router += (BF16_BYTES - (0 if shared_w else saved)) * s * b * model.hidden_size / split
     return float(without_ffn + router + routed + shared)
 
 
@@ -220,7 +231,8 @@ def memory_breakdown(model: ModelSpec, tp: int, micro_batch_size: int, first_lay
         optimizer = ADAM_BYTES_PER_PARAM * ((params - experts) / dp + experts / (dp // fold))
     fp8_copies = 0.0
     if stack.precision == "fp8":
-        fp8_copies = FP8_WEIGHT_BYTES * rank_gemm_params(model, tp, first_layer, last_layer)
+        fp8_copies = FP8_WEIGHT_BYTES * rank_gemm_params(model, tp, first_layer, last_layer,
+                                                         stack.expert_parallel)
     if stack.zero_stage == 3:
         block = block_params(model, tp)  # unsharded over DP, still split by TP
         weights = weights / dp + FSDP_GATHERED_BLOCKS * BF16_BYTES * block
@@ -241,7 +253,7 @@ def _held_gemm_params(model: ModelSpec, tp: int, first_layer: int, last_layer: i
                       stack: Stack, dp: int) -> float:
     """GEMM weights a rank holds: its layers' (ZeRO-1), or under FSDP its shard of them
     and the gathered blocks'."""
-    gemm = rank_gemm_params(model, tp, first_layer, last_layer)
+    gemm = rank_gemm_params(model, tp, first_layer, last_layer, stack.expert_parallel)
     if stack.zero_stage == 3:
         return gemm / dp + FSDP_GATHERED_BLOCKS * block_gemm_params(model, tp)
     return float(gemm)

@@ -65,14 +65,20 @@ history):
   FLOPs are unchanged. They read FP8
   weights and inputs (one byte an element) and write BF16 outputs. Forward, the
   gradient of the input (dgrad) and of the weight (wgrad) are all FP8 GEMMs, so the
-  backward is still twice the forward.
+  backward is still twice the forward. In a MoE block the FP8 GEMMs are the attention's
+  two, the routed experts' grouped GEMMs (TE's grouped linear layers, one FP8 GEMM per
+  local expert) and the shared experts'; the router stays BF16 (Megatron-Core's router
+  is not a TE module, and DeepSeek-V3 keeps its gating in higher precision too), and so
+  do the all-to-alls (dispatching in FP8, as DeepSeek-V3 does, is not modelled).
 * Casts: before each FP8 GEMM of a micro-batch its BF16 input is cast to FP8 in the
   forward pass, and the gradient of its output in the backward pass, each a memory-bound
   pass that reads the BF16 tensor and writes its FP8 copy and the FP8 transpose the
   other GEMM layout needs (TE's fused cast-transpose): ``FP8_CAST_BYTES`` = 4 bytes an
   element. The amax of each tensor is taken in the same pass (no bytes of its own);
   the cross-GPU reduction of the amaxes, a few kilobytes once per iteration, is left
-  out. Weights are cast once per iteration, not per micro-batch (TE keeps the FP8
+  out. A MoE block casts each FP8 GEMM's input and output gradient alike: the routed
+  experts' on the rank's token copies (:func:`routed_rows`). Weights are cast once per
+  iteration, not per micro-batch (TE keeps the FP8
   weights of the first micro-batch): 4 bytes per GEMM parameter, added to the
   optimizer step that produced the weights (:func:`optimizer_time_s`).
 * What stays BF16: the attention core (fused or not), norms, residuals, activations,
@@ -287,7 +293,7 @@ def segment_fp8_gather_bytes(model: ModelSpec, first: int, last: int,
     inclusive): the blocks' GEMM weights as their FP8 copies (1 byte an element), every
     other parameter (norm gains, the embedding, the LM head) in BF16 (2 bytes)."""
     if model.is_moe:
-        raise ValueError("FP8 is not modelled for a model with experts")
+        raise ValueError("FP8 parameter all-gathers are not modelled for a model with experts")
     gemm = (last - first + 1) * block_gemm_params(model, 1)
     return segment_grad_bytes(model, first, last, num_layers) - (BF16_BYTES - FP8_BYTES) * gemm
 
@@ -439,33 +445,57 @@ def a2a_pair_bytes(model: ModelSpec, micro_batch_size: int, tp: int, stack: Stac
             / stack.expert_parallel)
 
 
-def _grouped_gemm(rows: float, k: int, n: int, experts: int) -> _Op:
+def _grouped_gemm(rows: float, k: int, n: int, experts: int, fp8: bool = False) -> _Op:
     """``experts`` GEMMs of ``rows / experts`` tokens each (a grouped GEMM): ``k x n``
-    weights per expert, read once."""
+    weights per expert, read once (in FP8: FP8 inputs and weights, BF16 outputs)."""
+    tiles = gemm_tiles(rows / experts, n, experts)
+    if fp8:
+        return _Op("gemm_fp8", 2.0 * rows * k * n,
+                   FP8_BYTES * (experts * k * n + rows * k) + BF16_BYTES * rows * n, tiles=tiles)
     return _Op("gemm", 2.0 * rows * k * n, BF16_BYTES * (experts * k * n + rows * (k + n)),
-               tiles=gemm_tiles(rows / experts, n, experts))
+               tiles=tiles)
 
 
 def _moe_ffn_ops(model: ModelSpec, micro_batch_size: int, tp: int,
                  stack: Stack) -> tuple[_Op, ...]:
     """A MoE layer's FFN on one rank: router, permutation, routed experts (grouped GEMMs
-    and their activation), unpermutation, shared experts."""
+    and their activation), unpermutation, shared experts. In FP8 the experts' GEMMs run in
+    FP8 (Transformer Engine's grouped linear layers); the router stays BF16."""
     h, mats = model.hidden_size, mlp_matrices(model)
     tokens = micro_batch_size * model.seq_length
     shared_tokens = tokens / tp if stack.sequence_parallel else tokens
     ep = stack.expert_parallel
+    fp8 = stack.precision == "fp8"
     local, width = model.num_experts // ep, expert_width(model, tp, ep)
     rows = routed_rows(model, micro_batch_size, tp, stack)
     permute = _memory(2 * BF16_BYTES * h * rows)  # read each token copy, write it in place
     ops = [_gemm(shared_tokens, h, model.num_experts), permute,
-           _grouped_gemm(rows, h, (mats - 1) * width, local),
+           _grouped_gemm(rows, h, (mats - 1) * width, local, fp8),
            _memory(mats * BF16_BYTES * width * rows),
-           _grouped_gemm(rows, width, h, local), permute]
+           _grouped_gemm(rows, width, h, local, fp8), permute]
     shared = shared_width(model, tp)
     if shared:
-        ops += [_gemm(tokens, h, (mats - 1) * shared), _memory(mats * BF16_BYTES * shared * tokens),
-                _gemm(tokens, shared, h)]
+        ops += [_gemm(tokens, h, (mats - 1) * shared, fp8),
+                _memory(mats * BF16_BYTES * shared * tokens), _gemm(tokens, shared, h, fp8)]
     return tuple(ops)
+
+
+def _moe_gemm_shapes(model: ModelSpec, micro_batch_size: int, tp: int,
+                     stack: Stack) -> tuple[tuple[float, int, int], ...]:
+    """(rows, k, n) of the GEMMs a MoE block runs in FP8 on one rank: QKV and attention
+    projection on the micro-batch's tokens, the routed experts' input and output matrices
+    on the rank's token copies (:func:`routed_rows`, ``k x n`` per expert), the shared
+    experts' on every token; not the router."""
+    h, mats = model.hidden_size, mlp_matrices(model)
+    tokens = micro_batch_size * model.seq_length
+    width = expert_width(model, tp, stack.expert_parallel)
+    rows = routed_rows(model, micro_batch_size, tp, stack)
+    shapes = [(tokens, k, n) for k, n in _block_gemm_shapes(model, tp_shard(model, tp))[:2]]
+    shapes += [(rows, h, (mats - 1) * width), (rows, width, h)]
+    shared = shared_width(model, tp)
+    if shared:
+        shapes += [(tokens, h, (mats - 1) * shared), (tokens, shared, h)]
+    return tuple(shapes)
 
 
 def _moe_block_ops(model: ModelSpec, micro_batch_size: int, shard: TpShard, tp: int,
@@ -473,33 +503,55 @@ def _moe_block_ops(model: ModelSpec, micro_batch_size: int, shard: TpShard, tp: 
     """The kernels of one MoE block's forward pass: (attention core, everything else):
     QKV and projection GEMMs, norms and residuals as a dense block's, the MoE FFN."""
     tokens = micro_batch_size * model.seq_length
-    gemms = tuple(_gemm(tokens, k, n) for k, n in _block_gemm_shapes(model, shard)[:2])
+    fp8 = stack.precision == "fp8"
+    gemms = tuple(_gemm(tokens, k, n, fp8) for k, n in _block_gemm_shapes(model, shard)[:2])
     pointwise = _pointwise_ops(model, micro_batch_size, shard, tp, stack)[:4]  # no dense act
     return (_attention_ops(model, micro_batch_size, shard, stack.flash_attention),
             gemms + pointwise + _moe_ffn_ops(model, micro_batch_size, tp, stack))
 
 
 def fp8_cast_bytes(model: ModelSpec, micro_batch_size: int, tp: int = 1,
-                   cp: int = 1) -> tuple[float, float]:
+                   cp: int = 1, *, stack: Stack = DEFAULT_STACK,
+                   moe: bool = False) -> tuple[float, float]:
     """HBM bytes of one block's casts to FP8 for one micro-batch on one rank (the largest
     TP shard): (forward: each GEMM's input, backward: each GEMM's output gradient), at
-    :data:`FP8_CAST_BYTES` an element."""
-    tokens = micro_batch_size * model.seq_length // cp
-    shapes = _block_gemm_shapes(model, tp_shard(model, tp))
-    return (float(FP8_CAST_BYTES * tokens * sum(k for k, _ in shapes)),
-            float(FP8_CAST_BYTES * tokens * sum(n for _, n in shapes)))
+    :data:`FP8_CAST_BYTES` an element; with ``moe``, a MoE block's FP8 GEMMs
+    (:func:`_moe_gemm_shapes`, at ``stack``'s expert parallelism and imbalance)."""
+    if moe:
+        shapes = _moe_gemm_shapes(model, micro_batch_size, tp, stack)
+    else:
+        tokens = micro_batch_size * model.seq_length // cp
+        shapes = tuple((tokens, k, n) for k, n in _block_gemm_shapes(model, tp_shard(model, tp)))
+    return (float(FP8_CAST_BYTES * sum(rows * k for rows, k, _ in shapes)),
+            float(FP8_CAST_BYTES * sum(rows * n for rows, _, n in shapes)))
 
 
 def block_gemm_params(model: ModelSpec, tp: int = 1) -> int:
     """Weights of one block's GEMMs on the largest TP shard: the weights FP8 runs in FP8
-    (every parameter of the block but its two norm gains)."""
-    return sum(k * n for k, n in _block_gemm_shapes(model, tp_shard(model, tp)))
+    (every parameter of the block but its two norm gains); with experts, of the larger
+    of a dense and a MoE block (at EP 1, as :func:`block_params`)."""
+    dense = sum(k * n for k, n in _block_gemm_shapes(model, tp_shard(model, tp)))
+    return max(dense, _moe_block_gemm_params(model, tp)) if model.is_moe else dense
 
 
-def rank_gemm_params(model: ModelSpec, tp: int, first_layer: int, last_layer: int) -> int:
-    """GEMM weights of the blocks first..last on one rank (no embedding or LM head)."""
+def _moe_block_gemm_params(model: ModelSpec, tp: int, ep: int = 1) -> int:
+    """Weights of a MoE block's FP8 GEMMs on one rank: its attention's, its routed experts'
+    (:func:`routed_params`) and its shared experts'; the router stays BF16."""
+    h = model.hidden_size
+    attention = sum(k * n for k, n in _block_gemm_shapes(model, tp_shard(model, tp))[:2])
+    return attention + routed_params(model, tp, ep) + mlp_matrices(model) * h * shared_width(
+        model, tp)
+
+
+def rank_gemm_params(model: ModelSpec, tp: int, first_layer: int, last_layer: int,
+                     ep: int = 1) -> int:
+    """GEMM weights of the blocks first..last on one rank (no embedding or LM head), at
+    expert parallelism ``ep`` for a MoE layer's."""
     _check_layers(model, first_layer, last_layer)
-    return (last_layer - first_layer + 1) * block_gemm_params(model, tp)
+    moe = moe_layers_in(model, first_layer, last_layer)
+    dense = sum(k * n for k, n in _block_gemm_shapes(model, tp_shard(model, tp)))
+    params = (last_layer - first_layer + 1 - moe) * dense
+    return params + moe * _moe_block_gemm_params(model, tp, ep) if moe else params
 
 
 def _embedding_ops(model: ModelSpec, micro_batch_size: int, cp: int = 1) -> tuple[_Op, ...]:
@@ -666,7 +718,8 @@ def _block_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int, 
                                                         ops, profile, cp)
     if stack.precision == "fp8" and not profiled:
         rate = gpu.hbm_bytes_per_s * gpu.hbm_efficiency
-        cast_fwd, cast_bwd = fp8_cast_bytes(model, micro_batch_size, tp, cp)
+        cast_fwd, cast_bwd = fp8_cast_bytes(model, micro_batch_size, tp, cp, stack=stack,
+                                            moe=moe)
         block_fwd_s += cast_fwd / rate
         block_bwd_s += cast_bwd / rate
     block_flops = _flops(ops)
@@ -816,6 +869,6 @@ def optimizer_time_s(model: ModelSpec, gpu: GpuSpec, tp: int, first: int, last: 
         step_bytes = ADAM_STEP_BYTES_PER_PARAM * params
         step_s = step_bytes / rate / (dp if zero_stage else 1)
     if precision == "fp8":
-        step_s += FP8_CAST_BYTES * rank_gemm_params(model, tp, first, last) / rate
+        step_s += FP8_CAST_BYTES * rank_gemm_params(model, tp, first, last, ep) / rate
     return step_s
 

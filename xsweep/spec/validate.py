@@ -277,7 +277,8 @@ def _check_moe(model: ModelSpec, options: TrainingOptions, groups: tuple[Group, 
     """Expert parallelism against the model and the device groups: EP needs routed experts
     it divides; it either divides a group's TP degree (EP carved from the group's TP ranks)
     or is a multiple of it (EP over the TP ranks of several replicas,
-    :func:`_check_ep_across`); FP8 and TP overlap are not modelled with experts."""
+    :func:`_check_ep_across`); FP8 parameter gathers and TP overlap are not modelled with
+    experts (FP8 compute is)."""
     stack = options.stack
     ep = stack.expert_parallel
     if groups and groups[0].cp > 1:
@@ -297,9 +298,10 @@ def _check_moe(model: ModelSpec, options: TrainingOptions, groups: tuple[Group, 
                              "the TP ranks of a group or of several replicas")
     if any(ep > len(g.ranks) for g in groups):
         _check_ep_across(ep, stack.zero_stage, groups, file)
-    if stack.precision == "fp8":
-        raise InputError(file, "training.precision", "FP8",
-                         "is not modelled for a model with experts (use BF16)")
+    if stack.fp8_param_gather:
+        raise InputError(file, "training.fp8_param_gather", True,
+                         "is not modelled for a model with experts (FP8 compute is: set "
+                         "it false)")
     if stack.tp_comm_overlap and ep > 1:
         raise InputError(file, "training.tp_comm_overlap", True,
                          "is not modelled with expert_parallel above 1 (the all-to-all would "

@@ -110,6 +110,26 @@ def test_ep_over_replicas_of_tp_one_builds_plans_whose_ep_groups_are_replicas(ca
     assert built == {(2, 4), (2, 8), (8, 2), (8, 4)}
 
 
+def test_fp8_with_experts_builds_and_fp8_parameter_gathers_say_why(catalog):
+    """FP8 compute with experts is planned (its plans validate, in FP8); FP8 parameter
+    gathers with experts are not modelled, a reason of the experts' kind."""
+    document = changed(_across(tp={"H200": [4]}, pp=[2], ep=[4, 8]),
+                       training={**MIXTRAL["training"], "precision": "fp8", "zero_stage": 1,
+                                 "fp8_param_gather": [False, True]})
+    _, _, points, outs = _outcomes(document, catalog)
+    assert len(outs) == 4
+    for point, out in zip(points, outs, strict=True):
+        if point["training.fp8_param_gather"]:
+            assert out.reason == ("expert parallelism: FP8 parameter gathers are not "
+                                  "modelled for a model with experts")
+            assert reason_kind(out.reason).name == "experts"
+        else:
+            assert isinstance(out, Built), out
+            a = analyze(validate_plan(out.plan, catalog), catalog)
+            assert (a.stack.precision, a.stack.expert_parallel) == (
+                "fp8", point["parallelism.ep"])
+
+
 def test_ep_across_replicas_of_unlike_shapes_is_infeasible(catalog):
     """Two pools of unlike GPUs at one TP degree cut their replicas' layers apart (the
     planner balances their stage times), so EP across them is refused."""

@@ -549,8 +549,8 @@ def _check_experts(pools: list[_Pool], model: ModelSpec, stack: Stack) -> str:
     """Why the point cannot split its experts ("" if it can): expert parallelism needs
     routed experts it divides, and must divide every TP degree or be a multiple of it (EP
     over the TP ranks of several replicas: then one TP degree for every pool, and not
-    under FSDP); FP8, and TP overlap with EP above 1, are not modelled with
-    experts."""
+    under FSDP); FP8 parameter gathers, and TP overlap with EP above 1, are not
+    modelled with experts."""
     ep = stack.expert_parallel
     if ep > 1 and not model.is_moe:
         return f"expert parallelism: ep {ep} needs a model with experts ({model.name} has none)"
@@ -567,8 +567,9 @@ def _check_experts(pools: list[_Pool], model: ModelSpec, stack: Stack) -> str:
         reason = _check_experts_across(pools, ep, stack)
         if reason:
             return reason
-    if stack.precision == "fp8":
-        return "expert parallelism: FP8 is not modelled for a model with experts"
+    if stack.fp8_param_gather:
+        return ("expert parallelism: FP8 parameter gathers are not modelled for a model "
+                "with experts")
     if stack.tp_comm_overlap and ep > 1:
         return f"expert parallelism: TP communication overlap is not modelled at ep {ep}"
     return ""
