@@ -210,8 +210,9 @@ class _Lowering:
         as ``PlanAnalysis.ep_peers`` gives them)."""
         g = self.a.groups[gi]
         ranks = [r for p in self.a.ep_peers[gi] for r in self.a.groups[p].ranks]
-        if len(ranks) == len(g.ranks):
-            return all_to_all(g.ranks, g.cost.a2a_pair_bytes, count)
+        if len(ranks) == len(g.ranks):  # each CP rank's TP ranks among themselves
+            return [flow for q in range(g.cp) for flow in all_to_all(
+                g.ranks[q * g.tp:(q + 1) * g.tp], g.cost.a2a_pair_bytes, count)]
         if count <= 0:
             return []
         return [(g.ranks[i], ranks[j], count * g.cost.a2a_pair_bytes, count)

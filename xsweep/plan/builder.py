@@ -139,7 +139,7 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
     (a divisor of every TP degree and of the experts) and token imbalance, and never
     gathers its parameters in FP8.
     Context parallelism, from a stream of its own, where the model allows it (not under
-    FSDP, not with experts): one CP size for the plan, each replica's stages at one TP
+    FSDP, not with EP across replicas): one CP size for the plan, each replica's stages at one TP
     degree, each group's ``tp x cp`` GPUs in one node, flash attention on.
     With ``ep_across`` (a mixture-of-experts model), expert parallelism spans replicas
     where it can: every replica takes the first one's stages (at one TP degree) and
@@ -154,7 +154,7 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
     zero_stage = shape_rng.choice((0, 0, 1, 1, 3))
     ep_across, zero_stage = _across(ep_across, model, zero_stage)
     cp = random.Random(f"cp-{seed}").choice((1, 1, 2, 2, 4))
-    if zero_stage == 3 or seq_length % (2 * cp) or model in MOE_PRESETS:
+    if zero_stage == 3 or seq_length % (2 * cp) or ep_across:
         cp = 1
     gpus_per_node = rng.choice((4, 8))
     total_nodes = rng.randint(max(1, min_gpus // gpus_per_node), max(1, max_gpus // gpus_per_node))

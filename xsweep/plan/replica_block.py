@@ -90,7 +90,7 @@ def cp_rings(stream: np.ndarray, tp: np.ndarray, cp: int, nbytes: np.ndarray,
 
 
 def with_all_to_alls(rings: FlowGroup, stream, tp, has, nbytes, hops, launches,
-                     width=None) -> FlowGroup:
+                     width=None, cp: int = 1) -> FlowGroup:
     """TP rings (as :func:`tp_rings` gives them, ring ``r`` on stream ``stream[r]`` of
     ``tp[r]`` ranks), each where ``has[r]`` followed by its stream's all-to-all flows: rank
     ``i`` to every rank ``j != i`` of its EP group of ``width[r]`` ranks (default
@@ -98,17 +98,20 @@ def with_all_to_alls(rings: FlowGroup, stream, tp, has, nbytes, hops, launches,
     ``nbytes[r]``, ``hops[r]``, ``launches[r]``; the flows of the TP tasks of pieces with
     MoE layers under expert parallelism. An index ``j >= tp[r]`` stands for TP rank ``j mod
     tp[r]`` of the stream's ``j // tp[r]``-th EP peer (the lowering places it). A stream of
-    one TP rank has no ring in ``rings`` (its task holds the all-to-alls alone)."""
+    one TP rank has no ring in ``rings`` (its task holds the all-to-alls alone). Under
+    context parallelism (``cp`` rings per stream in ``rings``, EP inside TP) every CP
+    rank's TP ranks run their own all-to-alls, CP rank after CP rank (indices ``q tp + i``)."""
     width = tp if width is None else width
     parts, at = [], 0
     for r, (on, k, w) in enumerate(zip(np.asarray(stream).tolist(), np.asarray(tp).tolist(),
                                        np.asarray(width).tolist(), strict=True)):
-        ring = k if k > 1 else 0
+        ring = k * cp if k > 1 else 0
         parts.append(rings.take(np.arange(at, at + ring)))
         at += ring
         if not has[r]:
             continue
-        pairs = np.array(expert_pairs(k, w), np.int64).reshape(-1, 2)
+        one = np.array(expert_pairs(k, w), np.int64).reshape(-1, 2)
+        pairs = np.concatenate([one + q * k for q in range(cp)])
         n = len(pairs)
         parts.append(FlowGroup(np.full(n, on, np.int64), pairs[:, 0], np.full(n, on, np.int64),
                                pairs[:, 1], np.full(n, nbytes[r], np.int64),
@@ -405,11 +408,11 @@ def _piece_keys(keys: KeyTable, p: _Pieces, order: np.ndarray, streams: list,
     rings = tp_rings(ring_stream[ringed], size[ringed], nbytes[ring_of][ringed],
                      hops[ring_of][ringed], launches[ring_of][ringed], cp)
     ring_size = np.where(ringed, size * cp, 0)
-    if ep > 1:  # (validation refuses context parallelism with experts)
+    if ep > 1:  # (validation refuses context parallelism with EP across replicas)
         width = size * np.maximum(ep // size, 1)  # the EP group: over replicas if EP > TP
-        ring_size = np.where(moe[ring_of], size * width - ~ringed, ring_size)
+        ring_size = np.where(moe[ring_of], ring_size + cp * size * (width - 1), ring_size)
         rings = with_all_to_alls(rings, ring_stream, size, moe[ring_of], *a2a[:, ring_of],
-                                 width)
+                                 width, cp)
     distinct_stream = p.stream[order[first_at]] if cp > 1 else np.zeros(0, np.int64)
     keep = slice(None) if cp > 1 else slice(0)
     return _PieceKeys(kind_of, duration, ring_of, ring_size, rings, tp[distinct_stream] * cp,

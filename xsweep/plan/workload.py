@@ -425,22 +425,25 @@ def moe_load(model: ModelSpec, stack: Stack) -> float:
     return min(stack.moe_imbalance, cap) if cap > 0 else stack.moe_imbalance
 
 
-def routed_rows(model: ModelSpec, micro_batch_size: int, tp: int, stack: Stack) -> float:
+def routed_rows(model: ModelSpec, micro_batch_size: int, tp: int, stack: Stack,
+                cp: int = 1) -> float:
     """Token copies one rank's routed experts process per micro-batch: its EP group's
-    tokens (``b s`` per replica it spans), ``top_k`` copies each, spread over the ``EP``
+    tokens (``b s`` per replica it spans; ``b s / cp`` under context parallelism, whose
+    ranks each dispatch their own share), ``top_k`` copies each, spread over the ``EP``
     ranks of experts at the busiest expert's load (every rank of an expert's ``TP / EP``
     ranks takes them all): ``b s top_k load / EP`` with EP dividing TP, ``b s top_k load /
     TP`` with EP above it."""
     ep = stack.expert_parallel
-    tokens = micro_batch_size * model.seq_length * expert_replicas(tp, ep)
+    tokens = micro_batch_size * model.seq_length // cp * expert_replicas(tp, ep)
     return tokens * model.moe_top_k * moe_load(model, stack) / ep
 
 
-def a2a_pair_bytes(model: ModelSpec, micro_batch_size: int, tp: int, stack: Stack) -> float:
+def a2a_pair_bytes(model: ModelSpec, micro_batch_size: int, tp: int, stack: Stack,
+                   cp: int = 1) -> float:
     """Bytes one rank sends each other rank of its group in one all-to-all (dispatch or
-    combine) of one MoE layer: its ``b s / tp`` tokens' hidden vectors, ``top_k`` copies,
-    the share routed to one EP rank of experts, at the busiest expert's load."""
-    tokens = micro_batch_size * model.seq_length / tp
+    combine) of one MoE layer: its ``b s / (tp cp)`` tokens' hidden vectors, ``top_k``
+    copies, the share routed to one EP rank of experts, at the busiest expert's load."""
+    tokens = micro_batch_size * (model.seq_length // cp) / tp
     return (BF16_BYTES * model.hidden_size * tokens * model.moe_top_k * moe_load(model, stack)
             / stack.expert_parallel)
 
@@ -457,17 +460,18 @@ def _grouped_gemm(rows: float, k: int, n: int, experts: int, fp8: bool = False) 
 
 
 def _moe_ffn_ops(model: ModelSpec, micro_batch_size: int, tp: int,
-                 stack: Stack) -> tuple[_Op, ...]:
+                 stack: Stack, cp: int = 1) -> tuple[_Op, ...]:
     """A MoE layer's FFN on one rank: router, permutation, routed experts (grouped GEMMs
     and their activation), unpermutation, shared experts. In FP8 the experts' GEMMs run in
-    FP8 (Transformer Engine's grouped linear layers); the router stays BF16."""
+    FP8 (Transformer Engine's grouped linear layers); the router stays BF16. Under context
+    parallelism, on the rank's ``s / cp`` tokens of each sequence."""
     h, mats = model.hidden_size, mlp_matrices(model)
-    tokens = micro_batch_size * model.seq_length
+    tokens = micro_batch_size * model.seq_length // cp
     shared_tokens = tokens / tp if stack.sequence_parallel else tokens
     ep = stack.expert_parallel
     fp8 = stack.precision == "fp8"
     local, width = model.num_experts // ep, expert_width(model, tp, ep)
-    rows = routed_rows(model, micro_batch_size, tp, stack)
+    rows = routed_rows(model, micro_batch_size, tp, stack, cp)
     permute = _memory(2 * BF16_BYTES * h * rows)  # read each token copy, write it in place
     ops = [_gemm(shared_tokens, h, model.num_experts), permute,
            _grouped_gemm(rows, h, (mats - 1) * width, local, fp8),
@@ -481,15 +485,15 @@ def _moe_ffn_ops(model: ModelSpec, micro_batch_size: int, tp: int,
 
 
 def _moe_gemm_shapes(model: ModelSpec, micro_batch_size: int, tp: int,
-                     stack: Stack) -> tuple[tuple[float, int, int], ...]:
+                     stack: Stack, cp: int = 1) -> tuple[tuple[float, int, int], ...]:
     """(rows, k, n) of the GEMMs a MoE block runs in FP8 on one rank: QKV and attention
     projection on the micro-batch's tokens, the routed experts' input and output matrices
     on the rank's token copies (:func:`routed_rows`, ``k x n`` per expert), the shared
-    experts' on every token; not the router."""
+    experts' on every token (of the rank's ``s / cp`` per sequence); not the router."""
     h, mats = model.hidden_size, mlp_matrices(model)
-    tokens = micro_batch_size * model.seq_length
+    tokens = micro_batch_size * model.seq_length // cp
     width = expert_width(model, tp, stack.expert_parallel)
-    rows = routed_rows(model, micro_batch_size, tp, stack)
+    rows = routed_rows(model, micro_batch_size, tp, stack, cp)
     shapes = [(tokens, k, n) for k, n in _block_gemm_shapes(model, tp_shard(model, tp))[:2]]
     shapes += [(rows, h, (mats - 1) * width), (rows, width, h)]
     shared = shared_width(model, tp)
@@ -499,15 +503,16 @@ def _moe_gemm_shapes(model: ModelSpec, micro_batch_size: int, tp: int,
 
 
 def _moe_block_ops(model: ModelSpec, micro_batch_size: int, shard: TpShard, tp: int,
-                   stack: Stack) -> tuple[tuple[_Op, ...], tuple[_Op, ...]]:
+                   stack: Stack, cp: int = 1) -> tuple[tuple[_Op, ...], tuple[_Op, ...]]:
     """The kernels of one MoE block's forward pass: (attention core, everything else):
-    QKV and projection GEMMs, norms and residuals as a dense block's, the MoE FFN."""
-    tokens = micro_batch_size * model.seq_length
+    QKV and projection GEMMs, norms and residuals as a dense block's, the MoE FFN; under
+    context parallelism on the rank's ``s / cp`` tokens of each sequence."""
+    tokens = micro_batch_size * model.seq_length // cp
     fp8 = stack.precision == "fp8"
     gemms = tuple(_gemm(tokens, k, n, fp8) for k, n in _block_gemm_shapes(model, shard)[:2])
-    pointwise = _pointwise_ops(model, micro_batch_size, shard, tp, stack)[:4]  # no dense act
-    return (_attention_ops(model, micro_batch_size, shard, stack.flash_attention),
-            gemms + pointwise + _moe_ffn_ops(model, micro_batch_size, tp, stack))
+    pointwise = _pointwise_ops(model, micro_batch_size, shard, tp, stack, cp)[:4]  # no act
+    return (_attention_ops(model, micro_batch_size, shard, stack.flash_attention, cp),
+            gemms + pointwise + _moe_ffn_ops(model, micro_batch_size, tp, stack, cp))
 
 
 def fp8_cast_bytes(model: ModelSpec, micro_batch_size: int, tp: int = 1,
@@ -518,7 +523,7 @@ def fp8_cast_bytes(model: ModelSpec, micro_batch_size: int, tp: int = 1,
     :data:`FP8_CAST_BYTES` an element; with ``moe``, a MoE block's FP8 GEMMs
     (:func:`_moe_gemm_shapes`, at ``stack``'s expert parallelism and imbalance)."""
     if moe:
-        shapes = _moe_gemm_shapes(model, micro_batch_size, tp, stack)
+        shapes = _moe_gemm_shapes(model, micro_batch_size, tp, stack, cp)
     else:
         tokens = micro_batch_size * model.seq_length // cp
         shapes = tuple((tokens, k, n) for k, n in _block_gemm_shapes(model, tp_shard(model, tp)))
@@ -709,8 +714,8 @@ class _BlockCost(NamedTuple):
 def _block_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int, stack: Stack,
                 profile: Profile | None, moe: bool, cp: int = 1) -> _BlockCost:
     shard = tp_shard(model, tp)
-    if moe:  # validation refuses context parallelism with experts
-        attention, rest = _moe_block_ops(model, micro_batch_size, shard, tp, stack)
+    if moe:
+        attention, rest = _moe_block_ops(model, micro_batch_size, shard, tp, stack, cp)
     else:
         attention, rest = _block_ops(model, micro_batch_size, shard, tp, stack, cp)
     ops = attention + rest
@@ -785,7 +790,7 @@ def stage_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
     recomputed_flops = (num_blocks - num_moe) * dense.recomputed_flops
     profiled = dense.profiled
     if num_moe:
-        moe = _block_cost(model, gpu, tp, micro_batch_size, stack, profile, True)
+        moe = _block_cost(model, gpu, tp, micro_batch_size, stack, profile, True, cp)
         for i in range(num_blocks):
             if model.moe_layer(first_layer + i):
                 fwd_s[i], bwd_s[i] = moe.forward_s, moe.backward_s
@@ -825,7 +830,7 @@ def stage_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
         profiled=profiled,
         a2a_forward=a2a_forward,
         a2a_backward=a2a_backward,
-        a2a_pair_bytes=(a2a_pair_bytes(model, micro_batch_size, tp, stack) if a2a_forward
+        a2a_pair_bytes=(a2a_pair_bytes(model, micro_batch_size, tp, stack, cp) if a2a_forward
                         else 0.0),
         tp_layer_forward=tp_forward,
         tp_layer_backward=tp_backward,

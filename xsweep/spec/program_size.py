@@ -101,12 +101,13 @@ def _estimate(plan: xsweep_pb2.DeploymentPlan) -> int:
 
 def _pass_comm(training, tp: int, cp: int) -> int:
     """Tasks + flows of a pass's communication beside its compute task."""
-    if cp > 1:  # a CP ring (and TP rings) beside the compute, and a join
-        return 2 + 2 * tp * cp
+    ep = training.expert_parallel
+    if cp > 1:  # a CP ring (and TP rings) beside the compute, and a join; with expert
+        # parallelism (inside TP) each CP rank's all-to-all flows too
+        return 2 + 2 * tp * cp + (cp * tp * (tp - 1) if ep > 1 else 0)
     if tp > 1:  # one blocking TP task of tp flows per pass; overlapped, its join too;
         # with expert parallelism also an all-to-all's flows, tp (w - 1) for an EP
         # group of w ranks (tp, or EP over tp x EP / tp ranks of several replicas)
-        ep = training.expert_parallel
         flows = tp * tp * max(ep // tp, 1) if ep > 1 else tp
         return 1 + flows + bool(training.tp_comm_overlap)
     if training.expert_parallel > 1:  # TP 1: a task of the all-to-all's ep - 1 flows alone

@@ -275,28 +275,31 @@ def _check_training(training: xsweep_pb2.Training, file: str | None) -> None:
 def _check_moe(model: ModelSpec, options: TrainingOptions, groups: tuple[Group, ...],
                file: str | None) -> None:
     """Expert parallelism against the model and the device groups: EP needs routed experts
-    it divides; it either divides a group's TP degree (EP carved from the group's TP ranks)
-    or is a multiple of it (EP over the TP ranks of several replicas,
-    :func:`_check_ep_across`); FP8 parameter gathers and TP overlap are not modelled with
-    experts (FP8 compute is)."""
+    it divides; it either divides a group's TP degree (EP carved from the group's TP ranks,
+    each CP rank's under context parallelism) or is a multiple of it (EP over the TP ranks
+    of several replicas, :func:`_check_ep_across`, not with context parallelism); FP8
+    parameter gathers and TP overlap are not modelled with experts (FP8 compute is)."""
     stack = options.stack
     ep = stack.expert_parallel
-    if groups and groups[0].cp > 1:
-        raise InputError(file, "device_groups[0].context_parallel", groups[0].cp,
-                         "context parallelism is not modelled for a model with experts")
+    tps = [len(g.ranks) // g.cp for g in groups]
     if not model.is_moe:
         raise InputError(file, "training.expert_parallel", ep,
                          f"needs a model with routed experts ({model.name!r} has none)")
     if model.num_experts % ep:
         raise InputError(file, "training.expert_parallel", ep,
                          f"must divide the model's num_experts ({model.num_experts})")
-    for i, g in enumerate(groups):
-        if len(g.ranks) % ep and ep % len(g.ranks):
-            raise InputError(file, f"device_groups[{i}].ranks", len(g.ranks),
+    for i, tp in enumerate(tps):
+        if tp % ep and ep % tp:
+            raise InputError(file, f"device_groups[{i}].ranks", tp,
                              f"TP degree must be a multiple or a divisor of "
                              f"training.expert_parallel ({ep}): the experts are split over "
                              "the TP ranks of a group or of several replicas")
-    if any(ep > len(g.ranks) for g in groups):
+    if any(ep > tp for tp in tps):
+        if groups[0].cp > 1:
+            raise InputError(file, "device_groups[0].context_parallel", groups[0].cp,
+                             f"context parallelism is not modelled with "
+                             f"training.expert_parallel ({ep}) above a group's TP degree "
+                             "(EP across replicas)")
         _check_ep_across(ep, stack.zero_stage, groups, file)
     if stack.fp8_param_gather:
         raise InputError(file, "training.fp8_param_gather", True,

@@ -511,7 +511,9 @@ def _check(pools: list[_Pool], model: ModelSpec, p: int, b: int, batch: int) -> 
 def _check_cp(pools: list[_Pool], model: ModelSpec, stack: Stack, mix: str) -> str:
     """Why the point cannot split its sequences over ``cp`` ranks ("" if it can), as plan
     validation and the model ask: each device group in one node, the sequence in
-    ``2 x cp`` chunks, fused attention, no FSDP, one TP degree along a pipeline."""
+    ``2 x cp`` chunks, fused attention, no FSDP, one TP degree along a pipeline; with
+    experts, EP inside the TP degree (each CP rank's TP ranks run their all-to-alls), not
+    across replicas."""
     cp = pools[0].cp
     if cp == 1:
         return ""
@@ -526,8 +528,10 @@ def _check_cp(pools: list[_Pool], model: ModelSpec, stack: Stack, mix: str) -> s
         return f"CP {cp} needs flash attention (ring attention is fused attention)"
     if stack.zero_stage == 3:
         return f"CP {cp} with FSDP (zero_stage 3) is not modelled"
-    if model.is_moe:
-        return f"CP {cp} is not modelled for a model with experts ({model.name})"
+    ep = stack.expert_parallel
+    if model.is_moe and any(ep > pool.tp for pool in pools):
+        return (f"CP {cp} is not modelled with ep {ep} above TP (across replicas) "
+                f"({model.name})")
     if mix == "mixed" and len({pool.tp for pool in pools}) > 1:
         return (f"CP {cp} needs one TP degree along a pipeline; mixed pipelines have TP "
                 f"{sorted({pool.tp for pool in pools})}")
