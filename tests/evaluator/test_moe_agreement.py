@@ -82,7 +82,8 @@ def test_moe_plans_agree_with_the_simulator():
         if {g.tp for g in a.groups} == {1}:
             tp_one.add(a.stack.expert_parallel)
         if any(a.expert_rings(d) for d in range(len(a.dp_groups))):
-            rings.add((a.stack.zero_stage, a.stack.dp_overlap, len(a.dp_buckets[0]) > 1))
+            buckets = len(a.buckets(0)) + len(a.buckets(0, experts=True))
+            rings.add((a.stack.zero_stage, a.stack.dp_overlap, buckets > 1))
         program = lower(a)
         result = simulate(program)
         programs.append(program)
@@ -93,7 +94,8 @@ def test_moe_plans_agree_with_the_simulator():
     assert {1, 2} <= spans  # EP groups inside a group and across replicas
     assert {2, 4} <= tp_one  # EP over replicas of TP 1
     assert precisions == {"bf16", "fp8"}
-    # expert rings beside the dense ones, with one bucket and several, under ZeRO 0 and 1
+    # expert rings beside the dense ones, with one bucket and several (overlapped, the
+    # experts in buckets of their own), under ZeRO 0 and 1
     assert {(0, False, False), (1, False, False), (0, True, True), (1, True, True)} <= rings
     t_ref = np.array(times)
     for dtype, tol in (("float32", 1e-4), ("float64", 1e-9)):

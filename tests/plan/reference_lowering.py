@@ -69,7 +69,7 @@ from xsweep.plan.groups import chunk_bytes_per_rank
 from xsweep.plan.program import Category, Program, ProgramBuilder
 from xsweep.plan.schedule import stage_order
 from xsweep.plan.transport import flow_numbers
-from xsweep.plan.workload import BF16_BYTES, rank_expert_params
+from xsweep.plan.workload import BF16_BYTES, moe_layers_in, rank_expert_params
 
 
 class _Lowering:
@@ -86,7 +86,7 @@ class _Lowering:
         self.last = [None] * len(a.groups)  # last task on each stream
         self.cuts = sorted({g.first_layer for g in a.dp_groups}
                            | {g.last_layer + 1 for g in a.dp_groups}
-                           | {x for starts in a.dp_buckets for x in starts})
+                           | {x for starts in a.dp_buckets + a.expert_buckets for x in starts})
         self.piece_end: dict[tuple[int, int], int] = {}  # (group id, first layer) -> task
         self.gather: dict[tuple[int, int], int] = {}  # (group id, layer) -> ZeRO-1 gather
         self.zero1 = a.stack.zero_stage == 1 and bool(a.dp_groups)
@@ -97,12 +97,13 @@ class _Lowering:
         wire, extra_s = flow_numbers(self.topo, path, nbytes, launches=launches, p2p=p2p)
         return (src, dst, wire, hops * self.topo.path_latency_s(path) + extra_s, path)
 
-    def _ring_flows(self, dpg, first, last, passes, gather=False):
+    def _ring_flows(self, dpg, first, last, passes, gather=False, part="both"):
         """A collective of a DP group on layers first..last: a pipelined ring per chunk;
         where EP groups span ``r`` replicas, those rings on the dense gradients and, if
-        the layers hold experts, per chunk ``r`` rings on the experts' (below). A parameter
-        ``gather`` moves the FP8 copies' bytes with ``fp8_param_gather`` (FP8 is not
-        modelled with experts: no expert ring meets it)."""
+        the layers hold experts, per chunk ``r`` rings on the experts' (below): both, or
+        with ``part`` only the dense ones or only the experts' (the experts in buckets of
+        their own). A parameter ``gather`` moves the FP8 copies' bytes with
+        ``fp8_param_gather`` (not with experts: no expert ring meets it)."""
         a = self.a
         if gather and a.stack.fp8_param_gather:
             chunk = chunk_bytes_per_rank(a.fp8_gather_bytes(first, last), dpg.tps)
@@ -115,10 +116,10 @@ class _Lowering:
         # what each rank holds of its experts/EP experts: one chunk of the expert rings
         expert = BF16_BYTES * rank_expert_params(a.model, tp, first, last, ep) if fold > 1 else 0
         chunk = chunk_bytes_per_rank(total - tp * expert, dpg.tps)
-        flows = [self._flow(src, dst, nbytes, hops=hops, launches=1)
-                 for ring in dpg.rings
-                 for src, dst, nbytes, hops in pipelined_ring(ring.ranks, chunk, 1.0, passes)]
-        if expert:
+        flows = [] if part == "experts" else [
+            self._flow(src, dst, nbytes, hops=hops, launches=1) for ring in dpg.rings
+            for src, dst, nbytes, hops in pipelined_ring(ring.ranks, chunk, 1.0, passes)]
+        if expert and part != "dense":
             flows += [self._flow(src, dst, nbytes, hops=hops, launches=1)
                       for ranks in self._expert_rings(dpg, fold)
                       for src, dst, nbytes, hops in pipelined_ring(ranks, expert, 1.0, passes)]
@@ -324,25 +325,42 @@ class _Lowering:
         finals: dict[int, list[int]] = {}
         passes, verb = (REDUCE_SCATTER, "rs") if self.zero1 else (ALLREDUCE, "dp")
         for d, dpg in enumerate(self.a.dp_groups):
-            for lo, hi in self.a.buckets(d):
+            for lo, hi, part in self._buckets(d):
+                kind = " experts" if part == "experts" else ""
                 members = [self.piece_end[(dg, lo)] for dg in dpg.device_groups]
                 barrier = self.b.add_compute(Category.BARRIER, -1, 0.0, members,
-                                             name=f"dp barrier L{lo}-{hi}", phase=d)
-                t = self.b.add_comm(Category.DP, self._ring_flows(dpg, lo, hi, passes),
-                                    [barrier], name=f"{verb} L{lo}-{hi}")
+                                             name=f"dp barrier{kind} L{lo}-{hi}", phase=d)
+                t = self.b.add_comm(Category.DP, self._ring_flows(dpg, lo, hi, passes,
+                                                                  part=part),
+                                    [barrier], name=f"{verb}{kind} L{lo}-{hi}")
                 for dg in dpg.device_groups:
                     finals.setdefault(dg, []).append(t)
         return finals
 
+    def _buckets(self, d: int) -> list[tuple[int, int, str]]:
+        """(first, last, part) of DP group ``d``'s buckets: all of them carrying both kinds
+        of gradients, unless the experts have buckets of their own (EP groups over
+        replicas, overlapped reduction): then the dense buckets, then the expert buckets
+        that hold MoE layers."""
+        a = self.a
+        experts = [(lo, hi, "experts") for lo, hi in a.buckets(d, experts=True)
+                   if moe_layers_in(a.model, lo, hi)]
+        part = "dense" if a.buckets(d, experts=True) else "both"
+        return [(lo, hi, part) for lo, hi in a.buckets(d)] + experts
+
     def _param_gathers(self, after: dict[int, int] | None):
         """ZeRO-1's parameter all-gather per DP group and bucket, after the optimizers or
-        (``after`` None) at the start, bucket after bucket."""
+        (``after`` None) at the start, bucket after bucket (the two kinds by first layer,
+        dense first, where the experts have buckets of their own)."""
         for d, dpg in enumerate(self.a.dp_groups):
             previous = []
-            for lo, hi in self.a.buckets(d):
+            order = sorted(self._buckets(d), key=lambda b: (b[0], b[2] == "experts"))
+            for lo, hi, part in order:
+                kind = " experts" if part == "experts" else ""
                 deps = previous if after is None else [after[dg] for dg in dpg.device_groups]
-                t = self.b.add_comm(Category.DP, self._ring_flows(dpg, lo, hi, ALLGATHER, True), deps,
-                                    name=f"ag L{lo}-{hi}")
+                t = self.b.add_comm(Category.DP, self._ring_flows(dpg, lo, hi, ALLGATHER, True,
+                                                                  part),
+                                    deps, name=f"ag{kind} L{lo}-{hi}")
                 previous = [t]
                 for dg in dpg.device_groups:
                     for layer in range(lo, hi + 1):

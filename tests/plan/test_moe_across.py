@@ -199,18 +199,58 @@ def test_an_expert_ring_bound_all_reduce_takes_the_closed_form(catalog):
     assert took < p.flow_latency_s[f] + 2 * 3 / 4 * (dense + expert) / rate
 
 
-def test_buckets_count_experts_at_the_plans_ep(catalog):
-    """TP 2, EP 8 over 4 replicas: a rank holds one whole expert per layer, a quarter of
-    what EP 1 would put on it; a bucket of two such layers' parameters closes every two
-    layers (counting experts at EP 1, every layer would close one)."""
+def test_dense_and_expert_buckets_close_at_their_own_layers(catalog):
+    """TP 2 x 8 replicas at EP 4 (EP groups of 2 replicas, each expert held by 4), the
+    gradient reduction overlapped: as Megatron-Core keeps the experts' gradients in
+    buffers of their own, the dense buckets count a rank's parameters but its routed
+    experts, and the expert buckets its 2 whole experts per layer. A bucket of three
+    middle layers' dense parameters closes every three layers from the top, at the LM
+    head's layer (8) and the embedding's (1) alone; an expert bucket of that size closes
+    at every layer (a layer's experts are 17 times its dense parameters)."""
     m = catalog.model("mixtral-8x7b")
-    per_layer = rank_params(m, 2, 2, 2, 8)
-    assert rank_params(m, 2, 2, 2, 1) - per_layer == 3 * 3 * m.hidden_size * (
-        m.expert_ffn_hidden_size)
+    h, f = m.hidden_size, m.expert_ffn_hidden_size
+    d = h // m.num_attention_heads
+    experts = 2 * 3 * h * f  # a rank's 2 whole experts of one layer
+    dense = h * d * (2 * 32 // 2 + 2 * 8 // 2) + h * m.num_experts + 2 * h  # attention/TP,
+    # router and norms
+    assert rank_params(m, 2, 4, 4, 4) == dense + experts
+    size = 3 * dense
+    assert m.vocab_size * h // 2 > size  # the embedding's or the head's shard alone
+    a = analyze(across_plan(4, tp=2, gpus_per_node=4, nodes=4, layers=8, dp_overlap=True,
+                            dp_bucket_params=size), catalog)
+    assert a.expert_fold(0) == 2 and a.expert_rings(0)
+    assert a.dp_buckets[0] == (1, 2, 5, 8)
+    assert a.expert_buckets[0] == tuple(range(1, 9))
+    # each kind of task carries its own rings: 8 dense flows per chunk ring, or 4 x 2
+    # expert flows per chunk
+    p = lower(a)
+    names = [n for n in p.task_names if n.startswith("dp ") and "barrier" not in n]
+    assert names == ["dp L1-1", "dp L2-4", "dp L5-7", "dp L8-8"] + [
+        f"dp experts L{x}-{x}" for x in range(1, 9)]
+    for name in names:
+        dense_flows, expert_flows, _ = _dp_flows(a, p, name)
+        if "experts" in name:
+            assert not dense_flows and len(expert_flows) == 16
+        else:
+            assert len(dense_flows) == 16 and not expert_flows
+    (g,) = plan_summary(a, p)["dp_groups"]  # `xsweep plan` shows both
+    assert g["buckets"] == [[1, 1], [2, 4], [5, 7], [8, 8]]
+    assert g["expert_buckets"] == [[x, x] for x in range(1, 9)]
+    # without overlap one bucket carries both kinds, as before
+    plain = analyze(across_plan(4, tp=2, gpus_per_node=4, nodes=4, layers=8), catalog)
+    assert plain.dp_buckets[0] == (1,) and plain.expert_buckets[0] == ()
+
+
+def test_experts_held_once_are_not_bucketed(catalog):
+    """TP 2, EP 8 over all 4 replicas: each expert is held by one replica, so nothing of
+    the experts is reduced; the dense buckets count the dense parameters alone and there
+    are no expert buckets."""
+    m = catalog.model("mixtral-8x7b")
+    dense = rank_params(m, 2, 2, 2, 8) - 3 * m.hidden_size * m.expert_ffn_hidden_size
     a = analyze(across_plan(8, tp=2, gpus_per_node=4, nodes=2, layers=8, dp_overlap=True,
-                            dp_bucket_params=2 * per_layer), catalog)
-    assert a.expert_fold(0) == 4
-    assert a.dp_buckets[0] == (1, 3, 5, 7)
+                            dp_bucket_params=2 * dense), catalog)
+    assert a.expert_fold(0) == 4 and not a.expert_rings(0)
+    assert a.dp_buckets[0] == (1, 2, 4, 6, 8) and a.expert_buckets[0] == ()
 
 
 def test_ep_groups_are_consecutive_replicas_of_a_stage(catalog):

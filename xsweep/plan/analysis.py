@@ -98,6 +98,10 @@ class PlanAnalysis:
     #: the groups as the program's structure sees them (``xsweep.plan.lower.structure_key``):
     #: (id, ranks, stage, replica, first layer, last layer, micro-batches) of each
     structure_groups: tuple
+    #: per DP group, the first layers of the buckets of its expert gradients where they
+    #: are reduced apart (EP groups spanning replicas, :meth:`expert_rings`, with the
+    #: reduction overlapped), ascending; else empty: the experts ride in ``dp_buckets``
+    expert_buckets: tuple[tuple[int, ...], ...] = ()
 
     def memory_verdict(self) -> str:
         """``""`` when every GPU holds what its device group needs; else one line naming the
@@ -117,11 +121,13 @@ class PlanAnalysis:
         """Parameters are gathered layer by layer (ZeRO-3 with data parallelism to shard over)."""
         return self.stack.zero_stage == 3 and bool(self.dp_groups)
 
-    def buckets(self, d: int) -> list[tuple[int, int]]:
-        """(first, last) layers of each gradient bucket of DP group ``d``, ascending."""
-        starts = self.dp_buckets[d]
+    def buckets(self, d: int, experts: bool = False) -> list[tuple[int, int]]:
+        """(first, last) layers of each gradient bucket of DP group ``d``, ascending; with
+        ``experts``, of its expert buckets (none unless :attr:`expert_buckets` has them)."""
+        starts = (self.expert_buckets[d] if self.expert_buckets else ()) if experts \
+            else self.dp_buckets[d]
         ends = [x - 1 for x in starts[1:]] + [self.dp_groups[d].last_layer]
-        return list(zip(starts, ends, strict=True))
+        return list(zip(starts, ends, strict=True)) if starts else []
 
     def grad_bytes(self, first: int, last: int, fold: int = 1) -> float:
         """Unsharded bf16 gradient bytes (equally, parameter bytes) of layers first..last;
@@ -249,14 +255,23 @@ def _dp_groups(spans: tuple[groups_mod.GroupSpan, ...]) -> tuple:
     return tuple(groups_mod.dp_groups(spans))
 
 
-def _dp_buckets(model: ModelSpec, stack: Stack, g: groups_mod.DpGroup) -> tuple[int, ...]:
+def _dp_buckets(model: ModelSpec, stack: Stack, g: groups_mod.DpGroup,
+                experts: bool = False) -> tuple[int, ...]:
     """The first layers of a DP group's gradient buckets (:mod:`xsweep.plan.buckets`); FSDP
-    reduces layer by layer instead, and without overlap the segment is one bucket."""
-    if not stack.dp_overlap or stack.zero_stage == 3:
+    reduces layer by layer instead, and without overlap the segment is one bucket. Where
+    EP groups span replicas the dense buckets count a rank's parameters but its routed
+    experts, and with ``experts``, the buckets of those (empty where none are reduced
+    apart: no overlap, or each expert held by one replica)."""
+    fold = expert_replicas(min(g.tps), stack.expert_parallel)
+    overlap = stack.dp_overlap and stack.zero_stage != 3
+    if experts and not (overlap and fold > 1 and len(g.device_groups) // fold >= 2):
+        return ()
+    if not overlap:
         return (g.first_layer,)
     size = bucket_params(stack.dp_bucket_params, len(g.rings[0].ranks))  # DP x CP ranks
+    part = ("experts" if experts else "dense") if fold > 1 else "all"
     return _bucket_starts(model, g.first_layer, g.last_layer, min(g.tps), size,
-                          stack.expert_parallel)
+                          stack.expert_parallel, part)
 
 
 @dataclass(frozen=True, eq=False)
@@ -320,7 +335,8 @@ def analyze(plan: ValidPlan | DeploymentPlan, catalog, *, profile=None) -> PlanA
         *_groups(layout, plan.cluster, model, stack, schedule, scheme, profile)))[5:]
     key = (id(layout), id(model), stack.dp_overlap, stack.zero_stage, stack.dp_bucket_params,
            stack.expert_parallel)
-    segment_bytes, buckets = _DP.get(key, lambda: (layout, model, *_dp(layout, model, stack)))[2:]
+    segment_bytes, buckets, expert_buckets = _DP.get(key, lambda: (
+        layout, model, *_dp(layout, model, stack)))[2:]
     batch = training.global_batch_size
     return PlanAnalysis(
         name=plan.name, model=model, schedule=schedule, resharding=scheme, stack=stack,
@@ -330,7 +346,7 @@ def analyze(plan: ValidPlan | DeploymentPlan, catalog, *, profile=None) -> PlanA
         tokens_per_iteration=float(batch * model.seq_length),
         model_flops_per_iteration=float(_iteration_model_flops(model, batch, recompute=False)),
         peak_flops_per_s=peak, total_tokens=training.total_tokens,
-        structure_groups=layout.structure)
+        structure_groups=layout.structure, expert_buckets=expert_buckets)
 
 
 def _hardware(cluster: ClusterHw) -> tuple:
@@ -381,9 +397,10 @@ def _groups(layout: _Layout, cluster: ClusterHw, model: ModelSpec, stack: Stack,
             float(sum(g.gpu.peak_flops * len(g.ranks) for g in infos)))
 
 
-def _dp(layout: _Layout, model: ModelSpec, stack: Stack) -> tuple[tuple, tuple]:
-    """The gradient bytes and the buckets of every DP group."""
+def _dp(layout: _Layout, model: ModelSpec, stack: Stack) -> tuple[tuple, tuple, tuple]:
+    """The gradient bytes, the buckets and the expert buckets of every DP group."""
     return (tuple(float(_segment_grad_bytes(
         model, g.first_layer, g.last_layer, model.num_layers,
         expert_replicas(min(g.tps), stack.expert_parallel))) for g in layout.dp_groups),
-            tuple(_dp_buckets(model, stack, g) for g in layout.dp_groups))
+            tuple(_dp_buckets(model, stack, g) for g in layout.dp_groups),
+            tuple(_dp_buckets(model, stack, g, True) for g in layout.dp_groups))

@@ -152,7 +152,7 @@ def structure_key(a: PlanAnalysis) -> tuple:
     """
     s = a.stack
     return (a.schedule, a.resharding, a.topology.shape_key(), a.structure_groups,
-            s.virtual_pipeline_stages, s.zero_stage, s.dp_overlap, a.dp_buckets,
+            s.virtual_pipeline_stages, s.zero_stage, s.dp_overlap, a.dp_buckets, a.expert_buckets,
             s.tp_comm_overlap, expert_layout(a), s.pp_p2p_overlap, s.fp8_param_gather)
 
 
@@ -167,10 +167,11 @@ def expert_layout(a: PlanAnalysis) -> tuple[int, int]:
 
 
 def _cut_points(a: PlanAnalysis) -> tuple[int, ...]:
-    """Where backward pieces end: every DP segment boundary and gradient-bucket start."""
+    """Where backward pieces end: every DP segment boundary and gradient-bucket start (the
+    expert buckets' too)."""
     return tuple(sorted({g.first_layer for g in a.dp_groups}
                         | {g.last_layer + 1 for g in a.dp_groups}
-                        | {x for starts in a.dp_buckets for x in starts}))
+                        | {x for starts in a.dp_buckets + a.expert_buckets for x in starts}))
 
 
 def _fsdp_rings(a: PlanAnalysis, replicas: list[tuple[int, ...]]) -> tuple[tuple, tuple]:
@@ -422,10 +423,14 @@ def _expert_part(a: PlanAnalysis, d: int) -> tuple | None:
 def _collective(out: _Builder, a: PlanAnalysis, d: int, deps, name: str, lo: int, hi: int,
                 passes: int, rings, expert, payload: RingBytes | GatherBytes | None = None) -> int:
     """One DP COMM task on layers lo..hi of DP group ``d``: its rings (``rings``: sources
-    and destinations) on the bucket's gradients (or ``payload``, a parameter gather's
-    bytes), dense only where EP groups span replicas, and then, if the bucket holds MoE
-    layers, the expert rings (``expert``) on the routed experts' gradients, all behind
+    and destinations; None for an expert bucket's task) on the bucket's gradients (or
+    ``payload``, a parameter gather's bytes), dense only where EP groups span replicas,
+    and then, if the bucket holds MoE layers, the expert rings (``expert``; None where
+    they have buckets of their own) on the routed experts' gradients, all behind
     ``deps``."""
+    if rings is None:
+        return out.collective(deps, name, *expert, ExpertRingBytes(d, lo, hi, passes),
+                              ExpertRingHops(d, passes))
     t = out.collective(deps, name, *rings, payload or RingBytes(d, lo, hi, passes),
                        RingHops(d, passes))
     if expert is not None and moe_layers_in(a.model, lo, hi):
@@ -434,20 +439,32 @@ def _collective(out: _Builder, a: PlanAnalysis, d: int, deps, name: str, lo: int
     return t
 
 
+def _dp_buckets_of(a: PlanAnalysis, d: int) -> list[tuple[int, int, bool]]:
+    """(first, last, experts) of DP group ``d``'s buckets: its buckets, then its expert
+    buckets that hold MoE layers (where the experts are reduced apart)."""
+    return ([(lo, hi, False) for lo, hi in a.buckets(d)]
+            + [(lo, hi, True) for lo, hi in a.buckets(d, experts=True)
+               if moe_layers_in(a.model, lo, hi)])
+
+
 def _add_dp_sync(out: _Builder, a: PlanAnalysis, piece_end: dict) -> dict[int, list[int]]:
     """Per DP group and bucket a barrier and an all-reduce (ZeRO-1: a reduce-scatter) of
-    the bucket's gradients; returns group id -> the collectives it waits for."""
+    the bucket's gradients; where the experts have buckets of their own, per expert bucket
+    too, on the expert rings alone; returns group id -> the collectives it waits for."""
     finals: dict[int, list[int]] = {}
     zero1 = a.stack.zero_stage == 1
     passes, verb = (REDUCE_SCATTER, "rs") if zero1 else (ALLREDUCE, "dp")
     for d, dpg in enumerate(a.dp_groups):
         rings, expert = _ring_arrays(dpg), _expert_part(a, d)
-        for lo, hi in a.buckets(d):
+        apart = bool(a.buckets(d, experts=True))
+        for lo, hi, experts in _dp_buckets_of(a, d):
+            kind = " experts" if experts else ""
             barrier = out.add(TaskRow(kind=COMPUTE, category=Category.BARRIER, phase=d),
                               [piece_end[(dg, lo)] for dg in dpg.device_groups],
-                              f"dp barrier L{lo}-{hi}")
-            t = _collective(out, a, d, [barrier], f"{verb} L{lo}-{hi}", lo, hi, passes,
-                            rings, expert)
+                              f"dp barrier{kind} L{lo}-{hi}")
+            t = _collective(out, a, d, [barrier], f"{verb}{kind} L{lo}-{hi}", lo, hi, passes,
+                            None if experts else rings,
+                            expert if experts or not apart else None)
             for dg in dpg.device_groups:
                 finals.setdefault(dg, []).append(t)
     return finals
@@ -465,11 +482,18 @@ def _add_param_gathers(out: _Builder, a: PlanAnalysis,
     gathered: dict[tuple[int, int], int] = {}
     for d, dpg in enumerate(a.dp_groups):
         rings, expert = _ring_arrays(dpg), _expert_part(a, d)
+        apart = bool(a.buckets(d, experts=True))
         previous: list[int] = []
-        for lo, hi in a.buckets(d):
+        # buckets in the order the forward pass needs them (where the experts have buckets
+        # of their own, the two kinds by first layer, dense first): gathered one after
+        # another, so a layer's last gather is the one its forward waits for
+        for lo, hi, experts in sorted(_dp_buckets_of(a, d), key=lambda b: (b[0], b[2])):
             deps = previous if after is None else [after[dg] for dg in dpg.device_groups]
-            t = _collective(out, a, d, deps, f"ag L{lo}-{hi}", lo, hi, ALLGATHER, rings,
-                            expert, gather_bytes(a.stack.fp8_param_gather, d, lo, hi))
+            kind = " experts" if experts else ""
+            t = _collective(out, a, d, deps, f"ag{kind} L{lo}-{hi}", lo, hi, ALLGATHER,
+                            None if experts else rings,
+                            expert if experts or not apart else None,
+                            gather_bytes(a.stack.fp8_param_gather, d, lo, hi))
             previous = [t]
             gathered |= {(dg, layer): t for dg in dpg.device_groups
                          for layer in range(lo, hi + 1)}

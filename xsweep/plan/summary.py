@@ -28,6 +28,9 @@ def plan_summary(a: PlanAnalysis, program: Program) -> dict:
                 "expert_bytes_per_rank_per_chunk": chunk_bytes_per_rank(expert, tps),
                 "expert_rings": [list(r) for r in a.expert_rings(d)]}
                if a.expert_fold(d) > 1 else {}),
+            # overlapped, the experts' gradients in buckets of their own
+            **({"expert_buckets": [list(b) for b in a.buckets(d, experts=True)]}
+               if a.buckets(d, experts=True) else {}),
         })
     resharding = [{
         "from_group": r.from_group, "to_group": r.to_group,

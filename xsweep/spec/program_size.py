@@ -137,7 +137,8 @@ def _dp_size(groups, num_replicas: int, cp: int, overlap: bool, zero1: bool,
     ``len(ranks)`` is ``tp x cp``, and with one CP size the LCM of those is ``cp`` times
     the TP degrees'. Where EP groups span ``r = EP / TP`` replicas (one TP degree) and
     ``R / r`` is at least 2, the collective also holds the expert rings: ``R`` more flows
-    per chunk."""
+    per chunk (overlapped, in tasks of their own: a barrier and a collective more per
+    bucket)."""
     if num_replicas * cp < 2:
         return 0
     starts: dict[int, list[int]] = defaultdict(list)
@@ -154,9 +155,12 @@ def _dp_size(groups, num_replicas: int, cp: int, overlap: bool, zero1: bool,
         chunks = math.lcm(*(tp for tp, n in holding.items() if n > 0))
         buckets = following - point if overlap else 1
         collective = 1 + chunks * num_replicas
+        apart = 0  # overlapped, the expert rings have buckets of their own: a barrier and
+        # a collective (two under ZeRO-1) more per bucket at most
         if ep > chunks and num_replicas // (ep // chunks) >= 2:  # expert rings
             collective += chunks * num_replicas
-        size += buckets * (1 + collective * (2 if zero1 else 1))
+            apart = buckets * (1 + (2 if zero1 else 1)) if overlap else 0
+        size += buckets * (1 + collective * (2 if zero1 else 1)) + apart
     return size
 
 
