@@ -74,6 +74,8 @@ def format_outcome(doc: dict) -> str:
             "(moe_imbalance)"]
     labels = {"busy_s": "compute", "idle_s": "idle", "bubble_s": "pipeline bubble",
               "straggler_wait_s": "straggler wait"}
+    if doc.get("moe", {}).get("expert_parallel", 1) > 1:  # the all-to-alls ride the TP tasks
+        labels["exposed_tp_s"] = "exposed tp + a2a comm"
     for name in metrics.STREAM_METRICS:
         label = labels.get(name) or f"exposed {name.split('_')[1]} comm"
         lines.append(f"  {label:<22} {doc[name + '_mean']:10.4f} {doc[name + '_max']:10.4f}")

@@ -64,3 +64,26 @@ def test_ep_across_replicas_plan_simulates_and_evaluates_alike(run_xsweep, space
     assert within != plan.read_text()
     near = xsweep.evaluate([plan_from_text(within)], level="exact", dtype="float64")
     assert float(near["iteration_time_s"].values.ravel()[0]) < doc["iteration_time_s"]
+
+
+def test_tp_one_fp8_plan_simulates_and_evaluates_alike(run_xsweep, spaces_dir, tmp_path):
+    """The shipped plan at TP 1 in FP8 (EP 8 over 8 replicas of each stage): ``xsweep
+    simulate`` names the all-to-alls with the exposed TP time they ride, ``xsweep.evaluate``
+    at the exact level gives the simulator's iteration time, and the same plan in BF16 is
+    slower."""
+    plan = spaces_dir / "mixtral-8x7b-ep-tp1-fp8.pbtxt"
+    result = run_xsweep("simulate", plan, "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["moe"]["expert_parallel"] == 8 and doc["moe"]["experts_per_gpu"] == 1
+    assert doc["memory_fits"] and doc["exposed_tp_s_max"] > 0
+    text = run_xsweep("simulate", plan).stdout
+    assert "exposed tp + a2a comm" in text
+    exact = xsweep.evaluate([str(plan)], level="exact", dtype="float64")
+    assert float(exact["iteration_time_s"].values.ravel()[0]) == pytest.approx(
+        doc["iteration_time_s"], rel=1e-9)
+    bf16 = tmp_path / "bf16.pbtxt"
+    bf16.write_text(plan.read_text().replace("precision: FP8", "precision: BF16"))
+    assert "precision: BF16" in bf16.read_text()
+    slower = json.loads(run_xsweep("simulate", bf16, "--json").stdout)
+    assert slower["iteration_time_s"] > doc["iteration_time_s"]
