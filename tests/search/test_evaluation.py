@@ -60,3 +60,21 @@ def test_a_session_that_never_evaluates_makes_no_evaluator(job):
     assert set(rows["level"]) == {Level.NONE}
     assert session._evaluator is None
     assert session.evaluator is default_evaluator()  # made when first asked for
+
+
+def test_a_full_session_keeps_the_results_a_call_still_reads(job):
+    """A session that lets its kept results go when it would keep too many still answers
+    a call whose plans were partly kept: the kept ones it reads are kept through the
+    emptying (it once lost them and failed with a KeyError on a large space's exhaustive
+    run), and every row equals a fresh session's."""
+    first, more = np.arange(250, 262), np.arange(240, 270)
+    counting = Counting(default_evaluator())
+    session = Session(counting, kept_results=4)  # room for the first call's plans alone
+    bounded(session, job, first)
+    kept = counting.plans
+    assert 0 < kept <= 4
+    rows = bounded(session, job, more)  # those plans again and new ones: over the limit
+    assert counting.plans - kept >= 4  # only the new ones were evaluated
+    fresh = bounded(Session(), job, more)
+    for name, values in fresh.items():
+        np.testing.assert_array_equal(rows[name], values, err_msg=name)

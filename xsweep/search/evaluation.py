@@ -107,12 +107,14 @@ class Session:
         that never evaluates never loads JAX.
       make_evaluator: without ``evaluator``, what makes it when first needed instead of
         the default (a worker's own evaluator, say).
+      kept_results: the most plans' results kept (:class:`ResultStore`'s limit).
     """
 
-    def __init__(self, evaluator=None, make_evaluator=None):
+    def __init__(self, evaluator=None, make_evaluator=None,
+                 kept_results: int = MAX_KEPT_RESULTS):
         self._evaluator = evaluator
         self._make = make_evaluator
-        self._results = ResultStore(MAX_KEPT_RESULTS)
+        self._results = ResultStore(kept_results)
         self._lock = threading.RLock()  # threads of one process may share a session
 
     @property
@@ -143,9 +145,11 @@ class Session:
                 for stage in ("prepare_s", "kernels_s", "results_s", "compile_s"):
                     name = f"{level}_{stage}"
                     timings[name] = timings.get(name, 0.0) + seconds[stage]
+                new = set(todo)
                 self._results.add([keys[i] for i in todo], from_rows(
                     {name: values for name, values in columns.items()
-                     if values.ndim == 1 and name not in _NOT_KEPT}))
+                     if values.ndim == 1 and name not in _NOT_KEPT}),
+                    keep=[key for i, key in enumerate(keys) if i not in new])
             return self._results.get(keys)
 
 
@@ -156,7 +160,7 @@ _NOT_KEPT = ("name", *BATCH_DIAGNOSTICS)
 
 class ResultStore:
     """Rows of results by key, as one table whose columns grow by doubling; emptied when
-    more than ``limit`` rows would be kept."""
+    more than ``limit`` rows would be kept (but for the rows a caller still needs)."""
 
     def __init__(self, limit: int):
         self.limit = limit
@@ -166,10 +170,15 @@ class ResultStore:
     def __contains__(self, key: tuple) -> bool:
         return key in self._row
 
-    def add(self, keys: list[tuple], rows: Table) -> None:
-        """Keep ``rows`` (one per key, columns of every call alike) under ``keys``."""
+    def add(self, keys: list[tuple], rows: Table, keep: list[tuple] = ()) -> None:
+        """Keep ``rows`` (one per key, columns of every call alike) under ``keys``. When
+        that would keep more than ``limit`` rows, the others are let go first, but for
+        those of ``keep`` (kept keys the caller reads next)."""
         if len(self._row) + len(keys) > self.limit:
+            kept = self.get(list(keep)) if keep else None
             self._row.clear()
+            if kept is not None:
+                self.add(list(keep), kept)
         begin = len(self._row)
         end = begin + len(keys)
         for name, values in rows.items():
