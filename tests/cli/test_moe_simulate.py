@@ -38,12 +38,10 @@ def test_expert_parallelism_that_splits_no_experts_is_one_line(run_xsweep, space
                      "(8) (got 3)"]
 
 
-def test_ep_across_replicas_plan_simulates_and_evaluates_alike(run_xsweep, spaces_dir):
-    """The shipped plan with EP 8 = TP 2 x 4 replicas (its EP groups span two nodes):
-    ``xsweep simulate`` runs it, and ``xsweep.evaluate`` at the exact level gives the
-    simulator's iteration time; keeping each EP group inside one node is faster (its
-    all-to-alls stay on NVLink, though its expert rings then cross the NICs)."""
-    plan = spaces_dir / "mixtral-8x7b-ep-dp.pbtxt"
+def _simulated_as_evaluated(run_xsweep, plan) -> dict:
+    """``xsweep simulate --json`` of a shipped EP-8 plan (one expert per GPU, fits, its
+    all-to-alls in the exposed TP time), checked against ``xsweep.evaluate`` at the exact
+    level: the same iteration time. Returns the simulation's document."""
     result = run_xsweep("simulate", plan, "--json")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
@@ -52,6 +50,16 @@ def test_ep_across_replicas_plan_simulates_and_evaluates_alike(run_xsweep, space
     exact = xsweep.evaluate([str(plan)], level="exact", dtype="float64")
     assert float(exact["iteration_time_s"].values.ravel()[0]) == pytest.approx(
         doc["iteration_time_s"], rel=1e-9)
+    return doc
+
+
+def test_ep_across_replicas_plan_simulates_and_evaluates_alike(run_xsweep, spaces_dir):
+    """The shipped plan with EP 8 = TP 2 x 4 replicas (its EP groups span two nodes):
+    ``xsweep simulate`` runs it, and ``xsweep.evaluate`` at the exact level gives the
+    simulator's iteration time; keeping each EP group inside one node is faster (its
+    all-to-alls stay on NVLink, though its expert rings then cross the NICs)."""
+    plan = spaces_dir / "mixtral-8x7b-ep-dp.pbtxt"
+    doc = _simulated_as_evaluated(run_xsweep, plan)
     within = plan.read_text()
     for r in range(8):  # replicas 0-3 of a stage on one node, 4-7 on the next
         for stage in range(2):
@@ -72,16 +80,8 @@ def test_tp_one_fp8_plan_simulates_and_evaluates_alike(run_xsweep, spaces_dir, t
     at the exact level gives the simulator's iteration time, and the same plan in BF16 is
     slower."""
     plan = spaces_dir / "mixtral-8x7b-ep-tp1-fp8.pbtxt"
-    result = run_xsweep("simulate", plan, "--json")
-    assert result.returncode == 0, result.stderr
-    doc = json.loads(result.stdout)
-    assert doc["moe"]["expert_parallel"] == 8 and doc["moe"]["experts_per_gpu"] == 1
-    assert doc["memory_fits"] and doc["exposed_tp_s_max"] > 0
-    text = run_xsweep("simulate", plan).stdout
-    assert "exposed tp + a2a comm" in text
-    exact = xsweep.evaluate([str(plan)], level="exact", dtype="float64")
-    assert float(exact["iteration_time_s"].values.ravel()[0]) == pytest.approx(
-        doc["iteration_time_s"], rel=1e-9)
+    doc = _simulated_as_evaluated(run_xsweep, plan)
+    assert "exposed tp + a2a comm" in run_xsweep("simulate", plan).stdout
     bf16 = tmp_path / "bf16.pbtxt"
     bf16.write_text(plan.read_text().replace("precision: FP8", "precision: BF16"))
     assert "precision: BF16" in bf16.read_text()
