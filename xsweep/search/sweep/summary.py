@@ -106,17 +106,25 @@ def infeasible(table: Table, rows: np.ndarray) -> dict:
     """The points of ``rows`` without a feasible result: how many, by kind of reason
     (:data:`xsweep.search.space.planner.REASON_KINDS`, the closest to fitting of the
     memory kind), and the nearest misses (the points nearest to fitting in memory, by the
-    share of its GPU's memory the worst group needs; points with the same reason once)."""
+    share of its GPU's memory the worst group needs; points with the same reason once).
+    Reasons repeat (tens of thousands of points, dozens of texts): each text is read once."""
     status, level = table["status"][rows], table["level"][rows]
     failed = rows[~np.isin(status, _FEASIBLE)
                   | ((level == Level.EXACT) & ~table["feasible"][rows])]
-    reasons = [str(reason) or Status(code).label for reason, code in
-               zip(table["reason"][failed].tolist(), table["status"][failed].tolist(), strict=True)]
-    kinds = [reason_kind(r) for r in reasons]
-    memory = [(i, reason) for i, reason, kind in zip(failed.tolist(), reasons, kinds,
-                                                     strict=True) if kind.name == "memory"]
+    by_reason: dict[str, list[int]] = {}  # each reason's points, in order
+    for i, reason, code in zip(failed.tolist(), table["reason"][failed].tolist(),
+                               table["status"][failed].tolist(), strict=True):
+        by_reason.setdefault(str(reason) or Status(code).label, []).append(i)
+    counted: Counter = Counter()
+    memory = {}
+    for reason, points in by_reason.items():
+        kind = reason_kind(reason)
+        counted[kind] += len(points)
+        if kind.name == "memory":
+            memory[reason] = points
     nearest = _nearest_misses(table, memory)
-    return {"points": len(failed), "kinds": _by_kind(kinds, nearest), "nearest_misses": nearest}
+    return {"points": len(failed), "kinds": _by_kind(counted, nearest),
+            "nearest_misses": nearest}
 
 
 def _memory_miss(table: Table, i: int, reason: str) -> tuple:
@@ -129,33 +137,26 @@ def _memory_miss(table: Table, i: int, reason: str) -> tuple:
     return (need / capacity, i, need, numbers.group(2), capacity, reason)
 
 
-def _nearest_misses(table: Table, memory: list[tuple[int, str]]) -> list[dict]:
-    """The :data:`NEAREST_MISSES` memory misses nearest to fitting, nearest first, each
-    reason once (the other points of the same reason in ``same_reason``)."""
-    misses = sorted((_memory_miss(table, i, reason) for i, reason in memory),
-                    key=lambda m: (m[0], m[1]))
-    nearest: list[dict] = []
-    by_reason: dict[str, dict] = {}
-    for _share, i, need, gpu, capacity, reason in misses:
-        if reason in by_reason:
-            by_reason[reason]["same_reason"].append(i)
-        elif len(nearest) < NEAREST_MISSES:
-            by_reason[reason] = {"point": i, "same_reason": [], "memory_per_gpu_gib": need,
-                                 "gpu": gpu, "gpu_memory_gib": capacity, "reason": reason}
-            nearest.append(by_reason[reason])
-    return nearest
+def _nearest_misses(table: Table, memory: dict[str, list[int]]) -> list[dict]:
+    """The :data:`NEAREST_MISSES` memory reasons (each with its points, in order) nearest
+    to fitting, nearest first: each names its first point, the others of the reason in
+    ``same_reason``. A reason's share of memory is its text's, so its first point is the
+    one that sorts first among its points."""
+    misses = sorted(((_memory_miss(table, points[0], reason), points)
+                     for reason, points in memory.items()), key=lambda m: m[0][:2])
+    return [{"point": i, "same_reason": points[1:], "memory_per_gpu_gib": need, "gpu": gpu,
+             "gpu_memory_gib": capacity, "reason": reason}
+            for (_share, i, need, gpu, capacity, reason), points in misses[:NEAREST_MISSES]]
 
 
-def _by_kind(kinds: list, nearest: list[dict]) -> list[dict]:
-    """Counts of failed points by kind of reason, in the kinds' order; the memory kind
-    names its point closest to fitting."""
-    counted = Counter(kind.name for kind in kinds)
+def _by_kind(counted: Counter, nearest: list[dict]) -> list[dict]:
+    """Counts of failed points by kind of reason (``counted``: points per kind), in the
+    kinds' order; the memory kind names its point closest to fitting."""
     by_kind = []
-    for kind in (*REASON_KINDS, *(k for k in set(kinds) if k not in REASON_KINDS)):
-        if not counted.get(kind.name):
+    for kind in (*REASON_KINDS, *(k for k in counted if k not in REASON_KINDS)):
+        if not counted.get(kind):
             continue
-        entry = {"kind": kind.name, "text": kind.count(counted[kind.name]),
-                 "points": counted[kind.name]}
+        entry = {"kind": kind.name, "text": kind.count(counted[kind]), "points": counted[kind]}
         if kind.name == "memory" and nearest:
             entry["closest"] = {k: nearest[0][k] for k in
                                 ("point", "memory_per_gpu_gib", "gpu", "gpu_memory_gib")}
