@@ -6,7 +6,7 @@ on NVLink, two nodes at EP 8 = TP 4 x 2 replicas, where they cross the NICs, and
 whose experts are held by several replicas, whose DP collectives hold expert rings beside
 the dense ones (with and without ZeRO-1 and gradient buckets), and replicas of TP 1 whose
 EP groups span 2 or 4 of them (all-to-alls with no TP ring beside them); in BF16 and in
-FP8."""
+FP8; and DeepEP's dispatch across two nodes."""
 
 from __future__ import annotations
 
@@ -33,12 +33,17 @@ def one_node() -> pb.DeploymentPlan:
                       num_layers=4, stack=Stack(expert_parallel=8, moe_imbalance=1.3))
 
 
-def two_nodes() -> pb.DeploymentPlan:
-    """Mixtral cut to 4 layers on two nodes of 4 H100s, a replica of TP 4 on each, EP 8
-    over both: half of every rank's all-to-all flows (4 of 7) go through its NIC."""
-    return build_plan("moe-two-nodes", "mixtral-8x7b", [NodeReq("H100-SXM", 4, "cx7")] * 2,
-                      [ReplicaReq((StageReq("H100-SXM", 4, 4),), 1, 3)] * 2, seq_length=1024,
-                      num_layers=4, stack=Stack(expert_parallel=8, moe_imbalance=1.25))
+def two_nodes(tp: int = 4, dispatcher: str = "alltoall") -> pb.DeploymentPlan:
+    """Mixtral cut to 4 layers on two nodes of 4 H100s, replicas of TP ``tp``, EP 8 over
+    both nodes: half of every rank's all-to-all flows (4 of 7) go through its NIC; under
+    DeepEP's dispatch one of them, to the rank at its place on the other node, and its 3
+    node-mates take the tokens it passes on."""
+    return build_plan(f"moe-two-nodes-tp{tp}-{dispatcher}", "mixtral-8x7b",
+                      [NodeReq("H100-SXM", 4, "cx7")] * 2,
+                      [ReplicaReq((StageReq("H100-SXM", tp, 4),), 1, 3)] * (8 // tp),
+                      seq_length=1024, num_layers=4,
+                      stack=Stack(expert_parallel=8, moe_imbalance=1.25,
+                                  moe_dispatcher=dispatcher))
 
 
 def expert_rings(zero_stage: int, dp_overlap: bool) -> pb.DeploymentPlan:
@@ -67,17 +72,19 @@ def _plans() -> list[pb.DeploymentPlan]:
                            tp_one=True)
                for seed in (3, 8, 10)]
             + [expert_rings(zero, overlap) for zero in (0, 1) for overlap in (False, True)]
-            + [one_node(), two_nodes()])
+            + [one_node(), two_nodes(), two_nodes(4, "deepep"), two_nodes(1, "deepep")])
 
 
 def test_moe_plans_agree_with_the_simulator():
     catalog = load_catalog()
     programs, times, per_stream = [], [], []
-    eps, spans, rings, tp_one, precisions = set(), set(), set(), set(), set()
+    eps, spans, rings, tp_one, precisions, deepep = set(), set(), set(), set(), set(), set()
     for plan in _plans():
         a = analyze(plan, catalog)
         eps.add(a.stack.expert_parallel)
         precisions.add(a.stack.precision)
+        if a.stack.moe_dispatcher == "deepep" and a.ep_places:
+            deepep.add(a.groups[0].tp)
         spans.add(max(len(peers) for peers in a.ep_peers))
         if {g.tp for g in a.groups} == {1}:
             tp_one.add(a.stack.expert_parallel)
@@ -94,6 +101,7 @@ def test_moe_plans_agree_with_the_simulator():
     assert {1, 2} <= spans  # EP groups inside a group and across replicas
     assert {2, 4} <= tp_one  # EP over replicas of TP 1
     assert precisions == {"bf16", "fp8"}
+    assert deepep == {1, 4}  # DeepEP's dispatch across two nodes, with and without TP
     # expert rings beside the dense ones, with one bucket and several (overlapped, the
     # experts in buckets of their own), under ZeRO 0 and 1
     assert {(0, False, False), (1, False, False), (0, True, True), (1, True, True)} <= rings

@@ -69,7 +69,7 @@ from xsweep.plan.groups import chunk_bytes_per_rank
 from xsweep.plan.program import Category, Program, ProgramBuilder
 from xsweep.plan.schedule import stage_order
 from xsweep.plan.transport import flow_numbers
-from xsweep.plan.workload import BF16_BYTES, moe_layers_in, rank_expert_params
+from xsweep.plan.workload import BF16_BYTES, deepep_factors, moe_layers_in, rank_expert_params
 
 
 class _Lowering:
@@ -216,7 +216,22 @@ class _Lowering:
                 g.ranks[q * g.tp:(q + 1) * g.tp], g.cost.a2a_pair_bytes, count)]
         if count <= 0:
             return []
-        return [(g.ranks[i], ranks[j], count * g.cost.a2a_pair_bytes, count)
+        pair = count * g.cost.a2a_pair_bytes
+        node = self.a.topology.rank_nodes()
+        nodes = {int(node[r]) for r in ranks}
+        if self.a.stack.moe_dispatcher == "deepep" and len(nodes) > 1:
+            # DeepEP: on its node to every rank, to another node only to the rank at its
+            # own place there (places by rank among the EP group's ranks on a node)
+            def place(r):
+                return sorted(x for x in ranks if node[x] == node[r]).index(r)
+
+            mate, rail = deepep_factors(self.a.model, len(ranks), len(nodes))
+            return [(g.ranks[i], ranks[j], pair * (mate if node[ranks[j]] == node[g.ranks[i]]
+                                                   else rail), count)
+                    for i in range(len(g.ranks)) for j in range(len(ranks))
+                    if i != j and (node[ranks[j]] == node[g.ranks[i]]
+                                   or place(ranks[j]) == place(g.ranks[i]))]
+        return [(g.ranks[i], ranks[j], pair, count)
                 for i in range(len(g.ranks)) for j in range(len(ranks)) if i != j]
 
     def _piece(self, gi, kind, mb, c, lo, hi, role, deps):

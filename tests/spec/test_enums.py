@@ -35,9 +35,10 @@ def test_each_table_names_every_declared_value(table):
 
 
 def test_unspecified_means_the_default():
-    # 1F1B, no recompute and BF16, as Megatron-LM's recipe; an unspecified MLP is the preset's
+    # 1F1B, no recompute, BF16 and NCCL's all-to-all, as Megatron-LM's recipe; an
+    # unspecified MLP is the preset's
     assert [enum_name(t, 0) for t in TABLES] == ["1f1b", "lcm", "rail_optimized", "", "none",
-                                                 "bf16"]
+                                                 "bf16", "alltoall"]
 
 
 @pytest.mark.parametrize(("getter", "table", "path"), [

@@ -49,7 +49,8 @@ def test_catalog_numbers_outside_their_range_are_refused(tmp_path, section, name
               "num_experts": ", moe_top_k: 1, expert_ffn_hidden_size: 1",
               "moe_top_k": ", num_experts: 65536, expert_ffn_hidden_size: 1",
               "expert_ffn_hidden_size": ", num_experts: 1, moe_top_k: 1",
-              "num_shared_experts": ", num_experts: 1, moe_top_k: 1, expert_ffn_hidden_size: 1"}
+              "num_shared_experts": ", num_experts: 1, moe_top_k: 1, expert_ffn_hidden_size: 1",
+              "moe_max_nodes": ", num_experts: 1, moe_top_k: 1, expert_ffn_hidden_size: 1"}
     extra = others.get(name, "") if section == "models" else ""
     path.write_text(f"{section}:\n  {ENTRY[section]}: {{{name}: {bounds.high}{extra}}}\n")
     load_catalog([path])

@@ -108,6 +108,21 @@ def _cp_unequal_stages(plan: pb.DeploymentPlan) -> None:
     _context_parallel(2)(plan)
 
 
+def _deepep_uneven(plan: pb.DeploymentPlan) -> None:
+    """Mixtral on nodes of 6 and 2 GPUs, eight replicas of one TP-1 stage, EP 8 over all
+    of them: the EP group holds 6 ranks on one node and 2 on the other."""
+    plan.model.preset = "mixtral-8x7b"
+    plan.cluster.nodes[0].num_gpus = 6
+    plan.cluster.nodes.add(gpu="H100-SXM", num_gpus=2)
+    del plan.device_groups[:]
+    for rank in range(8):
+        plan.device_groups.add(id=rank, ranks=[rank], pp_stage=0, dp_replica=rank,
+                               first_layer=1, last_layer=32, micro_batch_size=1,
+                               num_micro_batches=1)
+    plan.training.expert_parallel = 8
+    plan.training.moe_dispatcher = pb.DEEPEP
+
+
 NAN, INF = float("nan"), float("inf")
 G = "device_groups"
 
@@ -170,6 +185,10 @@ RULES: tuple[Invalid, ...] = (
     Invalid("context parallelism with EP across replicas", f"{G}[0].context_parallel",
             _both(set_path("model.preset", "mixtral-8x7b"), _context_parallel(2),
                   set_path("training.expert_parallel", 2))),
+    Invalid("DeepEP over an EP group spread unevenly over its nodes", "training.moe_dispatcher",
+            _deepep_uneven),
+    Invalid("unknown MoE dispatcher", "training.moe_dispatcher",
+            set_path("training.moe_dispatcher", 9)),
     Invalid("imbalance below 1", "training.moe_imbalance",
             set_path("training.moe_imbalance", 0.5)),
     Invalid("top-k above the experts", "model.moe_top_k",

@@ -20,6 +20,7 @@ from xsweep.plan.topology import Topology, build_topology
 from xsweep.plan.workload import (
     BF16_BYTES,
     StageCost,
+    deepep_factors,
     expert_replicas,
     iteration_model_flops,
     optimizer_time_s,
@@ -193,6 +194,38 @@ class PlanAnalysis:
             base = p - p % fold
             out.append(tuple(stage[base + (p + k) % fold] for k in range(fold)))
         return tuple(out)
+
+    def ep_ranks(self, gi: int) -> tuple[int, ...]:
+        """The ranks of group ``gi``'s EP group: its own, then its peers' (:attr:`ep_peers`)."""
+        return tuple(r for p in self.ep_peers[gi] for r in self.groups[p].ranks)
+
+    @functools.cached_property
+    def ep_places(self) -> dict[int, int]:
+        """Where EP groups span nodes, each of their ranks' place among its EP group's ranks
+        on its node, by rank: under DeepEP's dispatch a rank's all-to-all flows to other
+        nodes go only to the ranks of its place there (the validation spreads such groups
+        evenly over their nodes)."""
+        node = self.topology.rank_nodes()
+        places: dict[int, int] = {}
+        for gi in range(len(self.groups)):
+            ranks = sorted(self.ep_ranks(gi))
+            if len({int(node[r]) for r in ranks}) > 1:
+                seen: dict[int, int] = {}
+                for r in ranks:
+                    places[r] = seen.get(int(node[r]), 0)
+                    seen[int(node[r])] = places[r] + 1
+        return places
+
+    def ep_dispatch(self, gi: int) -> tuple[float, float]:
+        """Group ``gi``'s all-to-all bytes to a rank on its node and to one on another
+        node, as multiples of the flat all-to-all's pair bytes: DeepEP's
+        (:func:`~xsweep.plan.workload.deepep_factors`) under ``moe_dispatcher`` deepep, else
+        (1, 1)."""
+        if self.stack.moe_dispatcher != "deepep":
+            return 1.0, 1.0
+        ranks = self.ep_ranks(gi)
+        node = self.topology.rank_nodes()
+        return deepep_factors(self.model, len(ranks), len({int(node[r]) for r in ranks}))
 
     def fp8_gather_bytes(self, first: int, last: int) -> float:
         """Unsharded bytes of layers first..last as an FP8 parameter all-gather moves them

@@ -17,7 +17,14 @@ from dataclasses import dataclass
 from xsweep.plan.stack import DEFAULT_STACK, Stack
 from xsweep.spec import xsweep_pb2 as pb
 from xsweep.spec.catalog import REFERENCE_SOFTWARE, SoftwareSpec, load_catalog
-from xsweep.spec.enums import FABRIC, PRECISION, RECOMPUTE, RESHARDING, SCHEDULE
+from xsweep.spec.enums import (
+    FABRIC,
+    MOE_DISPATCHER,
+    PRECISION,
+    RECOMPUTE,
+    RESHARDING,
+    SCHEDULE,
+)
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,8 @@ def build_plan(name: str, model: str, nodes, replicas, *, schedule="1f1b", resha
         t.pp_p2p_overlap = False
     if stack.fp8_param_gather:
         t.fp8_param_gather = True
+    if stack.moe_dispatcher != MOE_DISPATCHER.default:  # other plans keep their bytes
+        t.moe_dispatcher = MOE_DISPATCHER.value(stack.moe_dispatcher)
     if stack.software.name != REFERENCE_SOFTWARE.name:  # unset means the reference profile
         t.software = stack.software.name
     t.global_batch_size = sum(r.micro_batch_size * r.num_micro_batches for r in replicas)

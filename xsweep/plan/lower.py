@@ -84,6 +84,9 @@ from xsweep.plan.values import (
     KINDS,
     ONE,
     ZERO,
+    EpBytes,
+    EpMateBytes,
+    EpRailBytes,
     ExpertRingBytes,
     ExpertRingHops,
     GatherBytes,
@@ -147,13 +150,15 @@ def structure_key(a: PlanAnalysis) -> tuple:
     virtual stages, the resharding scheme, the ZeRO stage, gradient overlap and buckets,
     the cluster's shape (``Topology.shape_key``), whether TP communication overlaps
     the compute, the expert parallelism (whose all-to-alls add flows to TP tasks), and
-    whether pipeline sends run beside the compute (blocking ones add dependencies), and
-    whether parameters are gathered in FP8 (the gathers' payloads are other value keys).
+    whether pipeline sends run beside the compute (blocking ones add dependencies),
+    whether parameters are gathered in FP8 (the gathers' payloads are other value keys),
+    and DeepEP's dispatch where EP groups span nodes (it keeps fewer all-to-all flows).
     """
     s = a.stack
     return (a.schedule, a.resharding, a.topology.shape_key(), a.structure_groups,
             s.virtual_pipeline_stages, s.zero_stage, s.dp_overlap, a.dp_buckets, a.expert_buckets,
-            s.tp_comm_overlap, expert_layout(a), s.pp_p2p_overlap, s.fp8_param_gather)
+            s.tp_comm_overlap, expert_layout(a), s.pp_p2p_overlap, s.fp8_param_gather,
+            s.moe_dispatcher == "deepep" and bool(a.ep_places))
 
 
 def expert_layout(a: PlanAnalysis) -> tuple[int, int]:
@@ -338,20 +343,46 @@ def _add_block(out: _Builder, a: PlanAnalysis, replicas: list[tuple[int, ...]], 
     offset = np.concatenate([[0], np.cumsum([len(groups[gi].ranks) for gi in members])])
     ep_table, ep_offset = _ep_ranks(a, members)
     flows = block.flows
+    flow_task, src, dst, nbytes, hops, launches, p2p = (
+        block.flow_task + base, rank_table[offset[flows.src_stream] + flows.src_index],
+        ep_table[ep_offset[flows.dst_stream] + flows.dst_index], remap[flows.nbytes],
+        remap[flows.hops], remap[flows.launches], flows.p2p)
+    if a.stack.moe_dispatcher == "deepep" and a.ep_places:
+        keep, nbytes = _deepep_flows(a, out.keys, block.keys, flows.nbytes, src, dst, nbytes)
+        flow_task, src, dst, nbytes, hops, launches, p2p = (
+            column[keep] for column in (flow_task, src, dst, nbytes, hops, launches, p2p))
     out.extend(_placed_tasks(block.tasks, members, ids, [groups[gi].replica for gi in members],
                              remap), dep_counts, dep,
                (block.names if block.names is not None
                 else _BlockNames((args, overlap, experts, cp, blocking, fp8_gather)),
-                tuple(ids.tolist())), block.flow_task + base,
-               rank_table[offset[flows.src_stream] + flows.src_index],
-               ep_table[ep_offset[flows.dst_stream] + flows.dst_index],
-               remap[flows.nbytes], remap[flows.hops], remap[flows.launches], flows.p2p)
+                tuple(ids.tolist())), flow_task, src, dst, nbytes, hops, launches, p2p)
     for st, gi in enumerate(members):
         last[gi] = block.last[st] + base if block.last[st] >= 0 else -1
     for (st, lo), t in block.piece_end.items():
         piece_end[(groups[members[st]].id, lo)] = t + base
     for st, t in block.finals.items():
         finals.setdefault(groups[members[st]].id, []).append(t + base)
+
+
+def _deepep_flows(a: PlanAnalysis, keys: KeyTable, block_keys: Keys, block_nbytes: np.ndarray,
+                  src: np.ndarray, dst: np.ndarray,
+                  nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """DeepEP's dispatch over EP groups that span nodes: of a block's placed flows, those to
+    keep (an all-to-all flow to another node only to the rank at the sender's place there)
+    and their payload keys (an all-to-all flow's :class:`EpMateBytes` on its node,
+    :class:`EpRailBytes` across)."""
+    a2a = np.asarray(block_keys.codes, np.int64)[block_nbytes] == KINDS.index(EpBytes)
+    node = a.topology.rank_nodes()
+    place = np.full(len(node), -1, np.int64)
+    place[list(a.ep_places)] = list(a.ep_places.values())
+    across = a2a & (node[src] != node[dst])
+    keep = ~across | (place[src] == place[dst])
+    out = nbytes.copy()
+    for i in np.unique(nbytes[a2a]).tolist():
+        mine = nbytes == i
+        out[mine & a2a & ~across] = keys.like(i, EpMateBytes)
+        out[mine & across] = keys.like(i, EpRailBytes)
+    return keep, out
 
 
 def _ep_ranks(a: PlanAnalysis, members: list[int]) -> tuple[np.ndarray, np.ndarray]:

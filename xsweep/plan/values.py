@@ -169,6 +169,42 @@ class EpBytes(NamedTuple):
     placed = staticmethod(_piece_placed)
 
 
+class EpMateBytes(NamedTuple):
+    """Under DeepEP's dispatch (``moe_dispatcher`` deepep) where an EP group spans nodes:
+    the payload of each all-to-all flow of a piece to a rank on the sender's node, the
+    tokens it dispatches there itself and those it passes on for the ranks at its place
+    on the other nodes (:func:`xsweep.plan.workload.deepep_factors`; fields as
+    :class:`PassTime`'s)."""
+
+    group: int
+    kind: str
+    first: int
+    end: int
+
+    @staticmethod
+    def number(a: PlanAnalysis, group: int, *span) -> float:
+        return EpBytes.number(a, group, *span) * a.ep_dispatch(group)[0]
+
+    placed = staticmethod(_piece_placed)
+
+
+class EpRailBytes(NamedTuple):
+    """Under DeepEP's dispatch where an EP group spans nodes: the payload of each flow of
+    a piece's all-to-alls to the rank at the sender's place on another node, one copy of
+    each token that has an expert there (fields as :class:`PassTime`'s)."""
+
+    group: int
+    kind: str
+    first: int
+    end: int
+
+    @staticmethod
+    def number(a: PlanAnalysis, group: int, *span) -> float:
+        return EpBytes.number(a, group, *span) * a.ep_dispatch(group)[1]
+
+    placed = staticmethod(_piece_placed)
+
+
 class EpHops(NamedTuple):
     """The hop latencies (one per all-to-all) each flow of a piece's all-to-alls waits for."""
 
@@ -385,7 +421,7 @@ ZERO, ONE = Zero(), One()
 #: Every kind; a kept key names its kind by its index here.
 KINDS = (Zero, One, PassTime, TpBytes, TpHops, TpLaunches, OptimizerTime, TransferBytes,
          RingBytes, RingHops, EpBytes, EpHops, EpLaunches, CpBytes, CpSteps, GatherBytes,
-         ExpertRingBytes, ExpertRingHops)
+         ExpertRingBytes, ExpertRingHops, EpMateBytes, EpRailBytes)
 _CODE = {kind: code for code, kind in enumerate(KINDS)}
 
 #: Kinds whose number depends only on the group's stage cost and the span (their fields:
@@ -451,6 +487,10 @@ class KeyTable:
             self._codes.append(_CODE[kind])
             self._rows.append(tuple(key))  # plain: see the module's description
         return i
+
+    def like(self, i: int, kind: type) -> int:
+        """The number of the key of ``kind`` with the fields of key ``i``."""
+        return self.index(kind(*self._rows[i]))
 
     def placed(self, keys: Keys, groups: Sequence[int], dp_groups: Sequence[int]) -> list[int]:
         """The numbers of the keys a block's ``keys`` stand for (each kind's ``placed``),

@@ -110,6 +110,7 @@ recompute), which the lowering puts on the wire. Parameters: the routed experts 
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -446,6 +447,48 @@ def a2a_pair_bytes(model: ModelSpec, micro_batch_size: int, tp: int, stack: Stac
     tokens = micro_batch_size * (model.seq_length // cp) / tp
     return (BF16_BYTES * model.hidden_size * tokens * model.moe_top_k * moe_load(model, stack)
             / stack.expert_parallel)
+
+
+def node_reach(model: ModelSpec, nodes: int) -> float:
+    """The chance that a token has at least one of its ``top_k`` experts on a given node of
+    an EP group spread evenly over ``nodes`` nodes, its experts drawn evenly at random
+    (the balanced routing the token-imbalance assumption starts from): ``1 - C(E - E/n,
+    k) / C(E, k)`` for ``E`` experts on ``n`` nodes. Under node-limited routing
+    (``moe_max_nodes`` ``M`` below ``n``: DeepSeek-V3 picks ``M`` nodes, then the top-k
+    experts among theirs) a node is among a token's ``M`` with chance ``M / n``, and then
+    holds one of its ``k`` experts drawn from ``M E / n`` with chance ``1 - C(M E/n - E/n,
+    k) / C(M E/n, k)`` (``M`` at least the nodes ``k`` experts need)."""
+    if nodes <= 1:
+        return 1.0
+    k, per_node = model.moe_top_k, model.num_experts / nodes
+    limit = model.moe_max_nodes
+    chosen = nodes if not limit or limit >= nodes else max(limit, math.ceil(k / per_node))
+    pool = chosen * per_node
+    miss = 1.0  # C(pool - per_node, k) / C(pool, k), as a product of k ratios
+    for i in range(k):
+        miss *= max(pool - per_node - i, 0.0) / (pool - i)
+    return min(chosen, nodes) / nodes * (1.0 - miss)
+
+
+def deepep_factors(model: ModelSpec, width: int, nodes: int) -> tuple[float, float]:
+    """DeepEP's dispatch (and combine, its mirror) over an EP group of ``width`` ranks
+    spread evenly over ``nodes`` nodes, as multiples of the all-to-all's pair bytes
+    (:func:`a2a_pair_bytes`, ``top_k / width`` of a rank's tokens per pair): (to each other
+    rank on the sender's node, to the rank at its place on each other node).
+
+    A token crosses the NICs once per node it reaches (:func:`node_reach`), to the rank at
+    the same place on that node, which passes its copies on over NVLink to the ranks of
+    their experts there. A rank so sends each rank on its node its own tokens' copies for
+    that rank and those of the ``nodes - 1`` ranks at its place elsewhere: ``nodes`` times
+    the pair bytes; and each rank at its place on another node ``b s / (tp cp) x
+    reach`` token vectors: ``reach x width / top_k`` times the pair bytes (the flat
+    all-to-all sends ``top_k (nodes - 1) / nodes`` copies of a token over the NICs; DeepEP
+    ``(nodes - 1) x reach``). The hop through the passing rank is taken as pipelined (DeepEP
+    forwards in chunks as they arrive): both kinds of flows run at once. On one node both
+    are the flat all-to-all's."""
+    if nodes <= 1:
+        return 1.0, 1.0
+    return float(nodes), node_reach(model, nodes) * width / model.moe_top_k
 
 
 def _grouped_gemm(rows: float, k: int, n: int, experts: int, fp8: bool = False) -> _Op:

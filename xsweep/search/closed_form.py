@@ -62,7 +62,7 @@ import numpy as np
 from xsweep.cost import DEFAULT_COST, CostModel, node_rates, run_costs
 from xsweep.plan.collectives import all_to_all_flow, pipelined_ring_flow
 from xsweep.plan.stack import Stack
-from xsweep.plan.workload import stage_cost
+from xsweep.plan.workload import deepep_factors, stage_cost
 from xsweep.spec import xsweep_pb2 as pb
 from xsweep.spec.catalog import Catalog, GpuSpec, ModelSpec
 from xsweep.spec.resolve import (
@@ -98,7 +98,8 @@ def iteration_lower_bound(plan: pb.DeploymentPlan, catalog: Catalog) -> float:
     for index, node in enumerate(nodes):
         node_of_rank += [index] * node.num_gpus
     stages: dict[int, dict[int, tuple[float, float, float, float, int]]] = {}
-    fanout = expert_fanout(plan, stack.expert_parallel, node_of_rank)
+    fanout = expert_fanout(plan, stack.expert_parallel, node_of_rank,
+                           model if stack.moe_dispatcher == "deepep" else None)
     # the highest bus efficiency a path leaving a node can have (the network's links carry
     # the lowest of the NICs below them)
     efficiency = max(e for n in nodes for e in (n.nic.bus_efficiency,
@@ -137,13 +138,17 @@ def iteration_lower_bound(plan: pb.DeploymentPlan, catalog: Catalog) -> float:
     return best * (1.0 - MARGIN)
 
 
-def expert_fanout(plan: pb.DeploymentPlan, ep: int,
-                  node_of_rank: list[int]) -> dict[int, tuple[int, int]]:
+def expert_fanout(plan: pb.DeploymentPlan, ep: int, node_of_rank: list[int],
+                  deepep: ModelSpec | None = None) -> dict[int, tuple[float, float]]:
     """Per device group id whose EP group spans replicas (EP above its TP degree): the
     most all-to-all flows one of its ranks sends to ranks of its EP group on its own node,
-    and the most to ranks on other nodes. An EP group is the groups of ``EP / TP``
-    consecutive replicas of one pipeline stage (in replica order), as the plan's
-    validation and the lowering lay it out."""
+    and the most to ranks on other nodes, each counted in the all-to-all's pair bytes. An
+    EP group is the groups of ``EP / TP`` consecutive replicas of one pipeline stage (in
+    replica order), as the plan's validation and the lowering lay it out. Under DeepEP's
+    dispatch (``deepep``: the model) a rank's flows on its node carry ``nodes`` pair
+    bytes each and it sends one flow to each other node, of ``reach x width / top_k``
+    pair bytes (:func:`xsweep.plan.workload.deepep_factors`; the validation spreads its
+    EP group evenly)."""
     stages: dict[int, list] = {}
     for group in sorted(plan.device_groups, key=lambda g: g.dp_replica):
         stages.setdefault(group.pp_stage, []).append(group)
@@ -156,14 +161,19 @@ def expert_fanout(plan: pb.DeploymentPlan, ep: int,
         for start in range(0, len(members) - fold + 1, fold):
             team = members[start:start + fold]
             nodes = [node_of_rank[r] for g in team for r in g.ranks]
+            spans = len(set(nodes))
             for g in team:
                 own = [node_of_rank[r] for r in g.ranks]
                 near = max(nodes.count(n) - 1 for n in own)
-                out[g.id] = (near, max(len(nodes) - nodes.count(n) for n in own))
+                if deepep is not None and spans > 1:
+                    mate, rail = deepep_factors(deepep, len(nodes), spans)
+                    out[g.id] = (near * mate, (spans - 1) * rail)
+                else:
+                    out[g.id] = (near, max(len(nodes) - nodes.count(n) for n in own))
     return out
 
 
-def _a2a_across_s(node, a2a: tuple[float, float, float], fanout: tuple[int, int],
+def _a2a_across_s(node, a2a: tuple[float, float, float], fanout: tuple[float, float],
                   efficiency: float) -> float:
     """At least the time of a pass's all-to-alls over an EP group that spans replicas:
     ``a2a`` (bytes, hops, launches of each flow), ``fanout`` the flows a rank sends on its

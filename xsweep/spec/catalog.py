@@ -124,6 +124,7 @@ class ModelSpec:
     shared_expert_ffn_hidden_size: int = 0  # 0: expert_ffn_hidden_size
     moe_first_dense_layers: int = 0  # the first layers keep a dense FFN of ffn_hidden_size
     moe_capacity_factor: float = 0.0  # 0: dropless
+    moe_max_nodes: int = 0  # node-limited routing: a token's experts on at most this many nodes
 
     @property
     def is_moe(self) -> bool:
@@ -515,7 +516,8 @@ def check_moe_fields(model: ModelSpec, file: str | None, path: str) -> None:
     for name, bounds in ranges.MOE_MODEL.items():
         bounds.check(getattr(model, name), file, f"{path}.{name}")
     if not model.is_moe:
-        for name in ("moe_top_k", "expert_ffn_hidden_size", "num_shared_experts"):
+        for name in ("moe_top_k", "expert_ffn_hidden_size", "num_shared_experts",
+                     "moe_max_nodes"):
             if getattr(model, name):
                 raise InputError(file, f"{path}.{name}", getattr(model, name),
                                  "needs num_experts (routed experts) above 0")

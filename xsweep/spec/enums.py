@@ -45,7 +45,10 @@ RECOMPUTE = EnumTable("training.recompute", pb.Recompute,
 PRECISION = EnumTable("training.precision", pb.Precision,
                       {pb.BF16: "bf16", pb.FP8: "fp8"}, "bf16")
 
-TABLES = (SCHEDULE, RESHARDING, FABRIC, MLP, RECOMPUTE, PRECISION)
+MOE_DISPATCHER = EnumTable("training.moe_dispatcher", pb.MoeDispatcher,
+                           {pb.ALLTOALL: "alltoall", pb.DEEPEP: "deepep"}, "alltoall")
+
+TABLES = (SCHEDULE, RESHARDING, FABRIC, MLP, RECOMPUTE, PRECISION, MOE_DISPATCHER)
 
 
 def enum_name(table: EnumTable, value: int, file: str | None = None) -> str:

@@ -89,6 +89,7 @@ MOE_MODEL = {
     "shared_expert_ffn_hidden_size": Range(0, 2**22, integer=True),
     "moe_first_dense_layers": Range(0, MAX_LAYERS, integer=True),
     "moe_capacity_factor": Range(0, 2**10),
+    "moe_max_nodes": Range(0, 2**16, integer=True),
 }
 
 PLAN = {

@@ -25,6 +25,7 @@ from xsweep.spec.catalog import (
 from xsweep.spec.enums import (
     FABRIC,
     MLP,
+    MOE_DISPATCHER,
     PRECISION,
     RECOMPUTE,
     RESHARDING,
@@ -40,7 +41,8 @@ _MODEL_FIELDS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_
                  "num_kv_heads", "vocab_size", "seq_length")
 #: Mixture-of-experts fields: the plan's, else the preset's, else 0 (a dense model).
 _MOE_FIELDS = ("num_experts", "moe_top_k", "expert_ffn_hidden_size", "num_shared_experts",
-               "shared_expert_ffn_hidden_size", "moe_first_dense_layers", "moe_capacity_factor")
+               "shared_expert_ffn_hidden_size", "moe_first_dense_layers", "moe_capacity_factor",
+               "moe_max_nodes")
 
 
 class RankPlace(NamedTuple):
@@ -132,6 +134,7 @@ def resolve_training(training: xsweep_pb2.Training,
         pp_p2p_overlap=t.pp_p2p_overlap if t.HasField("pp_p2p_overlap")
         else DEFAULT_STACK.pp_p2p_overlap,
         fp8_param_gather=bool(t.fp8_param_gather),
+        moe_dispatcher=enum_name(MOE_DISPATCHER, t.moe_dispatcher),
         software=software,
     )
     return TrainingOptions(global_batch_size=int(t.global_batch_size),

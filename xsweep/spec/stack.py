@@ -14,6 +14,7 @@ from xsweep.spec.catalog import REFERENCE_SOFTWARE, SoftwareSpec
 
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp8")
+MOE_DISPATCHERS = ("alltoall", "deepep")
 ZERO_STAGES = (0, 1, 3)
 
 
@@ -69,6 +70,12 @@ class Stack:
             GEMM weights' FP8 copies (1 byte an element; the other parameters stay BF16)
             and the model keeps FP8 weights instead of BF16 ones (Transformer Engine's FP8
             parameters, Megatron-Core's ``--fp8-param-gather``, NeMo's ``fp8_params``).
+        moe_dispatcher: how MoE tokens reach their experts' ranks across nodes:
+            ``"alltoall"``, one all-to-all in which every rank sends straight to every
+            rank of its EP group; ``"deepep"``, DeepEP's dispatch and combine, which send
+            a token over the NICs once per node it reaches, to the rank at the same place
+            there, which passes it on over NVLink (:mod:`xsweep.plan.workload`). The same
+            traffic where an EP group lies on one node.
         software: the software profile (a catalog entry): factors on the GPUs' compute
             fractions for what the framework and its version achieve where the model does
             not spell out the mechanism; the reference profile's factors are all 1.
@@ -87,6 +94,7 @@ class Stack:
     moe_imbalance: float = 1.0
     pp_p2p_overlap: bool = True
     fp8_param_gather: bool = False
+    moe_dispatcher: str = "alltoall"
     software: SoftwareSpec = REFERENCE_SOFTWARE
 
     def __post_init__(self):
@@ -107,6 +115,9 @@ class Stack:
             raise ValueError(f"moe_imbalance must be at least 1, got {self.moe_imbalance}")
         if self.fp8_param_gather and (self.precision != "fp8" or self.zero_stage not in (1, 3)):
             raise ValueError("fp8_param_gather needs precision fp8 and zero_stage 1 or 3")
+        if self.moe_dispatcher not in MOE_DISPATCHERS:
+            raise ValueError(f"moe_dispatcher must be one of {MOE_DISPATCHERS}, "
+                             f"got {self.moe_dispatcher!r}")
         if self.dp_bucket_params < 0:
             raise ValueError(f"dp_bucket_params must not be negative, got {self.dp_bucket_params}")
 

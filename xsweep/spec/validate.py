@@ -20,7 +20,7 @@ lookup.
 from __future__ import annotations
 
 import dataclasses
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 from xsweep.errors import InputError
@@ -30,6 +30,7 @@ from xsweep.spec.catalog import Catalog, ModelSpec, SoftwareSpec, check_model_di
 from xsweep.spec.enums import (
     FABRIC,
     MLP,
+    MOE_DISPATCHER,
     PRECISION,
     RECOMPUTE,
     RESHARDING,
@@ -144,6 +145,7 @@ def _checked(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str | None
     training = plan.training
     for table, value in ((SCHEDULE, training.schedule), (RESHARDING, training.resharding),
                          (RECOMPUTE, training.recompute), (PRECISION, training.precision),
+                         (MOE_DISPATCHER, training.moe_dispatcher),
                          (FABRIC, plan.cluster.fabric.kind), (MLP, plan.model.mlp)):
         enum_name(table, value, file)
     preset, model = _checked_model(plan, catalog, file)
@@ -162,7 +164,7 @@ def _checked(plan: xsweep_pb2.DeploymentPlan, catalog: Catalog, file: str | None
     typed, size = _GROUPS.get(key, lambda: _check_structure(plan, groups, model, cluster,
                                                             options.stack, file, limits))
     if model.is_moe or options.stack.expert_parallel > 1:
-        _check_moe(model, options, typed, file)
+        _check_moe(model, options, typed, cluster.gpus_per_node, file)
     entries = (*((("models", plan.model.preset, preset),) if preset is not None else ()),
                *hardware, ("software", software.name, software))
     return entries, model, options, cluster, typed, size
@@ -273,7 +275,7 @@ def _check_training(training: xsweep_pb2.Training, file: str | None) -> None:
 
 
 def _check_moe(model: ModelSpec, options: TrainingOptions, groups: tuple[Group, ...],
-               file: str | None) -> None:
+               gpus_per_node: tuple[int, ...], file: str | None) -> None:
     """Expert parallelism against the model and the device groups: EP needs routed experts
     it divides; it either divides a group's TP degree (EP carved from the group's TP ranks,
     each CP rank's under context parallelism) or is a multiple of it (EP over the TP ranks
@@ -301,6 +303,8 @@ def _check_moe(model: ModelSpec, options: TrainingOptions, groups: tuple[Group, 
                              f"training.expert_parallel ({ep}) above a group's TP degree "
                              "(EP across replicas)")
         _check_ep_across(ep, stack.zero_stage, groups, file)
+        if stack.moe_dispatcher == "deepep":
+            _check_deepep(ep, groups, gpus_per_node, file)
     if stack.fp8_param_gather:
         raise InputError(file, "training.fp8_param_gather", True,
                          "is not modelled for a model with experts (FP8 compute is: set "
@@ -346,6 +350,31 @@ def _check_ep_across(ep: int, zero_stage: int, groups: tuple[Group, ...],
             raise InputError(file, field, ep,
                              f"is TP ({tp}) x {ep // tp} replicas, and {ep // tp} must divide "
                              f"the {len(members)} replicas of pipeline stage {first.stage}")
+
+
+def _check_deepep(ep: int, groups: tuple[Group, ...], gpus_per_node: tuple[int, ...],
+                  file: str | None) -> None:
+    """DeepEP's dispatch pairs each rank with the rank at its place on every other node of
+    its EP group (the TP ranks of ``EP / TP`` consecutive replicas of a stage), so each EP
+    group must hold as many ranks on each of its nodes."""
+    node_of_rank = [node for node, gpus in enumerate(gpus_per_node) for _ in range(gpus)]
+    stages: dict[int, list[int]] = defaultdict(list)
+    for i, g in enumerate(groups):
+        stages[g.stage].append(i)
+    for members in stages.values():
+        members.sort(key=lambda i: groups[i].replica)
+        fold = ep // len(groups[members[0]].ranks)
+        if fold <= 1:  # EP inside TP: a group on one node
+            continue
+        for start in range(0, len(members), fold):
+            ranks = [r for i in members[start:start + fold] for r in groups[i].ranks]
+            per_node = Counter(node_of_rank[r] for r in ranks)
+            if len(set(per_node.values())) > 1:
+                i = members[start]
+                raise InputError(file, "training.moe_dispatcher", "DEEPEP",
+                                 f"needs each EP group spread evenly over its nodes, and the "
+                                 f"one of device_groups[{i}] holds {sorted(per_node.values())} "
+                                 "ranks on its nodes")
 
 
 def _check_virtual_stages(plan: xsweep_pb2.DeploymentPlan, file: str | None) -> None:

@@ -32,6 +32,12 @@ class Precision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     BF16: _ClassVar[Precision]
     FP8: _ClassVar[Precision]
 
+class MoeDispatcher(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MOE_DISPATCHER_UNSPECIFIED: _ClassVar[MoeDispatcher]
+    ALLTOALL: _ClassVar[MoeDispatcher]
+    DEEPEP: _ClassVar[MoeDispatcher]
+
 class Resharding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     RESHARDING_UNSPECIFIED: _ClassVar[Resharding]
@@ -57,6 +63,9 @@ FULL: Recompute
 PRECISION_UNSPECIFIED: Precision
 BF16: Precision
 FP8: Precision
+MOE_DISPATCHER_UNSPECIFIED: MoeDispatcher
+ALLTOALL: MoeDispatcher
+DEEPEP: MoeDispatcher
 RESHARDING_UNSPECIFIED: Resharding
 LCM: Resharding
 HETAUTO: Resharding
@@ -66,7 +75,7 @@ RAIL_OPTIMIZED: FabricKind
 FAT_TREE: FabricKind
 
 class Model(_message.Message):
-    __slots__ = ("preset", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_kv_heads", "vocab_size", "seq_length", "mlp", "dropout", "num_experts", "moe_top_k", "expert_ffn_hidden_size", "num_shared_experts", "shared_expert_ffn_hidden_size", "moe_first_dense_layers", "moe_capacity_factor")
+    __slots__ = ("preset", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_kv_heads", "vocab_size", "seq_length", "mlp", "dropout", "num_experts", "moe_top_k", "expert_ffn_hidden_size", "num_shared_experts", "shared_expert_ffn_hidden_size", "moe_first_dense_layers", "moe_capacity_factor", "moe_max_nodes")
     PRESET_FIELD_NUMBER: _ClassVar[int]
     NUM_LAYERS_FIELD_NUMBER: _ClassVar[int]
     HIDDEN_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -84,6 +93,7 @@ class Model(_message.Message):
     SHARED_EXPERT_FFN_HIDDEN_SIZE_FIELD_NUMBER: _ClassVar[int]
     MOE_FIRST_DENSE_LAYERS_FIELD_NUMBER: _ClassVar[int]
     MOE_CAPACITY_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    MOE_MAX_NODES_FIELD_NUMBER: _ClassVar[int]
     preset: str
     num_layers: int
     hidden_size: int
@@ -101,10 +111,11 @@ class Model(_message.Message):
     shared_expert_ffn_hidden_size: int
     moe_first_dense_layers: int
     moe_capacity_factor: float
-    def __init__(self, preset: _Optional[str] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., ffn_hidden_size: _Optional[int] = ..., num_attention_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., vocab_size: _Optional[int] = ..., seq_length: _Optional[int] = ..., mlp: _Optional[_Union[Mlp, str]] = ..., dropout: _Optional[bool] = ..., num_experts: _Optional[int] = ..., moe_top_k: _Optional[int] = ..., expert_ffn_hidden_size: _Optional[int] = ..., num_shared_experts: _Optional[int] = ..., shared_expert_ffn_hidden_size: _Optional[int] = ..., moe_first_dense_layers: _Optional[int] = ..., moe_capacity_factor: _Optional[float] = ...) -> None: ...
+    moe_max_nodes: int
+    def __init__(self, preset: _Optional[str] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., ffn_hidden_size: _Optional[int] = ..., num_attention_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., vocab_size: _Optional[int] = ..., seq_length: _Optional[int] = ..., mlp: _Optional[_Union[Mlp, str]] = ..., dropout: _Optional[bool] = ..., num_experts: _Optional[int] = ..., moe_top_k: _Optional[int] = ..., expert_ffn_hidden_size: _Optional[int] = ..., num_shared_experts: _Optional[int] = ..., shared_expert_ffn_hidden_size: _Optional[int] = ..., moe_first_dense_layers: _Optional[int] = ..., moe_capacity_factor: _Optional[float] = ..., moe_max_nodes: _Optional[int] = ...) -> None: ...
 
 class Training(_message.Message):
-    __slots__ = ("global_batch_size", "schedule", "resharding", "zero_stage", "total_tokens", "recompute", "sequence_parallel", "flash_attention", "virtual_pipeline_stages", "dp_overlap", "dp_bucket_params", "precision", "tp_comm_overlap", "expert_parallel", "moe_imbalance", "pp_p2p_overlap", "fp8_param_gather", "software")
+    __slots__ = ("global_batch_size", "schedule", "resharding", "zero_stage", "total_tokens", "recompute", "sequence_parallel", "flash_attention", "virtual_pipeline_stages", "dp_overlap", "dp_bucket_params", "precision", "tp_comm_overlap", "expert_parallel", "moe_imbalance", "pp_p2p_overlap", "fp8_param_gather", "moe_dispatcher", "software")
     GLOBAL_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     RESHARDING_FIELD_NUMBER: _ClassVar[int]
@@ -122,6 +133,7 @@ class Training(_message.Message):
     MOE_IMBALANCE_FIELD_NUMBER: _ClassVar[int]
     PP_P2P_OVERLAP_FIELD_NUMBER: _ClassVar[int]
     FP8_PARAM_GATHER_FIELD_NUMBER: _ClassVar[int]
+    MOE_DISPATCHER_FIELD_NUMBER: _ClassVar[int]
     SOFTWARE_FIELD_NUMBER: _ClassVar[int]
     global_batch_size: int
     schedule: Schedule
@@ -140,8 +152,9 @@ class Training(_message.Message):
     moe_imbalance: float
     pp_p2p_overlap: bool
     fp8_param_gather: bool
+    moe_dispatcher: MoeDispatcher
     software: str
-    def __init__(self, global_batch_size: _Optional[int] = ..., schedule: _Optional[_Union[Schedule, str]] = ..., resharding: _Optional[_Union[Resharding, str]] = ..., zero_stage: _Optional[int] = ..., total_tokens: _Optional[float] = ..., recompute: _Optional[_Union[Recompute, str]] = ..., sequence_parallel: _Optional[bool] = ..., flash_attention: _Optional[bool] = ..., virtual_pipeline_stages: _Optional[int] = ..., dp_overlap: _Optional[bool] = ..., dp_bucket_params: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., tp_comm_overlap: _Optional[bool] = ..., expert_parallel: _Optional[int] = ..., moe_imbalance: _Optional[float] = ..., pp_p2p_overlap: _Optional[bool] = ..., fp8_param_gather: _Optional[bool] = ..., software: _Optional[str] = ...) -> None: ...
+    def __init__(self, global_batch_size: _Optional[int] = ..., schedule: _Optional[_Union[Schedule, str]] = ..., resharding: _Optional[_Union[Resharding, str]] = ..., zero_stage: _Optional[int] = ..., total_tokens: _Optional[float] = ..., recompute: _Optional[_Union[Recompute, str]] = ..., sequence_parallel: _Optional[bool] = ..., flash_attention: _Optional[bool] = ..., virtual_pipeline_stages: _Optional[int] = ..., dp_overlap: _Optional[bool] = ..., dp_bucket_params: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., tp_comm_overlap: _Optional[bool] = ..., expert_parallel: _Optional[int] = ..., moe_imbalance: _Optional[float] = ..., pp_p2p_overlap: _Optional[bool] = ..., fp8_param_gather: _Optional[bool] = ..., moe_dispatcher: _Optional[_Union[MoeDispatcher, str]] = ..., software: _Optional[str] = ...) -> None: ...
 
 class ScaleUp(_message.Message):
     __slots__ = ("bandwidth_gbps", "latency_ns", "link")
