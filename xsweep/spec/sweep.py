@@ -38,7 +38,14 @@ from xsweep.errors import InputError, did_you_mean
 from xsweep.metrics import directions, objective_name, unknown_objective
 from xsweep.spec import ranges
 from xsweep.spec.catalog import Catalog, entry_key, load_catalog, repeated_entry
-from xsweep.spec.enums import FABRIC, PRECISION, RECOMPUTE, RESHARDING, SCHEDULE
+from xsweep.spec.enums import (
+    FABRIC,
+    MOE_DISPATCHER,
+    PRECISION,
+    RECOMPUTE,
+    RESHARDING,
+    SCHEDULE,
+)
 from xsweep.spec.reader import parse_yaml, read_yaml_file
 
 T = TypeVar("T")
@@ -243,6 +250,12 @@ class Training(_Strict):
     # pipeline sends beside the compute (true) or waited for by the sending stage (false):
     # only the waits change, so per point
     pp_p2p_overlap: Annotated[Axis[bool], PER_POINT] = [True]
+    # how MoE tokens cross nodes: alltoall (every rank straight to every rank of its EP
+    # group) or deepep (once per node, passed on over NVLink); only the all-to-alls' flows
+    # change, so per point; deepep over an EP group spread unevenly over its nodes is
+    # infeasible
+    moe_dispatcher: Annotated[Axis[Choice(*MOE_DISPATCHER.known())], PER_POINT] = [
+        MOE_DISPATCHER.default]
     # FP8 parameter all-gathers and FP8 weights (memory); needs fp8 and zero_stage 1 or 3
     # (a point without them is infeasible)
     fp8_param_gather: Annotated[Axis[bool], LAYOUT] = [False]

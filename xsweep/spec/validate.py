@@ -354,27 +354,39 @@ def _check_ep_across(ep: int, zero_stage: int, groups: tuple[Group, ...],
 
 def _check_deepep(ep: int, groups: tuple[Group, ...], gpus_per_node: tuple[int, ...],
                   file: str | None) -> None:
-    """DeepEP's dispatch pairs each rank with the rank at its place on every other node of
-    its EP group (the TP ranks of ``EP / TP`` consecutive replicas of a stage), so each EP
-    group must hold as many ranks on each of its nodes."""
+    """DeepEP's dispatch needs EP groups spread evenly over their nodes
+    (:func:`uneven_ep_group`)."""
+    uneven = uneven_ep_group(ep, [(g.stage, g.replica, g.ranks) for g in groups],
+                             gpus_per_node)
+    if uneven is not None:
+        i, counts = uneven
+        raise InputError(file, "training.moe_dispatcher", "DEEPEP",
+                         f"needs each EP group spread evenly over its nodes, and the one of "
+                         f"device_groups[{i}] holds {counts} ranks on its nodes")
+
+
+def uneven_ep_group(ep: int, groups: Sequence[tuple[int, int, Sequence[int]]],
+                    gpus_per_node: Sequence[int]) -> tuple[int, list[int]] | None:
+    """The first EP group, among ``groups`` ((stage, replica, ranks) each), that holds more
+    ranks on one of its nodes than on another, as (the index of its first group, its
+    ranks per node, fewest first); None where there is none. DeepEP's dispatch pairs each
+    rank with the rank at its place on every other node of its EP group (the TP ranks of
+    ``EP / TP`` consecutive replicas of a stage), so every node needs as many."""
     node_of_rank = [node for node, gpus in enumerate(gpus_per_node) for _ in range(gpus)]
     stages: dict[int, list[int]] = defaultdict(list)
-    for i, g in enumerate(groups):
-        stages[g.stage].append(i)
+    for i, (stage, _, _) in enumerate(groups):
+        stages[stage].append(i)
     for members in stages.values():
-        members.sort(key=lambda i: groups[i].replica)
-        fold = ep // len(groups[members[0]].ranks)
+        members.sort(key=lambda i: groups[i][1])
+        fold = ep // len(groups[members[0]][2])
         if fold <= 1:  # EP inside TP: a group on one node
             continue
         for start in range(0, len(members), fold):
-            ranks = [r for i in members[start:start + fold] for r in groups[i].ranks]
-            per_node = Counter(node_of_rank[r] for r in ranks)
+            per_node = Counter(node_of_rank[r] for i in members[start:start + fold]
+                               for r in groups[i][2])
             if len(set(per_node.values())) > 1:
-                i = members[start]
-                raise InputError(file, "training.moe_dispatcher", "DEEPEP",
-                                 f"needs each EP group spread evenly over its nodes, and the "
-                                 f"one of device_groups[{i}] holds {sorted(per_node.values())} "
-                                 "ranks on its nodes")
+                return members[start], sorted(per_node.values())
+    return None
 
 
 def _check_virtual_stages(plan: xsweep_pb2.DeploymentPlan, file: str | None) -> None:

@@ -185,3 +185,54 @@ def test_context_parallelism_with_experts_inside_tp_builds_and_across_says_why(c
             assert {(g.cp, g.tp) for g in a.groups} == {(cp, 4)}
             built.add((cp, ep))
     assert {(2, 1), (2, 2), (2, 4)} <= built
+
+
+def _dispatchers(gpus_per_node: int, nodes: int, tp: list[int], ep: list[int]) -> dict:
+    return changed(MIXTRAL, training={**MIXTRAL["training"],
+                                      "moe_dispatcher": ["alltoall", "deepep"]},
+                   cluster={"pools": [{"gpu": "H200", "nodes": nodes,
+                                       "gpus_per_node": gpus_per_node}]},
+                   parallelism={**MIXTRAL["parallelism"], "tp": {"H200": tp}, "pp": [4],
+                                "ep": ep})
+
+
+def test_the_dispatcher_reaches_plans_whose_ep_groups_span_nodes(catalog):
+    """Eight nodes of 4 GPUs, four replicas of TP 2 x PP 4 (two nodes each), EP 8: each EP
+    group spans four nodes, so DeepEP's points build plans of their own that say so; EP 2
+    stays inside a group, on a node, where both dispatchers build one plan and the axis
+    is unused."""
+    from xsweep.search.space.planner import unused_axes
+
+    sweep, _, points, outs = _outcomes(_dispatchers(4, 8, [2], [2, 8]), catalog)
+    planner = Planner(sweep, catalog)
+    seen = set()
+    for point, out in zip(points, outs, strict=True):
+        assert isinstance(out, Built), out
+        a = analyze(validate_plan(out.plan, catalog), catalog)
+        across = point["parallelism.ep"] == 8
+        expected = point["training.moe_dispatcher"] if across else "alltoall"
+        assert a.stack.moe_dispatcher == expected
+        assert bool(a.ep_places) == across
+        assert ("training.moe_dispatcher" in unused_axes(sweep, point)) == (not across)
+        seen.add((point["parallelism.ep"], planner.variant(point)))
+    # EP 2: one variant for both dispatchers; EP 8: two
+    assert len({v for ep, v in seen if ep == 2}) == 1
+    assert len({v for ep, v in seen if ep == 8}) == 2
+
+
+def test_deepep_over_ep_groups_spread_unevenly_is_infeasible_with_a_reason(catalog):
+    """Sixteen nodes of 6 GPUs, 24 replicas of TP 1 x PP 4, EP 8: the planner places a
+    stage's 8 consecutive replicas' groups 6 on one node and 2 on the next, which DeepEP
+    cannot pair; the flat all-to-all runs it."""
+    document = _dispatchers(6, 16, [1], [8])
+    document["training"]["global_batch_size"] = 48  # 2 micro-batches per replica
+    _, _, points, outs = _outcomes(document, catalog)
+    by_dispatcher = {point["training.moe_dispatcher"]: out
+                     for point, out in zip(points, outs, strict=True)}
+    assert isinstance(by_dispatcher["alltoall"], Built), by_dispatcher["alltoall"]
+    refused = by_dispatcher["deepep"]
+    assert isinstance(refused, Infeasible)
+    assert refused.reason == ("expert parallelism: DeepEP needs each EP group spread evenly "
+                              "over its nodes, and one holds [2, 6] ranks on its nodes")
+    assert reason_kind(refused.reason).name == "experts"
+    assert refused.memory_per_gpu_gib > 0

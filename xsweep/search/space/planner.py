@@ -61,11 +61,19 @@ from xsweep.search.space.apportion import apportion
 from xsweep.search.space.grid import Point
 from xsweep.spec import xsweep_pb2 as pb
 from xsweep.spec.catalog import REFERENCE_SOFTWARE, Catalog, GpuSpec, ModelSpec
-from xsweep.spec.enums import FABRIC, PRECISION, RECOMPUTE, RESHARDING, SCHEDULE
+from xsweep.spec.enums import (
+    FABRIC,
+    MOE_DISPATCHER,
+    PRECISION,
+    RECOMPUTE,
+    RESHARDING,
+    SCHEDULE,
+)
 from xsweep.spec.limits import active_limits, over_limit
 from xsweep.spec.program_size import describe_program, estimate_program_size
 from xsweep.spec.resolve import groups_bytes
 from xsweep.spec.sweep import NUMERIC, PER_POINT, Sweep, axis_class
+from xsweep.spec.validate import uneven_ep_group
 
 
 @dataclass(frozen=True)
@@ -110,6 +118,10 @@ class _Template:
     node_pool: tuple[int, ...]  # the sweep's pool of each node
     memory_per_gpu_gib: float
     groups: bytes  # the plan's device groups serialized (its variants share them)
+    # whether an EP group spans nodes (so the MoE dispatcher matters), and why DeepEP's
+    # dispatch cannot run on the layout ("" where it can): an EP group spread unevenly
+    ep_spans_nodes: bool = False
+    deepep: str = ""
 
 
 @dataclass(frozen=True)
@@ -148,6 +160,7 @@ class PointFields(NamedTuple):
     dp_overlap: bool
     dp_bucket_params: int
     pp_p2p_overlap: bool  # pipeline sends beside the compute
+    moe_dispatcher: str
     fabric: str
     oversubscription: float
     nics: tuple[str, ...]  # of each pool that has nodes, in pool order ("": the default)
@@ -195,6 +208,10 @@ class Planner:
         t.dp_bucket_params = fields.dp_bucket_params
         if not fields.pp_p2p_overlap:  # unset means overlapped: other plans keep their bytes
             t.pp_p2p_overlap = False
+        if fields.moe_dispatcher != MOE_DISPATCHER.default:
+            if layout.deepep:
+                return Infeasible(layout.deepep, layout.memory_per_gpu_gib)
+            t.moe_dispatcher = MOE_DISPATCHER.value(fields.moe_dispatcher)
         plan.cluster.fabric.kind = FABRIC.value(fields.fabric)
         plan.cluster.fabric.oversubscription = fields.oversubscription
         nic_of = dict(zip(sorted(set(layout.node_pool)), fields.nics, strict=True))
@@ -235,7 +252,10 @@ class Planner:
         """The per-point fields that :meth:`plan` writes into the layout's plan."""
         return PointFields(point["training.resharding"], point["training.dp_overlap"],
                            point["training.dp_bucket_params"],
-                           point.get("training.pp_p2p_overlap", True), point["cluster.fabric"],
+                           point.get("training.pp_p2p_overlap", True),
+                           point.get("training.moe_dispatcher", MOE_DISPATCHER.default)
+                           if layout.ep_spans_nodes else MOE_DISPATCHER.default,
+                           point["cluster.fabric"],
                            point["cluster.oversubscription"],
                            tuple(point.get(f"cluster.pools[{pool}].nic", "")
                                  for pool in sorted(set(layout.node_pool))))
@@ -276,7 +296,7 @@ class Planner:
             return Infeasible(reason, memory_gib)
         plan = _build(point, pools, shapes, layout, counts, b, self.sweep, self.catalog)
         return _Template(plan, tuple(p.index for p in pools for _ in range(p.nodes)),
-                         memory_gib, groups_bytes(plan))
+                         memory_gib, groups_bytes(plan), *_ep_across_nodes(plan, stack))
 
     def _arithmetic(self, point: Point, pools: list[_Pool], model: ModelSpec,
                     stack: Stack) -> str:
@@ -378,6 +398,25 @@ class Planner:
         return largest, worst
 
 
+def _ep_across_nodes(plan: pb.DeploymentPlan, stack: Stack) -> tuple[bool, str]:
+    """Whether an EP group of the plan spans nodes, and why its EP groups cannot run
+    DeepEP's dispatch ("" where they can)."""
+    ep = stack.expert_parallel
+    if all(ep <= len(g.ranks) for g in plan.device_groups):  # EP inside the groups
+        return False, ""
+    node_of_rank = [i for i, node in enumerate(plan.cluster.nodes) for _ in range(node.num_gpus)]
+    groups = sorted(plan.device_groups, key=lambda g: (g.pp_stage, g.dp_replica))
+    fold = ep // len(groups[0].ranks)
+    spans = any(len({node_of_rank[r] for g in groups[i:i + fold] for r in g.ranks}) > 1
+                for i in range(0, len(groups), fold))
+    uneven = uneven_ep_group(ep, [(g.pp_stage, g.dp_replica, g.ranks) for g in groups],
+                             [node.num_gpus for node in plan.cluster.nodes])
+    if uneven is None:
+        return spans, ""
+    return spans, (f"expert parallelism: DeepEP needs each EP group spread evenly over its "
+                   f"nodes, and one holds {uneven[1]} ranks on its nodes")
+
+
 def layout_stack(point: Point, catalog: Catalog, imbalance: float = 1.0) -> Stack:
     """The point's training-stack options that shape its stages' speed and memory (the
     gradient-bucket options, per point, are left at their defaults), its software profile
@@ -410,6 +449,10 @@ def unused_axes(sweep: Sweep, point: Point) -> frozenset[str]:
     active = sum(point[f"cluster.pools[{i}].nodes"] > 0 for i in range(len(sweep.cluster.pools)))
     if active < 2:
         unused.append("parallelism.pipeline_mix")
+    ep = point.get("parallelism.ep", 1)
+    if all(ep <= point[f"parallelism.tp.{pool.gpu}"] for i, pool in enumerate(sweep.cluster.pools)
+           if point[f"cluster.pools[{i}].nodes"] > 0):  # EP inside the groups: on one node
+        unused.append("training.moe_dispatcher")
     return frozenset(path for path in unused if path in point)  # a pool's NIC may be no axis
 
 

@@ -95,6 +95,8 @@ AXES = {
     "pp_p2p_overlap": ("bool", "pipeline sends beside the compute (false: waited for by the "
                                "sending stage)"),
     "fp8_param_gather": ("bool", "parameter all-gathers of the FP8 copies, FP8 weights kept"),
+    "moe_dispatcher": ("", "how MoE tokens cross nodes (alltoall, or deepep: once per node, "
+                           "passed on over NVLink)"),
     "precision": ("", "number format of the blocks' GEMMs (bf16, or fp8 as Transformer "
                       "Engine runs it)"),
     "fabric": ("", "scale-out network topology"),
