@@ -37,7 +37,11 @@ def outcome(prepared: Prepared, result: SimResult, cost: CostModel = DEFAULT_COS
                       "expert_parallel": a.stack.expert_parallel,
                       "experts_per_gpu": a.model.num_experts // a.stack.expert_parallel,
                       "assumed_imbalance": a.stack.moe_imbalance,
-                      "capacity_factor": a.model.moe_capacity_factor}
+                      "capacity_factor": a.model.moe_capacity_factor,
+                      # how tokens cross nodes: "deepep" only where an EP group spans nodes
+                      "dispatcher": ("deepep" if a.stack.moe_dispatcher == "deepep"
+                                     and a.ep_places else "alltoall"),
+                      "max_nodes": a.model.moe_max_nodes}
     return doc
 
 
@@ -69,7 +73,10 @@ def format_outcome(doc: dict) -> str:
         lines[3:3] = [
             f"experts: {moe['experts']} routed, top {moe['top_k']}, EP {moe['expert_parallel']} "
             f"({moe['experts_per_gpu']} experts per GPU), "
-            + (f"capacity factor {capacity:g}" if capacity else "dropless"),
+            + (f"capacity factor {capacity:g}" if capacity else "dropless")
+            + (", DeepEP dispatch across nodes" + (f" (each token to at most {moe['max_nodes']} "
+                                                   "nodes)" if moe["max_nodes"] else "")
+               if moe.get("dispatcher") == "deepep" else ""),
             f"assumed: the busiest expert takes {moe['assumed_imbalance']:g}x the mean tokens "
             "(moe_imbalance)"]
     labels = {"busy_s": "compute", "idle_s": "idle", "bubble_s": "pipeline bubble",

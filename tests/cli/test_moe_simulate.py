@@ -17,7 +17,7 @@ def test_mixtral_plan_simulates_with_its_assumptions_stated(run_xsweep, spaces_d
     doc = json.loads(result.stdout)
     assert doc["moe"] == {"experts": 8, "top_k": 2, "expert_parallel": 8,
                           "experts_per_gpu": 1, "assumed_imbalance": 1.2,
-                          "capacity_factor": 0.0}
+                          "capacity_factor": 0.0, "dispatcher": "alltoall", "max_nodes": 0}
     assert doc["memory_fits"] and 0 < doc["mfu"] < 1
     # the all-to-alls ride in the TP tasks: their time shows as exposed TP communication
     assert doc["exposed_tp_s_max"] > 0
@@ -87,3 +87,18 @@ def test_tp_one_fp8_plan_simulates_and_evaluates_alike(run_xsweep, spaces_dir, t
     assert "precision: BF16" in bf16.read_text()
     slower = json.loads(run_xsweep("simulate", bf16, "--json").stdout)
     assert slower["iteration_time_s"] > doc["iteration_time_s"]
+
+
+def test_deepep_dispatch_simulates_faster_and_says_so(run_xsweep, spaces_dir, tmp_path):
+    """The shipped TP-1 plan (EP groups of 8 replicas over two nodes) with DeepEP's
+    dispatch: ``xsweep simulate`` states it, ``xsweep.evaluate`` at the exact level agrees,
+    and it is faster than the flat all-to-all, whose NIC bytes per token it cuts."""
+    flat = spaces_dir / "mixtral-8x7b-ep-tp1-fp8.pbtxt"
+    plan = tmp_path / "deepep.pbtxt"
+    plan.write_text(flat.read_text().replace("training {", "training {\n  moe_dispatcher: DEEPEP"))
+    doc = _simulated_as_evaluated(run_xsweep, plan)
+    assert doc["moe"]["dispatcher"] == "deepep"
+    assert "dropless, DeepEP dispatch across nodes" in run_xsweep("simulate", plan).stdout
+    before = json.loads(run_xsweep("simulate", flat, "--json").stdout)
+    assert before["moe"]["dispatcher"] == "alltoall"
+    assert doc["iteration_time_s"] < before["iteration_time_s"]

@@ -25,7 +25,8 @@ least, for every device group:
   link, those on other nodes all through its PCIe path and NIC, so a pass's all-to-alls
   last at least their launches plus the bytes crossing that link over its rate (each
   flow's bytes over the highest bus efficiency its path can have, the NIC's or PCIe's;
-  :func:`expert_fanout` counts the flows). Under
+  :func:`expert_fanout` counts the flows; under DeepEP's dispatch, its heavier flows on its
+  node and one flow to each other node). Under
   context parallelism the compute is a CP rank's (``1/cp`` of the tokens), each CP rank's
   TP ring sits in one node, and the CP ring runs beside the compute (with the TP rings
   if they overlap, else the TP rings run after both): left out, it only lengthens a
