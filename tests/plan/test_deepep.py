@@ -139,10 +139,14 @@ def test_the_closed_form_counts_deepep_flows_and_stays_under_the_simulator(catal
     assert iteration_lower_bound(plan, catalog) <= simulate(lower(a)).iteration_time_s
 
 
-def test_on_one_node_deepep_is_the_flat_all_to_all(catalog):
-    """An EP group on one node: the same structure, flows and numbers."""
-    deepep, flat = (analyze(ep_plan("mixtral-8x7b", tp=1, ep=8, gpus_per_node=8, nodes=2,
-                                    dispatcher=d), catalog) for d in ("deepep", "alltoall"))
+@pytest.mark.parametrize(("tp", "ep", "gpus_per_node"), [(1, 8, 8), (4, 4, 4)])
+def test_on_one_node_deepep_is_the_flat_all_to_all(catalog, tp, ep, gpus_per_node):
+    """An EP group on one node (8 replicas of TP 1 on a node of 8, or EP inside each TP-4
+    group, its replicas on two nodes): the same structure, flows and numbers."""
+    deepep, flat = (analyze(ep_plan("mixtral-8x7b", tp=tp, ep=ep, gpus_per_node=gpus_per_node,
+                                    nodes=2, dispatcher=d), catalog)
+                    for d in ("deepep", "alltoall"))
+    assert not deepep.ep_places and deepep.ep_dispatch(0) == (1.0, 1.0)
     assert structure_key(deepep) == structure_key(flat)
     a, b = lower(deepep), lower(flat)
     np.testing.assert_array_equal(a.flow_bytes, b.flow_bytes)

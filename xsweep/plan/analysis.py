@@ -201,13 +201,16 @@ class PlanAnalysis:
 
     @functools.cached_property
     def ep_places(self) -> dict[int, int]:
-        """Where EP groups span nodes, each of their ranks' place among its EP group's ranks
-        on its node, by rank: under DeepEP's dispatch a rank's all-to-all flows to other
-        nodes go only to the ranks of its place there (the validation spreads such groups
-        evenly over their nodes)."""
+        """Where EP groups span replicas on several nodes, each of their ranks' place among
+        its EP group's ranks on its node, by rank: under DeepEP's dispatch a rank's
+        all-to-all flows to other nodes go only to the ranks of its place there (the
+        validation spreads such groups evenly over their nodes). An EP group inside a
+        group's TP ranks stays on one node."""
         node = self.topology.rank_nodes()
         places: dict[int, int] = {}
         for gi in range(len(self.groups)):
+            if len(self.ep_peers[gi]) == 1:
+                continue
             ranks = sorted(self.ep_ranks(gi))
             if len({int(node[r]) for r in ranks}) > 1:
                 seen: dict[int, int] = {}
@@ -221,7 +224,7 @@ class PlanAnalysis:
         node, as multiples of the flat all-to-all's pair bytes: DeepEP's
         (:func:`~xsweep.plan.workload.deepep_factors`) under ``moe_dispatcher`` deepep, else
         (1, 1)."""
-        if self.stack.moe_dispatcher != "deepep":
+        if self.stack.moe_dispatcher != "deepep" or len(self.ep_peers[gi]) == 1:
             return 1.0, 1.0
         ranks = self.ep_ranks(gi)
         node = self.topology.rank_nodes()
