@@ -406,9 +406,12 @@ def _ep_across_nodes(plan: pb.DeploymentPlan, stack: Stack) -> tuple[bool, str]:
         return False, ""
     node_of_rank = [i for i, node in enumerate(plan.cluster.nodes) for _ in range(node.num_gpus)]
     groups = sorted(plan.device_groups, key=lambda g: (g.pp_stage, g.dp_replica))
-    fold = ep // len(groups[0].ranks)
-    spans = any(len({node_of_rank[r] for g in groups[i:i + fold] for r in g.ranks}) > 1
-                for i in range(0, len(groups), fold))
+    spans = False
+    for stage in {g.pp_stage for g in groups}:  # EP groups: consecutive replicas of a stage
+        members = [g for g in groups if g.pp_stage == stage]
+        fold = max(ep // len(members[0].ranks), 1)
+        spans = spans or any(len({node_of_rank[r] for g in members[i:i + fold]
+                                  for r in g.ranks}) > 1 for i in range(0, len(members), fold))
     uneven = uneven_ep_group(ep, [(g.pp_stage, g.dp_replica, g.ranks) for g in groups],
                              [node.num_gpus for node in plan.cluster.nodes])
     if uneven is None:
