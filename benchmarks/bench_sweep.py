@@ -35,7 +35,8 @@ Run: ``python benchmarks/bench_sweep.py [--large-budget-s 1800] [--large-runs 2]
 With ``--exhaustive-check`` the GPT-3 space is swept again with ``--exhaustive`` (every
 buildable point lowered and evaluated exactly) and the fronts and top plans compared
 with the funnel's; ``--exhaustive-large`` does the same for the large space, whose
-74,358 buildable points take about an hour on 2 cores.
+74,358 buildable points take two hours or more on 2 cores (a stopped run resumes from
+its folder: ``xsweep sweep <space> --exhaustive -o <folder>``).
 
 Goals on a 2-core machine: quickstart under 60 s cold and 15 s warm; the large space at
 20,000 points/s or more (warm) with a peak memory under 4 GB. Ratios to the goals are printed;
@@ -381,7 +382,7 @@ def main() -> None:
                              "and top plans (about 2 minutes on 2 cores)")
     parser.add_argument("--exhaustive-large", action="store_true",
                         help="the same for the large space (every buildable point, about "
-                             "74,000, evaluated exactly: about an hour on 2 cores)")
+                             "74,000, evaluated exactly: two hours or more on 2 cores)")
     parser.add_argument("--calculon", type=Path, metavar="PATH",
                         help="a checkout of Calculon: run its search on the GPT-3 question too")
     parser.add_argument("--large-run", type=int, help=argparse.SUPPRESS)  # a later run, in
