@@ -365,28 +365,37 @@ def _check_deepep(ep: int, groups: tuple[Group, ...], gpus_per_node: tuple[int, 
                          f"device_groups[{i}] holds {counts} ranks on its nodes")
 
 
-def uneven_ep_group(ep: int, groups: Sequence[tuple[int, int, Sequence[int]]],
-                    gpus_per_node: Sequence[int]) -> tuple[int, list[int]] | None:
-    """The first EP group, among ``groups`` ((stage, replica, ranks) each), that holds more
-    ranks on one of its nodes than on another, as (the index of its first group, its
-    ranks per node, fewest first); None where there is none. DeepEP's dispatch pairs each
-    rank with the rank at its place on every other node of its EP group (the TP ranks of
-    ``EP / TP`` consecutive replicas of a stage), so every node needs as many."""
+def ep_groups_on_nodes(ep: int, groups: Sequence[tuple[int, int, Sequence[int]]],
+                       gpus_per_node: Sequence[int]) -> list[tuple[int, Counter]]:
+    """Each EP group that spans replicas, among ``groups`` ((stage, replica, ranks) each):
+    the index of its first group and its ranks per node. An EP group is the TP ranks of
+    ``EP / TP`` consecutive replicas of a stage; one inside a group's TP ranks (on one
+    node) is left out."""
     node_of_rank = [node for node, gpus in enumerate(gpus_per_node) for _ in range(gpus)]
     stages: dict[int, list[int]] = defaultdict(list)
     for i, (stage, _, _) in enumerate(groups):
         stages[stage].append(i)
+    out = []
     for members in stages.values():
         members.sort(key=lambda i: groups[i][1])
         fold = ep // len(groups[members[0]][2])
         if fold <= 1:  # EP inside TP: a group on one node
             continue
-        for start in range(0, len(members), fold):
-            per_node = Counter(node_of_rank[r] for i in members[start:start + fold]
-                               for r in groups[i][2])
-            if len(set(per_node.values())) > 1:
-                return members[start], sorted(per_node.values())
-    return None
+        out += [(members[start], Counter(node_of_rank[r] for i in members[start:start + fold]
+                                         for r in groups[i][2]))
+                for start in range(0, len(members), fold)]
+    return out
+
+
+def uneven_ep_group(ep: int, groups: Sequence[tuple[int, int, Sequence[int]]],
+                    gpus_per_node: Sequence[int]) -> tuple[int, list[int]] | None:
+    """The first EP group (:func:`ep_groups_on_nodes`) that holds more ranks on one of its
+    nodes than on another, as (the index of its first group, its ranks per node, fewest
+    first); None where there is none. DeepEP's dispatch pairs each rank with the rank at
+    its place on every other node of its EP group, so every node needs as many."""
+    return next(((first, sorted(per_node.values()))
+                 for first, per_node in ep_groups_on_nodes(ep, groups, gpus_per_node)
+                 if len(set(per_node.values())) > 1), None)
 
 
 def _check_virtual_stages(plan: xsweep_pb2.DeploymentPlan, file: str | None) -> None:

@@ -73,7 +73,7 @@ from xsweep.spec.limits import active_limits, over_limit
 from xsweep.spec.program_size import describe_program, estimate_program_size
 from xsweep.spec.resolve import groups_bytes
 from xsweep.spec.sweep import NUMERIC, PER_POINT, Sweep, axis_class
-from xsweep.spec.validate import uneven_ep_group
+from xsweep.spec.validate import ep_groups_on_nodes, uneven_ep_group
 
 
 @dataclass(frozen=True)
@@ -401,19 +401,11 @@ class Planner:
 def _ep_across_nodes(plan: pb.DeploymentPlan, stack: Stack) -> tuple[bool, str]:
     """Whether an EP group of the plan spans nodes, and why its EP groups cannot run
     DeepEP's dispatch ("" where they can)."""
-    ep = stack.expert_parallel
-    if all(ep <= len(g.ranks) for g in plan.device_groups):  # EP inside the groups
-        return False, ""
-    node_of_rank = [i for i, node in enumerate(plan.cluster.nodes) for _ in range(node.num_gpus)]
-    groups = sorted(plan.device_groups, key=lambda g: (g.pp_stage, g.dp_replica))
-    spans = False
-    for stage in {g.pp_stage for g in groups}:  # EP groups: consecutive replicas of a stage
-        members = [g for g in groups if g.pp_stage == stage]
-        fold = max(ep // len(members[0].ranks), 1)
-        spans = spans or any(len({node_of_rank[r] for g in members[i:i + fold]
-                                  for r in g.ranks}) > 1 for i in range(0, len(members), fold))
-    uneven = uneven_ep_group(ep, [(g.pp_stage, g.dp_replica, g.ranks) for g in groups],
-                             [node.num_gpus for node in plan.cluster.nodes])
+    groups = [(g.pp_stage, g.dp_replica, g.ranks) for g in plan.device_groups]
+    nodes = [node.num_gpus for node in plan.cluster.nodes]
+    on_nodes = ep_groups_on_nodes(stack.expert_parallel, groups, nodes)
+    spans = any(len(per_node) > 1 for _, per_node in on_nodes)
+    uneven = uneven_ep_group(stack.expert_parallel, groups, nodes)
     if uneven is None:
         return spans, ""
     return spans, (f"expert parallelism: DeepEP needs each EP group spread evenly over its "
