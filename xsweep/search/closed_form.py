@@ -47,9 +47,11 @@ kernels, is the point's ``iteration_time_s`` at the ``closed_form`` level. Its
 training time and costs per run and per million tokens the matching lower bounds (the
 cluster's capex and hourly rate, as the evaluator prices them, times the bound); every
 other metric has no closed form and stays NaN, which the funnel never prunes on.
-The bound reads no per-point field of the plan (NICs, fabric, resharding, DP overlap,
-gradient buckets, whether pipeline sends overlap the compute): points of one layout share
-it. Pipeline transfers are left out, so it holds whether a stage's sends run beside its
+Without expert parallelism the bound reads no per-point field of the plan (NICs, fabric,
+resharding, DP overlap, gradient buckets, whether pipeline sends overlap the compute), so
+points of one layout share it. With it, the all-to-alls of EP groups that span nodes leave
+through the NICs, by the dispatcher's pattern: such points share it only where their
+cluster and training options are equal too (:func:`shared_by`). Pipeline transfers are left out, so it holds whether a stage's sends run beside its
 compute or block it (``pp_p2p_overlap``: blocking only adds waits), and whether parameters
 are gathered in FP8 (``fp8_param_gather``: DP traffic is left out too).
 """
@@ -137,6 +139,17 @@ def iteration_lower_bound(plan: pb.DeploymentPlan, catalog: Catalog) -> float:
             best = max(best, before + m * own)
             before += chunk
     return best * (1.0 - MARGIN)
+
+
+def shared_by(plan: pb.DeploymentPlan) -> tuple[bytes, ...]:
+    """What, besides its layout, :func:`iteration_lower_bound` reads of ``plan``: nothing
+    without expert parallelism; with it, the cluster (the NICs that all-to-alls across
+    nodes leave through) and the training options (the dispatcher). Plans of one layout
+    with equal keys have equal bounds."""
+    if plan.training.expert_parallel <= 1:
+        return ()
+    return (plan.cluster.SerializeToString(deterministic=True),
+            plan.training.SerializeToString(deterministic=True))
 
 
 def expert_fanout(plan: pb.DeploymentPlan, ep: int, node_of_rank: list[int],

@@ -35,7 +35,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from xsweep import metrics
-from xsweep.search.closed_form import cluster_rates_of, iteration_lower_bound, metric_arrays
+from xsweep.search.closed_form import (
+    cluster_rates_of,
+    iteration_lower_bound,
+    metric_arrays,
+    shared_by,
+)
 from xsweep.search.levels import CODE_DTYPE, Level, Status
 from xsweep.search.space.grid import Point
 from xsweep.search.space.planner import Built, Planner
@@ -211,9 +216,10 @@ class _Planned:
     plans: dict[bytes, object] = dataclasses.field(default_factory=dict)
     layout_of: dict[bytes, int] = dataclasses.field(default_factory=dict)
     keys: dict[int, bytes] = dataclasses.field(default_factory=dict)  # row -> plan key
-    # the closed form's memos: by layout, the iteration bound and tokens of an iteration;
-    # prices by pricing and cluster (its message serialized)
-    lower_bounds: dict[int, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    # the closed form's memos: by layout (and what else the bound reads: shared_by), the
+    # iteration bound and tokens of an iteration; prices by pricing and cluster (its
+    # message serialized)
+    lower_bounds: dict[tuple, tuple[float, float]] = dataclasses.field(default_factory=dict)
     prices: dict[tuple, tuple[float, float]] = dataclasses.field(default_factory=dict)
 
 
@@ -324,15 +330,17 @@ def _results(session: Session, job: Job, found: _Planned, ordered: list[bytes], 
 
 def _closed_form_table(job: Job, found: _Planned, ordered: list[bytes], cost) -> Table:
     """The closed-form metrics of the plans ``ordered``, a row each: a plan's iteration
-    bound is its layout's (per-point fields leave it unchanged: ``found.lower_bounds``
-    keeps it by layout), its cluster's price that of its nodes' GPUs and NICs
+    bound is its layout's (``found.lower_bounds`` keeps it by layout and by the per-point
+    fields the bound reads, :func:`~xsweep.search.closed_form.shared_by`: none without
+    expert parallelism), its cluster's price that of its nodes' GPUs and NICs
     (``found.prices`` keeps it by pricing and cluster), its tokens per iteration
     its layout's (model and global batch); the metrics are then arithmetic on arrays."""
     n = len(ordered)
     seconds, tokens, total = np.empty(n), np.empty(n), np.empty(n)
     capex, rate = np.empty(n), np.empty(n)
     for i, key in enumerate(ordered):
-        plan, layout = found.plans[key], found.layout_of[key]
+        plan = found.plans[key]
+        layout = (found.layout_of[key], *shared_by(plan))
         bound = found.lower_bounds.get(layout)
         if bound is None:
             model = resolve_model(plan, job.catalog)

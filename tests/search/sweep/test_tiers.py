@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from xsweep.search.sweep.run import Options, run_sweep
+from xsweep.search.closed_form import iteration_lower_bound
+from xsweep.search.sweep.run import Options, plan_of, run_sweep
+from xsweep.spec import load_catalog
 
 SPACE = """\
 name: tiers
@@ -66,3 +68,60 @@ def test_the_closed_form_spares_lowering(runs):
     for name in ("iteration_time_s", "cost_per_run_usd"):
         assert np.isfinite(ds[name].values.reshape(-1)[stopped]).all(), name
     assert np.isnan(ds["mfu"].values.reshape(-1)[stopped]).all()
+
+
+# Mixtral with EP groups over 2 to 8 nodes of 2 or 4 GPUs, under a slow and a fast NIC:
+# points of one layout differ in what their all-to-alls cost across nodes.
+MOE_SPACE = """\
+name: tiers-moe
+model: mixtral-8x7b
+training:
+  global_batch_size: 64
+  schedule: 1f1b
+  recompute: full
+  zero_stage: 1
+cluster:
+  pools:
+    - {gpu: H100-SXM, nodes: [4, 8], gpus_per_node: [2, 4], nic: [eth10g, cx7]}
+parallelism:
+  tp: {H100-SXM: [1, 2]}
+  pp: [1, 2]
+  ep: [4, 8]
+  micro_batch_size: 1
+objectives: [iteration_time_s]
+validate: {top: 3}
+"""
+
+
+@pytest.fixture(scope="module")
+def moe_runs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiers-moe")
+    path = folder / "tiers-moe.yaml"
+    path.write_text(MOE_SPACE)
+    funnel = run_sweep(path, Options(out_dir=folder / "funnel", processes=1, lowered_top=2))
+    everything = run_sweep(path, Options(out_dir=folder / "all", processes=1, exhaustive=True))
+    return path, funnel, everything
+
+
+def test_points_of_one_layout_keep_their_own_bound_under_expert_parallelism(moe_runs):
+    """The closed form of a point whose all-to-alls cross nodes depends on its NIC, a
+    per-point field: a layout's first point's bound is not the others' (a cx7 point given
+    its 10 GbE twin's bound was pruned, though it was the fastest plan)."""
+    path, funnel, everything = moe_runs
+    (ours,), (theirs,) = funnel.summary["groups"], everything.summary["groups"]
+    assert [r["point"] for r in ours["front"]] == [r["point"] for r in theirs["front"]]
+    for name, rows in ours["top"].items():
+        assert [r["point"] for r in rows] == [r["point"] for r in theirs["top"][name]], name
+    ds = xr.open_zarr(funnel.folder / "sweep.zarr")
+    level = ds["level"].values.reshape(-1)
+    seconds = ds["iteration_time_s"].values.reshape(-1)
+    exact = xr.open_zarr(everything.folder / "sweep.zarr")["iteration_time_s"].values.reshape(-1)
+    stopped = np.flatnonzero(level == "closed_form")
+    assert len(stopped) > 10
+    catalog = load_catalog()
+    for point in stopped.tolist():
+        plan = plan_of(path, point).plan
+        assert seconds[point] == pytest.approx(iteration_lower_bound(plan, catalog), rel=1e-12)
+        assert seconds[point] <= exact[point], point
+    nics = {plan_of(path, int(p)).plan.cluster.nodes[0].nic for p in stopped}
+    assert nics == {"eth10g", "cx7"}
