@@ -17,8 +17,9 @@ default limits apply: a plan they refuse is reported as refused.
 With ``--deepseek`` it also builds a DeepSeek-V3-shaped plan on 2,048 H100s (TP 1, PP 16,
 DP 128, EP 64: each stage's EP groups on 8 nodes of 8, as DeepSeek-V3 lays them out; FP8,
 ZeRO-1, full recompute, 8 micro-batches per replica) and simulates it with NCCL's flat
-all-to-all and with DeepEP's dispatch (``training.moe_dispatcher``), printing both and
-their ratio.
+all-to-all, with DeepEP's dispatch (``training.moe_dispatcher``) and with DeepEP's
+dispatch in FP8 as DeepSeek-V3 runs it (``training.moe_fp8_dispatch``), printing each and
+their ratios.
 """
 
 from __future__ import annotations
@@ -63,10 +64,10 @@ def build(gpus: int, folder: Path) -> tuple[Path, int]:
     return path, estimate_program_size(plan)
 
 
-def build_deepseek(dispatcher: str, folder: Path) -> Path:
+def build_deepseek(dispatcher: str, folder: Path, fp8_dispatch: bool = False) -> Path:
     """DeepSeek-V3 on 2,048 H100s, PP 16 x DP 128 at TP 1, EP 64, placed stage by stage
     (stage ``s`` of replica ``k`` on rank ``128 s + k``: an EP group of 64 consecutive
-    replicas of a stage spans 8 nodes of 8 GPUs)."""
+    replicas of a stage spans 8 nodes of 8 GPUs); ``fp8_dispatch``: its dispatches in FP8."""
     from xsweep.plan.builder import NodeReq, ReplicaReq, StageReq, build_plan
     from xsweep.plan.stack import Stack
     from xsweep.spec.plan_io import plan_to_text
@@ -74,11 +75,13 @@ def build_deepseek(dispatcher: str, folder: Path) -> Path:
     pp, dp, layers = 16, 128, 61
     base, extra = divmod(layers, pp)
     stages = tuple(StageReq("H100-SXM", 1, base + (s >= pp - extra)) for s in range(pp))
-    plan = build_plan(f"deepseek-v3-h100x2048-{dispatcher}", "deepseek-v3",
+    plan = build_plan(f"deepseek-v3-h100x2048-{dispatcher}{'-fp8' * fp8_dispatch}",
+                      "deepseek-v3",
                       [NodeReq("H100-SXM", 8, "cx7")] * (pp * dp // 8),
                       [ReplicaReq(stages, 1, 8)] * dp,
                       stack=Stack(expert_parallel=64, zero_stage=1, recompute="full",
-                                  precision="fp8", moe_dispatcher=dispatcher),
+                                  precision="fp8", moe_dispatcher=dispatcher,
+                                  moe_fp8_dispatch=fp8_dispatch),
                       total_tokens=14.8e12)
     for g in plan.device_groups:
         g.ranks[0] = g.pp_stage * dp + g.dp_replica
@@ -88,19 +91,22 @@ def build_deepseek(dispatcher: str, folder: Path) -> Path:
 
 
 def deepseek(folder: Path) -> None:
-    """Simulate :func:`build_deepseek`'s plan under both dispatchers; print their ratio."""
+    """Simulate :func:`build_deepseek`'s plan under both dispatchers and DeepEP's in FP8;
+    print their ratios."""
     times = {}
-    for dispatcher in ("alltoall", "deepep"):
-        path = build_deepseek(dispatcher, folder)
+    for dispatcher, fp8 in (("alltoall", False), ("deepep", False), ("deepep", True)):
+        path = build_deepseek(dispatcher, folder, fp8)
+        name = f"{dispatcher}{' fp8' * fp8}"
         wall, peak, out = measured([sys.executable, "-m", "xsweep.cli.main", "simulate",
                                     str(path), "--json"])
         found = json.loads(out)
-        times[dispatcher] = found["iteration_time_s"]
-        print(f"DeepSeek-V3 on 2,048 H100s, EP 64 over 8 nodes, {dispatcher:>8}: iteration "
+        times[name] = found["iteration_time_s"]
+        print(f"DeepSeek-V3 on 2,048 H100s, EP 64 over 8 nodes, {name:>12}: iteration "
               f"{found['iteration_time_s']:.4f} s, exposed TP + all-to-all "
               f"{found['exposed_tp_s_max']:.4f} s, MFU {found['mfu']:.1%} "
               f"(simulated in {wall:.1f} s, peak {peak:.2f} GB)")
-    print(f"  flat all-to-all / DeepEP: {times['alltoall'] / times['deepep']:.2f}x")
+    print(f"  flat all-to-all / DeepEP: {times['alltoall'] / times['deepep']:.2f}x; DeepEP "
+          f"in BF16 / in FP8: {times['deepep'] / times['deepep fp8']:.2f}x")
 
 
 def measured(command: list[str]) -> tuple[float, float, str]:
@@ -120,7 +126,7 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, nargs="*", default=[2048, 16384, 65536])
     parser.add_argument("--deepseek", action="store_true",
                         help="also simulate a DeepSeek-V3-shaped plan under both MoE "
-                             "dispatchers")
+                             "dispatchers, and DeepEP's dispatching in FP8")
     args = parser.parse_args()
     from xsweep.spec.program_size import program_cost
 

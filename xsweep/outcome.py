@@ -41,6 +41,7 @@ def outcome(prepared: Prepared, result: SimResult, cost: CostModel = DEFAULT_COS
                       # how tokens cross nodes: "deepep" only where an EP group spans nodes
                       "dispatcher": ("deepep" if a.stack.moe_dispatcher == "deepep"
                                      and a.ep_places else "alltoall"),
+                      "fp8_dispatch": a.stack.moe_fp8_dispatch,
                       "max_nodes": a.model.moe_max_nodes}
     return doc
 
@@ -76,7 +77,8 @@ def format_outcome(doc: dict) -> str:
             + (f"capacity factor {capacity:g}" if capacity else "dropless")
             + (", DeepEP dispatch across nodes" + (f" (each token to at most {moe['max_nodes']} "
                                                    "nodes)" if moe["max_nodes"] else "")
-               if moe.get("dispatcher") == "deepep" else ""),
+               if moe.get("dispatcher") == "deepep" else "")
+            + (", tokens dispatched in FP8" if moe.get("fp8_dispatch") else ""),
             f"assumed: the busiest expert takes {moe['assumed_imbalance']:g}x the mean tokens "
             "(moe_imbalance)"]
     labels = {"busy_s": "compute", "idle_s": "idle", "bubble_s": "pipeline bubble",

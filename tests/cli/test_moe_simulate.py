@@ -17,7 +17,8 @@ def test_mixtral_plan_simulates_with_its_assumptions_stated(run_xsweep, spaces_d
     doc = json.loads(result.stdout)
     assert doc["moe"] == {"experts": 8, "top_k": 2, "expert_parallel": 8,
                           "experts_per_gpu": 1, "assumed_imbalance": 1.2,
-                          "capacity_factor": 0.0, "dispatcher": "alltoall", "max_nodes": 0}
+                          "capacity_factor": 0.0, "dispatcher": "alltoall", "fp8_dispatch": False,
+                          "max_nodes": 0}
     assert doc["memory_fits"] and 0 < doc["mfu"] < 1
     # the all-to-alls ride in the TP tasks: their time shows as exposed TP communication
     assert doc["exposed_tp_s_max"] > 0
@@ -102,3 +103,23 @@ def test_deepep_dispatch_simulates_faster_and_says_so(run_xsweep, spaces_dir, tm
     before = json.loads(run_xsweep("simulate", flat, "--json").stdout)
     assert before["moe"]["dispatcher"] == "alltoall"
     assert doc["iteration_time_s"] < before["iteration_time_s"]
+
+
+def test_fp8_dispatch_simulates_faster_and_says_so(run_xsweep, spaces_dir, tmp_path):
+    """The shipped TP-1 plan (FP8) dispatching its tokens in FP8: ``xsweep simulate`` states
+    it, ``xsweep.evaluate`` at the exact level agrees, and it is faster than dispatching in
+    BF16; the same plan in BF16 is refused in one line naming the field."""
+    base = spaces_dir / "mixtral-8x7b-ep-tp1-fp8.pbtxt"
+    plan = tmp_path / "fp8-dispatch.pbtxt"
+    plan.write_text(base.read_text().replace("training {", "training {\n  moe_fp8_dispatch: true"))
+    doc = _simulated_as_evaluated(run_xsweep, plan)
+    assert doc["moe"]["fp8_dispatch"] is True
+    assert "dropless, tokens dispatched in FP8" in run_xsweep("simulate", plan).stdout
+    before = json.loads(run_xsweep("simulate", base, "--json").stdout)
+    assert doc["iteration_time_s"] < before["iteration_time_s"]
+    bf16 = tmp_path / "bf16.pbtxt"
+    bf16.write_text(plan.read_text().replace("precision: FP8", "precision: BF16"))
+    refused = run_xsweep("simulate", bf16)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert "training.moe_fp8_dispatch" in refused.stderr and "needs precision FP8" in refused.stderr

@@ -6,7 +6,8 @@ on NVLink, two nodes at EP 8 = TP 4 x 2 replicas, where they cross the NICs, and
 whose experts are held by several replicas, whose DP collectives hold expert rings beside
 the dense ones (with and without ZeRO-1 and gradient buckets), and replicas of TP 1 whose
 EP groups span 2 or 4 of them (all-to-alls with no TP ring beside them); in BF16 and in
-FP8; and DeepEP's dispatch across two nodes."""
+FP8; DeepEP's dispatch across two nodes; and dispatches in FP8 (random plans and two
+nodes' worth)."""
 
 from __future__ import annotations
 
@@ -33,17 +34,21 @@ def one_node() -> pb.DeploymentPlan:
                       num_layers=4, stack=Stack(expert_parallel=8, moe_imbalance=1.3))
 
 
-def two_nodes(tp: int = 4, dispatcher: str = "alltoall") -> pb.DeploymentPlan:
+def two_nodes(tp: int = 4, dispatcher: str = "alltoall",
+              fp8_dispatch: bool = False) -> pb.DeploymentPlan:
     """Mixtral cut to 4 layers on two nodes of 4 H100s, replicas of TP ``tp``, EP 8 over
     both nodes: half of every rank's all-to-all flows (4 of 7) go through its NIC; under
     DeepEP's dispatch one of them, to the rank at its place on the other node, and its 3
-    node-mates take the tokens it passes on."""
-    return build_plan(f"moe-two-nodes-tp{tp}-{dispatcher}", "mixtral-8x7b",
+    node-mates take the tokens it passes on; with ``fp8_dispatch``, in FP8, its
+    dispatches in FP8."""
+    return build_plan(f"moe-two-nodes-tp{tp}-{dispatcher}-{fp8_dispatch}", "mixtral-8x7b",
                       [NodeReq("H100-SXM", 4, "cx7")] * 2,
                       [ReplicaReq((StageReq("H100-SXM", tp, 4),), 1, 3)] * (8 // tp),
                       seq_length=1024, num_layers=4,
                       stack=Stack(expert_parallel=8, moe_imbalance=1.25,
-                                  moe_dispatcher=dispatcher))
+                                  moe_dispatcher=dispatcher,
+                                  precision="fp8" if fp8_dispatch else "bf16",
+                                  moe_fp8_dispatch=fp8_dispatch))
 
 
 def expert_rings(zero_stage: int, dp_overlap: bool) -> pb.DeploymentPlan:
@@ -72,7 +77,8 @@ def _plans() -> list[pb.DeploymentPlan]:
                            tp_one=True)
                for seed in (3, 8, 10)]
             + [expert_rings(zero, overlap) for zero in (0, 1) for overlap in (False, True)]
-            + [one_node(), two_nodes(), two_nodes(4, "deepep"), two_nodes(1, "deepep")])
+            + [one_node(), two_nodes(), two_nodes(4, "deepep"), two_nodes(1, "deepep"),
+               two_nodes(4, "alltoall", True), two_nodes(1, "deepep", True)])
 
 
 def test_moe_plans_agree_with_the_simulator():

@@ -80,6 +80,8 @@ def build_plan(name: str, model: str, nodes, replicas, *, schedule="1f1b", resha
         t.fp8_param_gather = True
     if stack.moe_dispatcher != MOE_DISPATCHER.default:  # other plans keep their bytes
         t.moe_dispatcher = MOE_DISPATCHER.value(stack.moe_dispatcher)
+    if stack.moe_fp8_dispatch:
+        t.moe_fp8_dispatch = True
     if stack.software.name != REFERENCE_SOFTWARE.name:  # unset means the reference profile
         t.software = stack.software.name
     t.global_batch_size = sum(r.micro_batch_size * r.num_micro_batches for r in replicas)
@@ -260,6 +262,9 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
                   pp_p2p_overlap=random.Random(f"pp-p2p-{seed}").random() >= 0.3,
                   fp8_param_gather=(fp8 and zero_stage in (1, 3) and model not in MOE_PRESETS
                                     and random.Random(f"fp8-gather-{seed}").random() < 0.5),
+                  # FP8 dispatch of FP8 plans with all-to-alls, from a stream of its own
+                  moe_fp8_dispatch=(fp8 and ep > 1
+                                    and random.Random(f"fp8-dispatch-{seed}").random() < 0.5),
                   software=_random_software(seed))
     schedule = "1f1b" if v > 1 else rng.choice(SCHEDULE.known())
     return build_plan(

@@ -69,7 +69,10 @@ history):
   two, the routed experts' grouped GEMMs (TE's grouped linear layers, one FP8 GEMM per
   local expert) and the shared experts'; the router stays BF16 (Megatron-Core's router
   is not a TE module, and DeepSeek-V3 keeps its gating in higher precision too), and so
-  do the all-to-alls (dispatching in FP8, as DeepSeek-V3 does, is not modelled).
+  do the all-to-alls unless ``moe_fp8_dispatch`` (DeepSeek-V3's FP8 dispatch) puts the
+  dispatch direction in FP8; the cast of the experts' inputs is then counted where it is
+  without it, on the received copies, rather than once per token before the dispatch
+  (an upper estimate of a memory-bound pass).
 * Casts: before each FP8 GEMM of a micro-batch its BF16 input is cast to FP8 in the
   forward pass, and the gradient of its output in the backward pass, each a memory-bound
   pass that reads the BF16 tensor and writes its FP8 copy and the FP8 transpose the
@@ -101,7 +104,9 @@ expert (1 at EP 1; capped by a capacity factor), with a memory-bound permutation
 copies before and after; the shared experts run as one dense FFN of ``num_shared_experts``
 times their width, split over TP. Per MoE layer and pass, EP above 1 adds a dispatch and a
 combine all-to-all (:func:`a2a_pair_bytes`; twice more in the backward under full
-recompute), which the lowering puts on the wire. Parameters: the routed experts count
+recompute), which the lowering puts on the wire; with FP8 dispatch (``moe_fp8_dispatch``)
+half of them, those in the dispatch direction, move :data:`FP8_DISPATCH_BYTES` an element
+(:func:`a2a_precision_factor`). Parameters: the routed experts count
 ``experts x ceil(f_e / t)`` FFN widths per rank whatever EP dividing ``t`` (exact when
 ``t`` divides ``f_e``), ``experts / EP`` whole widths with EP above ``t``
 (:func:`routed_params`); the router is replicated.
@@ -124,6 +129,9 @@ FP8_BYTES = 1
 #: Bytes per element of a cast to FP8: read the BF16 tensor (2), write its FP8 copy (1) and
 #: the FP8 transpose (1), with its amax taken in the same pass.
 FP8_CAST_BYTES = 4
+#: Bytes per element of a token dispatched in FP8 (DeepEP's FP8 dispatch as DeepSeek-V3
+#: runs it): the FP8 element, and a float32 scale per 128 elements (1 x 128 tiles).
+FP8_DISPATCH_BYTES = FP8_BYTES + 4 / 128
 #: Bytes one parameter's mixed-precision Adam step touches: it reads fp32 master weight,
 #: m and v (12) and the bf16 gradient (2), and writes master, m, v (12) and bf16 weight (2).
 ADAM_STEP_BYTES_PER_PARAM = 28
@@ -442,11 +450,23 @@ def routed_rows(model: ModelSpec, micro_batch_size: int, tp: int, stack: Stack,
 def a2a_pair_bytes(model: ModelSpec, micro_batch_size: int, tp: int, stack: Stack,
                    cp: int = 1) -> float:
     """Bytes one rank sends each other rank of its group in one all-to-all (dispatch or
-    combine) of one MoE layer: its ``b s / (tp cp)`` tokens' hidden vectors, ``top_k``
-    copies, the share routed to one EP rank of experts, at the busiest expert's load."""
+    combine, on average: :func:`a2a_precision_factor`) of one MoE layer: its ``b s / (tp
+    cp)`` tokens' hidden vectors, ``top_k`` copies, the share routed to one EP rank of
+    experts, at the busiest expert's load."""
     tokens = micro_batch_size * (model.seq_length // cp) / tp
     return (BF16_BYTES * model.hidden_size * tokens * model.moe_top_k * moe_load(model, stack)
-            / stack.expert_parallel)
+            / stack.expert_parallel * a2a_precision_factor(stack))
+
+
+def a2a_precision_factor(stack: Stack) -> float:
+    """The mean bytes of a MoE all-to-all over its BF16 bytes: 1; with FP8 dispatch
+    (``moe_fp8_dispatch``), ``(1 + FP8_DISPATCH_BYTES / 2) / 2``. Each pass runs as many
+    all-to-alls in the dispatch direction (the forward's tokens to their experts, the
+    backward's gradients into the experts' down projections; the recomputed forward's
+    dispatch under full recompute) as in the combine direction, and only the former move
+    FP8; a piece's all-to-alls add up in one flow per pair, so their mean is what
+    counts."""
+    return (1.0 + FP8_DISPATCH_BYTES / BF16_BYTES) / 2.0 if stack.moe_fp8_dispatch else 1.0
 
 
 def node_reach(model: ModelSpec, nodes: int) -> float:

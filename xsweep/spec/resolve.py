@@ -135,6 +135,7 @@ def resolve_training(training: xsweep_pb2.Training,
         else DEFAULT_STACK.pp_p2p_overlap,
         fp8_param_gather=bool(t.fp8_param_gather),
         moe_dispatcher=enum_name(MOE_DISPATCHER, t.moe_dispatcher),
+        moe_fp8_dispatch=bool(t.moe_fp8_dispatch),
         software=software,
     )
     return TrainingOptions(global_batch_size=int(t.global_batch_size),

@@ -76,6 +76,10 @@ class Stack:
             a token over the NICs once per node it reaches, to the rank at the same place
             there, which passes it on over NVLink (:mod:`xsweep.plan.workload`). The same
             traffic where an EP group lies on one node.
+        moe_fp8_dispatch: with FP8, the dispatch-direction all-to-all of each pass (the
+            forward's tokens, the backward's gradients into the experts' down
+            projections) moves FP8 elements with a float32 scale per 128, the combines
+            BF16 (DeepSeek-V3's recipe, DeepEP's FP8 dispatch).
         software: the software profile (a catalog entry): factors on the GPUs' compute
             fractions for what the framework and its version achieve where the model does
             not spell out the mechanism; the reference profile's factors are all 1.
@@ -95,6 +99,7 @@ class Stack:
     pp_p2p_overlap: bool = True
     fp8_param_gather: bool = False
     moe_dispatcher: str = "alltoall"
+    moe_fp8_dispatch: bool = False
     software: SoftwareSpec = REFERENCE_SOFTWARE
 
     def __post_init__(self):
@@ -118,6 +123,8 @@ class Stack:
         if self.moe_dispatcher not in MOE_DISPATCHERS:
             raise ValueError(f"moe_dispatcher must be one of {MOE_DISPATCHERS}, "
                              f"got {self.moe_dispatcher!r}")
+        if self.moe_fp8_dispatch and self.precision != "fp8":
+            raise ValueError("moe_fp8_dispatch needs precision fp8")
         if self.dp_bucket_params < 0:
             raise ValueError(f"dp_bucket_params must not be negative, got {self.dp_bucket_params}")
 

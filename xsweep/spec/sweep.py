@@ -256,6 +256,9 @@ class Training(_Strict):
     # infeasible
     moe_dispatcher: Annotated[Axis[Choice(*MOE_DISPATCHER.known())], PER_POINT] = [
         MOE_DISPATCHER.default]
+    # MoE tokens dispatched in FP8 (the combines stay BF16): only the all-to-alls' bytes
+    # change, so per point; needs fp8 (a point without it is infeasible), unused at ep 1
+    moe_fp8_dispatch: Annotated[Axis[bool], PER_POINT] = [False]
     # FP8 parameter all-gathers and FP8 weights (memory); needs fp8 and zero_stage 1 or 3
     # (a point without them is infeasible)
     fp8_param_gather: Annotated[Axis[bool], LAYOUT] = [False]

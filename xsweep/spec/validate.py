@@ -268,6 +268,13 @@ def _check_training(training: xsweep_pb2.Training, file: str | None) -> None:
         raise InputError(file, "training.fp8_param_gather", True,
                          "needs precision FP8 and zero_stage 1 (distributed optimizer) or 3 "
                          "(FSDP): only then are the parameters gathered, and in FP8")
+    if training.moe_fp8_dispatch and training.precision != xsweep_pb2.FP8:
+        raise InputError(file, "training.moe_fp8_dispatch", True,
+                         "needs precision FP8: the tokens are cast for the experts' FP8 "
+                         "GEMMs before they are dispatched")
+    if training.moe_fp8_dispatch and training.expert_parallel <= 1:
+        raise InputError(file, "training.moe_fp8_dispatch", True,
+                         "needs expert_parallel above 1: at EP 1 no token is dispatched")
     if training.tp_comm_overlap and not sequence_parallel:
         raise InputError(file, "training.tp_comm_overlap", True, "needs sequence_parallel: "
                          "the overlap hides the sequence-parallel all-gathers and "

@@ -115,7 +115,7 @@ class Model(_message.Message):
     def __init__(self, preset: _Optional[str] = ..., num_layers: _Optional[int] = ..., hidden_size: _Optional[int] = ..., ffn_hidden_size: _Optional[int] = ..., num_attention_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., vocab_size: _Optional[int] = ..., seq_length: _Optional[int] = ..., mlp: _Optional[_Union[Mlp, str]] = ..., dropout: _Optional[bool] = ..., num_experts: _Optional[int] = ..., moe_top_k: _Optional[int] = ..., expert_ffn_hidden_size: _Optional[int] = ..., num_shared_experts: _Optional[int] = ..., shared_expert_ffn_hidden_size: _Optional[int] = ..., moe_first_dense_layers: _Optional[int] = ..., moe_capacity_factor: _Optional[float] = ..., moe_max_nodes: _Optional[int] = ...) -> None: ...
 
 class Training(_message.Message):
-    __slots__ = ("global_batch_size", "schedule", "resharding", "zero_stage", "total_tokens", "recompute", "sequence_parallel", "flash_attention", "virtual_pipeline_stages", "dp_overlap", "dp_bucket_params", "precision", "tp_comm_overlap", "expert_parallel", "moe_imbalance", "pp_p2p_overlap", "fp8_param_gather", "moe_dispatcher", "software")
+    __slots__ = ("global_batch_size", "schedule", "resharding", "zero_stage", "total_tokens", "recompute", "sequence_parallel", "flash_attention", "virtual_pipeline_stages", "dp_overlap", "dp_bucket_params", "precision", "tp_comm_overlap", "expert_parallel", "moe_imbalance", "pp_p2p_overlap", "fp8_param_gather", "moe_dispatcher", "moe_fp8_dispatch", "software")
     GLOBAL_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     RESHARDING_FIELD_NUMBER: _ClassVar[int]
@@ -134,6 +134,7 @@ class Training(_message.Message):
     PP_P2P_OVERLAP_FIELD_NUMBER: _ClassVar[int]
     FP8_PARAM_GATHER_FIELD_NUMBER: _ClassVar[int]
     MOE_DISPATCHER_FIELD_NUMBER: _ClassVar[int]
+    MOE_FP8_DISPATCH_FIELD_NUMBER: _ClassVar[int]
     SOFTWARE_FIELD_NUMBER: _ClassVar[int]
     global_batch_size: int
     schedule: Schedule
@@ -153,8 +154,9 @@ class Training(_message.Message):
     pp_p2p_overlap: bool
     fp8_param_gather: bool
     moe_dispatcher: MoeDispatcher
+    moe_fp8_dispatch: bool
     software: str
-    def __init__(self, global_batch_size: _Optional[int] = ..., schedule: _Optional[_Union[Schedule, str]] = ..., resharding: _Optional[_Union[Resharding, str]] = ..., zero_stage: _Optional[int] = ..., total_tokens: _Optional[float] = ..., recompute: _Optional[_Union[Recompute, str]] = ..., sequence_parallel: _Optional[bool] = ..., flash_attention: _Optional[bool] = ..., virtual_pipeline_stages: _Optional[int] = ..., dp_overlap: _Optional[bool] = ..., dp_bucket_params: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., tp_comm_overlap: _Optional[bool] = ..., expert_parallel: _Optional[int] = ..., moe_imbalance: _Optional[float] = ..., pp_p2p_overlap: _Optional[bool] = ..., fp8_param_gather: _Optional[bool] = ..., moe_dispatcher: _Optional[_Union[MoeDispatcher, str]] = ..., software: _Optional[str] = ...) -> None: ...
+    def __init__(self, global_batch_size: _Optional[int] = ..., schedule: _Optional[_Union[Schedule, str]] = ..., resharding: _Optional[_Union[Resharding, str]] = ..., zero_stage: _Optional[int] = ..., total_tokens: _Optional[float] = ..., recompute: _Optional[_Union[Recompute, str]] = ..., sequence_parallel: _Optional[bool] = ..., flash_attention: _Optional[bool] = ..., virtual_pipeline_stages: _Optional[int] = ..., dp_overlap: _Optional[bool] = ..., dp_bucket_params: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., tp_comm_overlap: _Optional[bool] = ..., expert_parallel: _Optional[int] = ..., moe_imbalance: _Optional[float] = ..., pp_p2p_overlap: _Optional[bool] = ..., fp8_param_gather: _Optional[bool] = ..., moe_dispatcher: _Optional[_Union[MoeDispatcher, str]] = ..., moe_fp8_dispatch: _Optional[bool] = ..., software: _Optional[str] = ...) -> None: ...
 
 class ScaleUp(_message.Message):
     __slots__ = ("bandwidth_gbps", "latency_ns", "link")

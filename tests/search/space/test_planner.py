@@ -235,7 +235,8 @@ def test_every_training_stack_option_reaches_the_plan(catalog, sequence):
     analysis = analyze(out.plan, catalog)
     # a dense model: no expert parallelism, no imbalance (tests/search/space/test_planner_moe.py)
     assert {**dataclasses.asdict(analysis.stack), "software": analysis.stack.software.name} \
-        == {**stack, "expert_parallel": 1, "moe_imbalance": 1.0, "moe_dispatcher": "alltoall"}
+        == {**stack, "expert_parallel": 1, "moe_imbalance": 1.0, "moe_dispatcher": "alltoall",
+            "moe_fp8_dispatch": False}
     for group in out.plan.device_groups:  # interleaving: layers in multiples of 2, counts of pp
         assert (group.last_layer - group.first_layer + 1) % 2 == 0
         assert group.num_micro_batches % 2 == 0
@@ -297,7 +298,8 @@ def test_fsdp_with_replicas_of_one_shape_is_built(catalog):
 OLD_PER_POINT = re.compile(r"cluster\.pools\[\d+\]\.nic|training\.resharding|cluster\.fabric"
                            r"|cluster\.oversubscription|cost\.pricing"
                            r"|training\.dp_overlap|training\.dp_bucket_params"
-                           r"|training\.pp_p2p_overlap|training\.moe_dispatcher")
+                           r"|training\.pp_p2p_overlap|training\.moe_dispatcher"
+                           r"|training\.moe_fp8_dispatch")
 OLD_NUMERIC = re.compile(r"training\.(recompute|sequence_parallel|flash_attention|precision|software)")
 
 
@@ -458,12 +460,14 @@ def test_a_memory_reason_names_the_group_farthest_over(spaces_dir, catalog):
 def test_the_axes_a_plan_does_not_use(spaces_dir, catalog):
     sweep = load_sweep(spaces_dir / "quickstart.yaml", catalog)
     grid = Grid(sweep)
-    # a dense model (EP 1) has no all-to-alls, so the MoE dispatcher is never used
+    # a dense model (EP 1) has no all-to-alls, so the MoE dispatcher and its FP8 dispatch
+    # are never used
+    moe = {"training.moe_dispatcher", "training.moe_fp8_dispatch"}
     assert unused_axes(sweep, grid.point(240)) == {
         "cluster.pools[1].gpus_per_node", "parallelism.tp.A100-40GB", "parallelism.pipeline_mix",
-        "training.moe_dispatcher"}
+        *moe}
     # both pools have a node
-    assert unused_axes(sweep, grid.point(267)) == {"training.moe_dispatcher"}
+    assert unused_axes(sweep, grid.point(267)) == moe
     planner = Planner(sweep, catalog)
     keys = {plan_key(planner.plan(grid.point(i), "p").plan) for i in (240, 241, 246, 247)}
     assert len(keys) == 1  # they differ only in axes the plan does not use

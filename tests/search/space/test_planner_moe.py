@@ -236,3 +236,33 @@ def test_deepep_over_ep_groups_spread_unevenly_is_infeasible_with_a_reason(catal
                               "over its nodes, and one holds [2, 6] ranks on its nodes")
     assert reason_kind(refused.reason).name == "experts"
     assert refused.memory_per_gpu_gib > 0
+
+
+def test_fp8_dispatch_reaches_fp8_plans_with_all_to_alls_and_bf16_says_why(catalog):
+    """FP8 dispatch at EP above 1 in FP8 builds a plan of its own that carries it; in BF16
+    the point is infeasible with an expert-parallelism reason; at EP 1 (no all-to-all) the
+    axis is unused and both values build one plan."""
+    from xsweep.search.space.planner import unused_axes
+
+    document = changed(MIXTRAL, training={**MIXTRAL["training"], "precision": ["bf16", "fp8"],
+                                          "moe_fp8_dispatch": [False, True]},
+                       parallelism={**MIXTRAL["parallelism"], "tp": {"H200": [4]}, "pp": [4],
+                                    "ep": [1, 8]})
+    sweep, _, points, outs = _outcomes(document, catalog)
+    planner = Planner(sweep, catalog)
+    variants: dict[tuple, set] = {}
+    for point, out in zip(points, outs, strict=True):
+        ep, fp8 = point["parallelism.ep"], point["training.precision"] == "fp8"
+        asked = point["training.moe_fp8_dispatch"]
+        assert ("training.moe_fp8_dispatch" in unused_axes(sweep, point)) == (ep == 1)
+        if asked and ep > 1 and not fp8:
+            assert isinstance(out, Infeasible)
+            assert out.reason == "expert parallelism: FP8 dispatch needs precision fp8"
+            assert reason_kind(out.reason).name == "experts"
+            continue
+        assert isinstance(out, Built), out
+        stack = analyze(validate_plan(out.plan, catalog), catalog).stack
+        assert stack.moe_fp8_dispatch == (asked and ep > 1)
+        variants.setdefault((ep, fp8), set()).add(planner.variant(point))
+    assert len(variants[(1, True)]) == len(variants[(1, False)]) == 1
+    assert len(variants[(8, True)]) == 2 and len(variants[(8, False)]) == 1

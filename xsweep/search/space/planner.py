@@ -161,6 +161,7 @@ class PointFields(NamedTuple):
     dp_bucket_params: int
     pp_p2p_overlap: bool  # pipeline sends beside the compute
     moe_dispatcher: str
+    moe_fp8_dispatch: bool  # with expert parallelism only
     fabric: str
     oversubscription: float
     nics: tuple[str, ...]  # of each pool that has nodes, in pool order ("": the default)
@@ -212,6 +213,11 @@ class Planner:
             if layout.deepep:
                 return Infeasible(layout.deepep, layout.memory_per_gpu_gib)
             t.moe_dispatcher = MOE_DISPATCHER.value(fields.moe_dispatcher)
+        if fields.moe_fp8_dispatch:
+            if point["training.precision"] != "fp8":
+                return Infeasible("expert parallelism: FP8 dispatch needs precision fp8",
+                                  layout.memory_per_gpu_gib)
+            t.moe_fp8_dispatch = True
         plan.cluster.fabric.kind = FABRIC.value(fields.fabric)
         plan.cluster.fabric.oversubscription = fields.oversubscription
         nic_of = dict(zip(sorted(set(layout.node_pool)), fields.nics, strict=True))
@@ -255,6 +261,8 @@ class Planner:
                            point.get("training.pp_p2p_overlap", True),
                            point.get("training.moe_dispatcher", MOE_DISPATCHER.default)
                            if layout.ep_spans_nodes else MOE_DISPATCHER.default,
+                           point.get("training.moe_fp8_dispatch", False)
+                           and point.get("parallelism.ep", 1) > 1,
                            point["cluster.fabric"],
                            point["cluster.oversubscription"],
                            tuple(point.get(f"cluster.pools[{pool}].nic", "")
@@ -448,6 +456,8 @@ def unused_axes(sweep: Sweep, point: Point) -> frozenset[str]:
     if all(ep <= point[f"parallelism.tp.{pool.gpu}"] for i, pool in enumerate(sweep.cluster.pools)
            if point[f"cluster.pools[{i}].nodes"] > 0):  # EP inside the groups: on one node
         unused.append("training.moe_dispatcher")
+    if ep == 1:  # no all-to-all to carry FP8
+        unused.append("training.moe_fp8_dispatch")
     return frozenset(path for path in unused if path in point)  # a pool's NIC may be no axis
 
 

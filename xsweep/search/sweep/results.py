@@ -97,6 +97,7 @@ AXES = {
     "fp8_param_gather": ("bool", "parameter all-gathers of the FP8 copies, FP8 weights kept"),
     "moe_dispatcher": ("", "how MoE tokens cross nodes (alltoall, or deepep: once per node, "
                            "passed on over NVLink)"),
+    "moe_fp8_dispatch": ("bool", "MoE tokens dispatched in FP8 (the combines in BF16)"),
     "precision": ("", "number format of the blocks' GEMMs (bf16, or fp8 as Transformer "
                       "Engine runs it)"),
     "fabric": ("", "scale-out network topology"),
