@@ -227,14 +227,29 @@ def test_bound_durations_by_class_equal_those_flow_by_flow(catalog):
                                       contention_free_durations(alone))
 
 
+def _other_ep(plan: pb.DeploymentPlan) -> None:
+    """EP 1 for EP above 1 (no all-to-all left to dispatch in FP8), else EP 2."""
+    if plan.training.expert_parallel > 1:
+        plan.training.expert_parallel = 1
+        plan.training.moe_fp8_dispatch = False
+    else:
+        plan.training.expert_parallel = 2
+
+
+def _other_dispatch(plan: pb.DeploymentPlan) -> None:
+    """The other dispatch precision of a plan in FP8 (a plan in BF16 has only one)."""
+    if plan.training.precision == pb.FP8:
+        plan.training.moe_fp8_dispatch = not plan.training.moe_fp8_dispatch
+
+
 #: One number each of a plan with experts: the assumed imbalance, the expert parallelism,
-#: the capacity factor, the shared experts.
+#: the capacity factor, the shared experts, the dispatch precision.
 MOE_CHANGES = {
     "imbalance": set_path("training.moe_imbalance", 1.7),
-    "expert_parallel": lambda plan: set_path(
-        "training.expert_parallel", 1 if plan.training.expert_parallel > 1 else 2)(plan),
+    "expert_parallel": _other_ep,
     "capacity": set_path("model.moe_capacity_factor", 1.1),
     "shared_experts": set_path("model.num_shared_experts", 2),
+    "fp8_dispatch": _other_dispatch,
 }
 
 

@@ -48,12 +48,13 @@ training time and costs per run and per million tokens the matching lower bounds
 cluster's capex and hourly rate, as the evaluator prices them, times the bound); every
 other metric has no closed form and stays NaN, which the funnel never prunes on.
 Without expert parallelism the bound reads no per-point field of the plan (NICs, fabric,
-resharding, DP overlap, gradient buckets, whether pipeline sends overlap the compute), so
-points of one layout share it. With it, the all-to-alls of EP groups that span nodes leave
-through the NICs, by the dispatcher's pattern: such points share it only where their
-cluster and training options are equal too (:func:`shared_by`). Pipeline transfers are left out, so it holds whether a stage's sends run beside its
-compute or block it (``pp_p2p_overlap``: blocking only adds waits), and whether parameters
-are gathered in FP8 (``fp8_param_gather``: DP traffic is left out too).
+resharding, DP overlap, gradient buckets, whether pipeline sends overlap the compute),
+so points of one layout share it. With it, the all-to-alls of EP groups that span nodes
+leave through the NICs, by the dispatcher's pattern: such points share it only where
+their cluster and training options are equal too (:func:`shared_by`). Pipeline transfers
+are left out, so it holds whether a stage's sends run beside its compute or block it
+(``pp_p2p_overlap``: blocking only adds waits), and whether parameters are gathered in
+FP8 (``fp8_param_gather``: DP traffic is left out too).
 """
 
 from __future__ import annotations
