@@ -31,22 +31,34 @@ validate: {top: 2}
 """
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiers")
-    path = folder / "tiers.yaml"
-    path.write_text(SPACE)
+def funnel_and_exhaustive(tmp_path_factory, name: str, text: str):
+    """The space ``text`` (written as ``name``.yaml), swept with the funnel and with
+    ``--exhaustive``: its path and both outcomes."""
+    folder = tmp_path_factory.mktemp(name)
+    path = folder / f"{name}.yaml"
+    path.write_text(text)
     funnel = run_sweep(path, Options(out_dir=folder / "funnel", processes=1, lowered_top=2))
     everything = run_sweep(path, Options(out_dir=folder / "all", processes=1, exhaustive=True))
-    return funnel, everything
+    return path, funnel, everything
 
 
-def test_the_answer_is_that_of_evaluating_everything_exactly(runs):
-    funnel, everything = runs
+def assert_same_answer(funnel, everything) -> tuple[dict, dict]:
+    """The two runs' fronts and each objective's top points are the same points; returns
+    their groups."""
     (ours,), (theirs,) = funnel.summary["groups"], everything.summary["groups"]
     assert [r["point"] for r in ours["front"]] == [r["point"] for r in theirs["front"]]
     for name, rows in ours["top"].items():
         assert [r["point"] for r in rows] == [r["point"] for r in theirs["top"][name]], name
+    return ours, theirs
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return funnel_and_exhaustive(tmp_path_factory, "tiers", SPACE)[1:]
+
+
+def test_the_answer_is_that_of_evaluating_everything_exactly(runs):
+    ours, theirs = assert_same_answer(*runs)
     for a, b in zip(ours["front"], theirs["front"], strict=True):
         assert a["iteration_time_s"] == pytest.approx(b["iteration_time_s"], rel=1e-6)
 
@@ -95,12 +107,7 @@ validate: {top: 3}
 
 @pytest.fixture(scope="module")
 def moe_runs(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiers-moe")
-    path = folder / "tiers-moe.yaml"
-    path.write_text(MOE_SPACE)
-    funnel = run_sweep(path, Options(out_dir=folder / "funnel", processes=1, lowered_top=2))
-    everything = run_sweep(path, Options(out_dir=folder / "all", processes=1, exhaustive=True))
-    return path, funnel, everything
+    return funnel_and_exhaustive(tmp_path_factory, "tiers-moe", MOE_SPACE)
 
 
 def test_points_of_one_layout_keep_their_own_bound_under_expert_parallelism(moe_runs):
@@ -108,10 +115,7 @@ def test_points_of_one_layout_keep_their_own_bound_under_expert_parallelism(moe_
     per-point field: a layout's first point's bound is not the others' (a cx7 point given
     its 10 GbE twin's bound was pruned, though it was the fastest plan)."""
     path, funnel, everything = moe_runs
-    (ours,), (theirs,) = funnel.summary["groups"], everything.summary["groups"]
-    assert [r["point"] for r in ours["front"]] == [r["point"] for r in theirs["front"]]
-    for name, rows in ours["top"].items():
-        assert [r["point"] for r in rows] == [r["point"] for r in theirs["top"][name]], name
+    assert_same_answer(funnel, everything)
     ds = xr.open_zarr(funnel.folder / "sweep.zarr")
     level = ds["level"].values.reshape(-1)
     seconds = ds["iteration_time_s"].values.reshape(-1)
