@@ -6,8 +6,8 @@ on NVLink, two nodes at EP 8 = TP 4 x 2 replicas, where they cross the NICs, and
 whose experts are held by several replicas, whose DP collectives hold expert rings beside
 the dense ones (with and without ZeRO-1 and gradient buckets), and replicas of TP 1 whose
 EP groups span 2 or 4 of them (all-to-alls with no TP ring beside them); in BF16 and in
-FP8; DeepEP's dispatch across two nodes; and dispatches in FP8 (random plans and two
-nodes' worth)."""
+FP8; DeepEP's dispatch across two nodes; dispatches in FP8 (random plans and two nodes'
+worth); and random plans whose EP groups fold context-parallel ranks."""
 
 from __future__ import annotations
 
@@ -76,6 +76,11 @@ def _plans() -> list[pb.DeploymentPlan]:
                            model=("mixtral-8x7b", "deepseek-v3")[seed % 2], ep_across=True,
                            tp_one=True)
                for seed in (3, 8, 10)]
+            # random plans whose EP groups fold CP ranks: CP 2 with expert rings, CP 4 with
+            # EP over two and over four CP ranks
+            + [random_plan(seed, max_gpus=32, num_layers=8,
+                           model=("mixtral-8x7b", "deepseek-v3")[seed % 2], cp_fold=True)
+               for seed in (3, 13, 36)]
             + [expert_rings(zero, overlap) for zero in (0, 1) for overlap in (False, True)]
             + [one_node(), two_nodes(), two_nodes(4, "deepep"), two_nodes(1, "deepep"),
                two_nodes(4, "alltoall", True), two_nodes(1, "deepep", True)])
@@ -85,10 +90,13 @@ def test_moe_plans_agree_with_the_simulator():
     catalog = load_catalog()
     programs, times, per_stream = [], [], []
     eps, spans, rings, tp_one, precisions, deepep = set(), set(), set(), set(), set(), set()
+    folds = set()
     for plan in _plans():
         a = analyze(plan, catalog)
         eps.add(a.stack.expert_parallel)
         precisions.add(a.stack.precision)
+        if a.groups[0].cp > 1 and a.stack.expert_parallel > a.groups[0].tp:
+            folds.add((a.groups[0].cp, a.expert_fold(0), bool(a.expert_rings(0))))
         if a.stack.moe_dispatcher == "deepep" and a.ep_places:
             deepep.add(a.groups[0].tp)
         spans.add(max(len(peers) for peers in a.ep_peers))
@@ -108,6 +116,8 @@ def test_moe_plans_agree_with_the_simulator():
     assert {2, 4} <= tp_one  # EP over replicas of TP 1
     assert precisions == {"bf16", "fp8"}
     assert deepep == {1, 4}  # DeepEP's dispatch across two nodes, with and without TP
+    # EP over 2 of 2 CP ranks (expert rings across replicas), 2 and 4 of 4
+    assert {(2, 2, True), (4, 2, True), (4, 4, False)} <= folds
     # expert rings beside the dense ones, with one bucket and several (overlapped, the
     # experts in buckets of their own), under ZeRO 0 and 1
     assert {(0, False, False), (1, False, False), (0, True, True), (1, True, True)} <= rings

@@ -128,9 +128,15 @@ class _Lowering:
     def _expert_rings(self, dpg, fold):
         """Per chunk, per place ``q`` in an EP group (``fold`` consecutive replicas of the
         stage), the chunk's ranks of the members at that place, in replica order: those
-        that hold the same experts."""
+        that hold the same experts. Under context parallelism an EP group is ``fold``
+        consecutive CP ranks of a group: per chunk, per place ``q``, the chunk's rank of
+        CP ranks ``q, q + fold, ...`` of each member, members in id order."""
         members = sorted((self.a.groups[self.a.index_of(dg)] for dg in dpg.device_groups),
                          key=lambda g: g.replica)
+        if members[0].cp > 1:
+            members.sort(key=lambda g: g.id)
+            return [[g.ranks[j * g.tp + c % g.tp] for g in members
+                     for j in range(q, g.cp, fold)] for c in range(dpg.lcm) for q in range(fold)]
         return [[g.ranks[c % g.tp] for i, g in enumerate(members) if i % fold == q]
                 for c in range(dpg.lcm) for q in range(fold)]
 
@@ -211,9 +217,11 @@ class _Lowering:
         as ``PlanAnalysis.ep_peers`` gives them)."""
         g = self.a.groups[gi]
         ranks = [r for p in self.a.ep_peers[gi] for r in self.a.groups[p].ranks]
-        if len(ranks) == len(g.ranks):  # each CP rank's TP ranks among themselves
-            return [flow for q in range(g.cp) for flow in all_to_all(
-                g.ranks[q * g.tp:(q + 1) * g.tp], g.cost.a2a_pair_bytes, count)]
+        if len(ranks) == len(g.ranks):  # each CP rank's TP ranks among themselves, or with
+            # EP above TP under CP those of EP / TP consecutive CP ranks
+            w = max(g.tp, self.a.stack.expert_parallel)
+            return [flow for q in range(len(g.ranks) // w) for flow in all_to_all(
+                g.ranks[q * w:(q + 1) * w], g.cost.a2a_pair_bytes, count)]
         if count <= 0:
             return []
         pair = count * g.cost.a2a_pair_bytes

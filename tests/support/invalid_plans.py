@@ -123,6 +123,30 @@ def _deepep_uneven(plan: pb.DeploymentPlan) -> None:
     plan.training.moe_dispatcher = pb.DEEPEP
 
 
+def _cp_unequal_replicas(plan: pb.DeploymentPlan) -> None:
+    """Mixtral at CP 2 and EP 2 on two one-stage replicas, one at TP 1 (EP folds its CP
+    ranks) and one at TP 2 (EP inside TP)."""
+    plan.model.preset = "mixtral-8x7b"
+    del plan.device_groups[2:]
+    plan.device_groups[0].last_layer = 32
+    group = plan.device_groups[1]
+    group.pp_stage, group.dp_replica, group.first_layer = 0, 1, 1
+    _ranks(1, [2, 3, 4, 5])(plan)
+    _context_parallel(2)(plan)
+    plan.training.expert_parallel = 2
+
+
+def _deepep_cp_across(plan: pb.DeploymentPlan) -> None:
+    """Mixtral at CP 2 and EP 2 (each group's two CP ranks, TP 1) under DeepEP, on nodes of
+    5 and 3 GPUs: device group 2's ranks 4 and 5 sit on both."""
+    plan.model.preset = "mixtral-8x7b"
+    _context_parallel(2)(plan)
+    plan.training.expert_parallel = 2
+    plan.training.moe_dispatcher = pb.DEEPEP
+    plan.cluster.nodes[0].num_gpus = 5
+    plan.cluster.nodes.add(gpu="H100-SXM", num_gpus=3)
+
+
 NAN, INF = float("nan"), float("inf")
 G = "device_groups"
 
@@ -182,9 +206,13 @@ RULES: tuple[Invalid, ...] = (
     Invalid("TP overlap with expert parallelism", "training.tp_comm_overlap",
             _both(set_path("model.preset", "mixtral-8x7b"), set_path("training.expert_parallel", 2),
                   set_path("training.tp_comm_overlap", True))),
-    Invalid("context parallelism with EP across replicas", f"{G}[0].context_parallel",
+    Invalid("EP over more CP ranks than there are", "training.expert_parallel",
             _both(set_path("model.preset", "mixtral-8x7b"), _context_parallel(2),
-                  set_path("training.expert_parallel", 2))),
+                  set_path("training.expert_parallel", 4))),
+    Invalid("EP folding CP ranks at unlike TP degrees", f"{G}[1].ranks",
+            _cp_unequal_replicas),
+    Invalid("DeepEP over EP groups folding CP ranks across nodes", "training.moe_dispatcher",
+            _deepep_cp_across),
     Invalid("DeepEP over an EP group spread unevenly over its nodes", "training.moe_dispatcher",
             _deepep_uneven),
     Invalid("unknown MoE dispatcher", "training.moe_dispatcher",

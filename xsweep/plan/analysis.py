@@ -137,8 +137,9 @@ class PlanAnalysis:
         return float(_segment_grad_bytes(self.model, first, last, self.model.num_layers, fold))
 
     def expert_fold(self, d: int) -> int:
-        """Replicas an EP group spans in DP group ``d`` (1 unless EP is above its TP: the
-        validation gives every member of such a group the same TP degree)."""
+        """Replicas (under context parallelism, CP ranks) an EP group spans in DP group ``d``
+        (1 unless EP is above its TP: the validation gives every member of such a group
+        the same TP degree)."""
         return expert_replicas(min(self.dp_groups[d].tps), self.stack.expert_parallel)
 
     def expert_grad_bytes(self, first: int, last: int, fold: int) -> float:
@@ -165,11 +166,17 @@ class PlanAnalysis:
         replicas and the ``n`` replicas of its stage hold each expert ``n / r`` times: per
         LCM chunk, then per place ``q`` inside an EP group, the chunk's ranks of the
         replicas at that place (the stage's ``q``-th, ``(q + r)``-th, ... in replica
-        order). Empty where ``r`` is 1 or ``n / r`` is (each expert held once)."""
+        order). Under context parallelism EP groups span ``r`` CP ranks of a group instead
+        (:func:`~xsweep.spec.validate.validate_plan` asks ``r`` to divide the CP size): per
+        chunk ring, per place ``q``, that ring's ranks of the CP ranks ``q, q + r, ...``
+        of every member. Empty where ``r`` is 1 or each expert is held once."""
         fold = self.expert_fold(d)
         dpg = self.dp_groups[d]
-        if fold == 1 or len(dpg.device_groups) // fold < 2:
+        if fold == 1 or len(dpg.rings[0].ranks) // fold < 2:
             return ()
+        cp = self.groups[self.index_of(dpg.device_groups[0])].cp
+        if cp > 1:  # EP over CP ranks: a ring's ranks go member by member, CP rank by CP rank
+            return tuple(ring.ranks[q::fold] for ring in dpg.rings for q in range(fold))
         place = {}  # group id -> its place among its stage's groups, in replica order
         for dg in dpg.device_groups:
             g = self.groups[self.index_of(dg)]
@@ -185,10 +192,12 @@ class PlanAnalysis:
         groups of the other replicas of its EP group in the order of their shift from it
         (wrapping within the EP group). With EP above a stage's TP degree, ``EP = TP x r``,
         the stage's groups (one per replica, in replica order) form EP groups of ``r``
-        consecutive replicas; else a group is its own EP group."""
+        consecutive replicas; else, and under context parallelism (where EP groups above
+        TP fold the group's CP ranks), a group is its own EP group."""
         out = []
         for gi, g in enumerate(self.groups):
-            fold = expert_replicas(g.tp, self.stack.expert_parallel)
+            # under context parallelism an EP group above TP folds the group's own CP ranks
+            fold = expert_replicas(g.tp, self.stack.expert_parallel) if g.cp == 1 else 1
             stage = [rep[g.stage] for rep in self.replicas.values() if len(rep) > g.stage]
             p = stage.index(gi)
             base = p - p % fold
@@ -300,7 +309,7 @@ def _dp_buckets(model: ModelSpec, stack: Stack, g: groups_mod.DpGroup,
     apart: no overlap, or each expert held by one replica)."""
     fold = expert_replicas(min(g.tps), stack.expert_parallel)
     overlap = stack.dp_overlap and stack.zero_stage != 3
-    if experts and not (overlap and fold > 1 and len(g.device_groups) // fold >= 2):
+    if experts and not (overlap and fold > 1 and len(g.rings[0].ranks) // fold >= 2):
         return ()
     if not overlap:
         return (g.first_layer,)

@@ -137,7 +137,8 @@ MOE_PRESETS = {"mixtral-8x7b": 8, "deepseek-v3": 256}
 
 def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers: int = 8,
                 model: str = "llama2-7b", seq_length: int = 1024,
-                ep_across: bool = False, tp_one: bool = False) -> pb.DeploymentPlan:
+                ep_across: bool = False, tp_one: bool = False,
+                cp_fold: bool = False) -> pb.DeploymentPlan:
     """A seeded, valid, heterogeneous plan (GPU and NIC mixes, TP/PP/DP mixes, schedules,
     resharding schemes, fabrics and every training-stack option drawn at random).
 
@@ -151,12 +152,16 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
     gathers its parameters in FP8.
     Context parallelism, from a stream of its own, where the model allows it (not under
     FSDP, not with EP across replicas): one CP size for the plan, each replica's stages at one TP
-    degree, each group's ``tp x cp`` GPUs in one node, flash attention on.
+    degree, each group's ``tp x cp`` GPUs in one node, flash attention on; with experts
+    and one TP degree for every stage, EP sometimes folds CP ranks (:func:`_fold_cp`).
     With ``ep_across`` (a mixture-of-experts model), expert parallelism spans replicas
     where it can: every replica takes the first one's stages (at one TP degree) and
     micro-batches, and EP is that TP degree times a divisor of the replicas above 1 that
     keeps it a divisor of the experts (the draws of other plans are as without it); with
-    ``tp_one`` too, every stage at TP 1, so that EP spans replicas alone.
+    ``tp_one`` too, every stage at TP 1, so that EP spans replicas alone. With ``cp_fold``
+    (a mixture-of-experts model), where the plan draws context parallelism every stage
+    takes the first one's TP degree and EP folds CP ranks where it can
+    (:func:`_fold_cp`).
     """
     rng = random.Random(seed)
     # the shape-constraining options, from a stream of their own
@@ -215,6 +220,12 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
             stages = []
             for _ in range(pp):  # under CP, the replica's first TP degree throughout
                 one_tp = (cp > 1 or ep_across) and stages
+                if cp_fold and cp > 1 and replicas and not stages:  # one for every replica
+                    stages.append(place(tps=(replicas[0].stages[0].tp,)))
+                    if stages[0] is None:
+                        stages.pop()
+                        break
+                    continue
                 where = place(tps=(stages[0][1],) if one_tp else tps)
                 if where is None:
                     break
@@ -248,6 +259,8 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
     # TP overlap from a stream of its own too (it needs sequence parallelism)
     overlap = sequence_parallel and random.Random(f"tp-overlap-{seed}").random() < 0.5
     ep, imbalance = _draw_experts(seed, model, replicas, ep_across)
+    if cp_fold:
+        ep = _fold_cp(seed, model, replicas, cp, ep)
     overlap = overlap and ep == 1  # TP overlap is not modelled with expert parallelism
     flash = rng.random() < 0.7 or cp > 1  # ring attention is fused attention
     stack = Stack(sequence_parallel=sequence_parallel, flash_attention=flash,
@@ -308,6 +321,20 @@ def _draw_experts(seed: int, model: str, replicas,
         return rng.choice(wide), rng.choice((1.0, 1.0, 1.25, 2.0))
     ep = rng.choice([d for d in range(1, tp + 1) if tp % d == 0 and experts % d == 0])
     return ep, rng.choice((1.0, 1.0, 1.25, 2.0))
+
+
+def _fold_cp(seed: int, model: str, replicas, cp: int, ep: int) -> int:
+    """Under context parallelism, at one TP degree for every stage, EP over the TP ranks of
+    several CP ranks (a divisor of the CP size above 1 that keeps EP a divisor of the
+    experts, from a stream of its own); else ``ep``."""
+    experts = MOE_PRESETS.get(model)
+    tps = {s.tp for r in replicas for s in r.stages}
+    if experts is None or cp == 1 or len(tps) > 1:
+        return ep
+    rng = random.Random(f"cp-fold-{seed}")
+    tp = tps.pop()
+    wide = [tp * c for c in range(2, cp + 1) if cp % c == 0 and experts % (tp * c) == 0]
+    return rng.choice(wide) if wide else ep
 
 
 def _random_software(seed: int) -> SoftwareSpec:

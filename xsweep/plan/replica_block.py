@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from xsweep.plan.collectives import expert_pairs
+from xsweep.plan.collectives import all_to_all_pairs, expert_pairs
 from xsweep.plan.pieces import Piece, piece_name
 from xsweep.plan.program import Category, TaskColumns, TaskKind
 from xsweep.plan.values import KeyTable, PassTime, cp_ring_keys, ep_keys, tp_ring_keys
@@ -99,8 +99,10 @@ def with_all_to_alls(rings: FlowGroup, stream, tp, has, nbytes, hops, launches,
     MoE layers under expert parallelism. An index ``j >= tp[r]`` stands for TP rank ``j mod
     tp[r]`` of the stream's ``j // tp[r]``-th EP peer (the lowering places it). A stream of
     one TP rank has no ring in ``rings`` (its task holds the all-to-alls alone). Under
-    context parallelism (``cp`` rings per stream in ``rings``, EP inside TP) every CP
-    rank's TP ranks run their own all-to-alls, CP rank after CP rank (indices ``q tp + i``)."""
+    context parallelism (``cp`` rings per stream in ``rings``) the stream's ranks (indices
+    ``q tp + i`` for CP rank ``q``) form EP groups of ``width[r]`` consecutive indices, the
+    TP ranks of ``width[r] / tp[r]`` CP ranks (one at EP inside TP; Megatron-Core's folding
+    of CP into EP above it), each group running its own all-to-alls, one after another."""
     width = tp if width is None else width
     parts, at = [], 0
     for r, (on, k, w) in enumerate(zip(np.asarray(stream).tolist(), np.asarray(tp).tolist(),
@@ -110,8 +112,11 @@ def with_all_to_alls(rings: FlowGroup, stream, tp, has, nbytes, hops, launches,
         at += ring
         if not has[r]:
             continue
-        one = np.array(expert_pairs(k, w), np.int64).reshape(-1, 2)
-        pairs = np.concatenate([one + q * k for q in range(cp)])
+        if cp > 1:  # an EP group of w = k x c ranks: c CP ranks' TP ranks (c = 1: EP in TP)
+            one = np.array(all_to_all_pairs(w), np.int64).reshape(-1, 2)
+            pairs = np.concatenate([one + q * w for q in range(k * cp // w)])
+        else:
+            pairs = np.array(expert_pairs(k, w), np.int64).reshape(-1, 2)
         n = len(pairs)
         parts.append(FlowGroup(np.full(n, on, np.int64), pairs[:, 0], np.full(n, on, np.int64),
                                pairs[:, 1], np.full(n, nbytes[r], np.int64),
@@ -408,8 +413,8 @@ def _piece_keys(keys: KeyTable, p: _Pieces, order: np.ndarray, streams: list,
     rings = tp_rings(ring_stream[ringed], size[ringed], nbytes[ring_of][ringed],
                      hops[ring_of][ringed], launches[ring_of][ringed], cp)
     ring_size = np.where(ringed, size * cp, 0)
-    if ep > 1:  # (validation refuses context parallelism with EP across replicas)
-        width = size * np.maximum(ep // size, 1)  # the EP group: over replicas if EP > TP
+    if ep > 1:  # the EP group: over replicas (or under CP over CP ranks) if EP > TP
+        width = size * np.maximum(ep // size, 1)
         ring_size = np.where(moe[ring_of], ring_size + cp * size * (width - 1), ring_size)
         rings = with_all_to_alls(rings, ring_stream, size, moe[ring_of], *a2a[:, ring_of],
                                  width, cp)

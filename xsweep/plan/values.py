@@ -336,8 +336,9 @@ class RingHops(NamedTuple):
 
 
 def _expert_ring_size(a: PlanAnalysis, dp_group: int) -> int:
-    """Members of each expert ring of a DP group: its replicas over those an EP group spans."""
-    return len(a.dp_groups[dp_group].device_groups) // a.expert_fold(dp_group)
+    """Members of each expert ring of a DP group: its replicas (times their CP ranks) over
+    those an EP group spans."""
+    return len(a.dp_groups[dp_group].rings[0].ranks) // a.expert_fold(dp_group)
 
 
 class ExpertRingBytes(NamedTuple):

@@ -159,7 +159,8 @@ def expert_fanout(plan: pb.DeploymentPlan, ep: int, node_of_rank: list[int],
     most all-to-all flows one of its ranks sends to ranks of its EP group on its own node,
     and the most to ranks on other nodes, each counted in the all-to-all's pair bytes. An
     EP group is the groups of ``EP / TP`` consecutive replicas of one pipeline stage (in
-    replica order), as the plan's validation and the lowering lay it out. Under DeepEP's
+    replica order), as the plan's validation and the lowering lay it out; under context
+    parallelism, the TP ranks of ``EP / TP`` consecutive CP ranks of a group. Under DeepEP's
     dispatch (``deepep``: the model) a rank's flows on its node carry ``nodes`` pair
     bytes each and it sends one flow to each other node, of ``reach x width / top_k``
     pair bytes (:func:`xsweep.plan.workload.deepep_factors`; the validation spreads its
@@ -169,23 +170,36 @@ def expert_fanout(plan: pb.DeploymentPlan, ep: int, node_of_rank: list[int],
         stages.setdefault(group.pp_stage, []).append(group)
     out = {}
     for members in stages.values():
-        tp = len(members[0].ranks)
+        cp = max(members[0].context_parallel, 1)
+        tp = len(members[0].ranks) // cp
         if ep <= tp:
+            continue
+        if cp > 1:  # EP over the TP ranks of ep / tp CP ranks of each group
+            for g in members:
+                teams = [[node_of_rank[r] for r in g.ranks[i:i + ep]]
+                         for i in range(0, len(g.ranks), ep)]
+                out[g.id] = tuple(max(part) for part in zip(
+                    *(_fanout(nodes, nodes, deepep) for nodes in teams), strict=True))
             continue
         fold = ep // tp
         for start in range(0, len(members) - fold + 1, fold):
             team = members[start:start + fold]
             nodes = [node_of_rank[r] for g in team for r in g.ranks]
-            spans = len(set(nodes))
             for g in team:
-                own = [node_of_rank[r] for r in g.ranks]
-                near = max(nodes.count(n) - 1 for n in own)
-                if deepep is not None and spans > 1:
-                    mate, rail = deepep_factors(deepep, len(nodes), spans)
-                    out[g.id] = (near * mate, (spans - 1) * rail)
-                else:
-                    out[g.id] = (near, max(len(nodes) - nodes.count(n) for n in own))
+                out[g.id] = _fanout(nodes, [node_of_rank[r] for r in g.ranks], deepep)
     return out
+
+
+def _fanout(nodes: list[int], own: list[int],
+            deepep: ModelSpec | None) -> tuple[float, float]:
+    """:func:`expert_fanout` of the ranks on nodes ``own`` in an EP group on ``nodes`` (a
+    node per rank)."""
+    spans = len(set(nodes))
+    near = max(nodes.count(n) - 1 for n in own)
+    if deepep is not None and spans > 1:
+        mate, rail = deepep_factors(deepep, len(nodes), spans)
+        return near * mate, (spans - 1) * rail
+    return near, max(len(nodes) - nodes.count(n) for n in own)
 
 
 def _a2a_across_s(node, a2a: tuple[float, float, float], fanout: tuple[float, float],

@@ -103,8 +103,9 @@ def _pass_comm(training, tp: int, cp: int) -> int:
     """Tasks + flows of a pass's communication beside its compute task."""
     ep = training.expert_parallel
     if cp > 1:  # a CP ring (and TP rings) beside the compute, and a join; with expert
-        # parallelism (inside TP) each CP rank's all-to-all flows too
-        return 2 + 2 * tp * cp + (cp * tp * (tp - 1) if ep > 1 else 0)
+        # parallelism the all-to-all flows of EP groups of w ranks (w = tp, or the TP ranks
+        # of ep / tp CP ranks)
+        return 2 + 2 * tp * cp + (cp * tp * (max(tp, ep) - 1) if ep > 1 else 0)
     if tp > 1:  # one blocking TP task of tp flows per pass; overlapped, its join too;
         # with expert parallelism also an all-to-all's flows, tp (w - 1) for an EP
         # group of w ranks (tp, or EP over tp x EP / tp ranks of several replicas)
@@ -135,10 +136,10 @@ def _dp_size(groups, num_replicas: int, cp: int, overlap: bool, zero1: bool,
     an LCM ring of ``R`` flows per chunk (ZeRO-1: a reduce-scatter and an all-gather).
     Under context parallelism the rings hold every CP rank too (DP x CP): a group's
     ``len(ranks)`` is ``tp x cp``, and with one CP size the LCM of those is ``cp`` times
-    the TP degrees'. Where EP groups span ``r = EP / TP`` replicas (one TP degree) and
-    ``R / r`` is at least 2, the collective also holds the expert rings: ``R`` more flows
-    per chunk (overlapped, in tasks of their own: a barrier and a collective more per
-    bucket)."""
+    the TP degrees'. Where EP groups span ``r = EP / TP`` replicas (one TP degree; under
+    CP, CP ranks) and ``R cp / r`` is at least 2, the collective also holds the expert
+    rings: ``R cp`` more flows per chunk (overlapped, in tasks of their own: a barrier
+    and a collective more per bucket)."""
     if num_replicas * cp < 2:
         return 0
     starts: dict[int, list[int]] = defaultdict(list)
@@ -157,7 +158,8 @@ def _dp_size(groups, num_replicas: int, cp: int, overlap: bool, zero1: bool,
         collective = 1 + chunks * num_replicas
         apart = 0  # overlapped, the expert rings have buckets of their own: a barrier and
         # a collective (two under ZeRO-1) more per bucket at most
-        if ep > chunks and num_replicas // (ep // chunks) >= 2:  # expert rings
+        tp = chunks // cp  # (EP above TP: one TP degree, the validation's)
+        if ep > tp and num_replicas * cp // (ep // tp) >= 2:  # expert rings
             collective += chunks * num_replicas
             apart = buckets * (1 + (2 if zero1 else 1)) if overlap else 0
         size += buckets * (1 + collective * (2 if zero1 else 1)) + apart

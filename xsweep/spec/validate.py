@@ -285,9 +285,10 @@ def _check_moe(model: ModelSpec, options: TrainingOptions, groups: tuple[Group, 
                gpus_per_node: tuple[int, ...], file: str | None) -> None:
     """Expert parallelism against the model and the device groups: EP needs routed experts
     it divides; it either divides a group's TP degree (EP carved from the group's TP ranks,
-    each CP rank's under context parallelism) or is a multiple of it (EP over the TP ranks
-    of several replicas, :func:`_check_ep_across`, not with context parallelism); FP8
-    parameter gathers and TP overlap are not modelled with experts (FP8 compute is)."""
+    each CP rank's under context parallelism) or is a multiple of it: EP over the TP ranks
+    of several replicas (:func:`_check_ep_across`), or under context parallelism over
+    those of several CP ranks (:func:`_check_ep_folding_cp`); FP8 parameter gathers and TP
+    overlap are not modelled with experts (FP8 compute is)."""
     stack = options.stack
     ep = stack.expert_parallel
     tps = [len(g.ranks) // g.cp for g in groups]
@@ -305,13 +306,11 @@ def _check_moe(model: ModelSpec, options: TrainingOptions, groups: tuple[Group, 
                              "the TP ranks of a group or of several replicas")
     if any(ep > tp for tp in tps):
         if groups[0].cp > 1:
-            raise InputError(file, "device_groups[0].context_parallel", groups[0].cp,
-                             f"context parallelism is not modelled with "
-                             f"training.expert_parallel ({ep}) above a group's TP degree "
-                             "(EP across replicas)")
-        _check_ep_across(ep, stack.zero_stage, groups, file)
-        if stack.moe_dispatcher == "deepep":
-            _check_deepep(ep, groups, gpus_per_node, file)
+            _check_ep_folding_cp(ep, tps, groups, gpus_per_node, stack.moe_dispatcher, file)
+        else:
+            _check_ep_across(ep, stack.zero_stage, groups, file)
+            if stack.moe_dispatcher == "deepep":
+                _check_deepep(ep, groups, gpus_per_node, file)
     if stack.fp8_param_gather:
         raise InputError(file, "training.fp8_param_gather", True,
                          "is not modelled for a model with experts (FP8 compute is: set "
@@ -320,6 +319,38 @@ def _check_moe(model: ModelSpec, options: TrainingOptions, groups: tuple[Group, 
         raise InputError(file, "training.tp_comm_overlap", True,
                          "is not modelled with expert_parallel above 1 (the all-to-all would "
                          "ride beside the compute)")
+
+
+def _check_ep_folding_cp(ep: int, tps: list[int], groups: tuple[Group, ...],
+                         gpus_per_node: tuple[int, ...], dispatcher: str,
+                         file: str | None) -> None:
+    """EP above the TP degree under context parallelism, ``EP = TP x c``: an EP group is
+    the TP ranks of ``c`` consecutive CP ranks of one group (Megatron-Core's parallel
+    folding of CP into EP), so ``c`` must divide the CP size, every group needs one TP
+    degree (the expert gradients' rings pair like ranks of every group), and DeepEP's
+    dispatch is modelled only where such an EP group stays on one node."""
+    cp = groups[0].cp
+    for i, tp in enumerate(tps):
+        if tp != tps[0]:
+            raise InputError(file, f"device_groups[{i}].ranks", len(groups[i].ranks),
+                             f"with training.expert_parallel ({ep}) folding context-parallel "
+                             f"ranks, every group needs one TP degree ({tps[0]}), not {tp}")
+    tp = tps[0]
+    if cp % (ep // tp):
+        raise InputError(file, "training.expert_parallel", ep,
+                         f"is TP ({tp}) x {ep // tp} context-parallel ranks, and {ep // tp} "
+                         f"must divide context_parallel ({cp}); EP across replicas is not "
+                         "modelled under context parallelism")
+    if dispatcher != "deepep":
+        return
+    node_of_rank = [node for node, gpus in enumerate(gpus_per_node) for _ in range(gpus)]
+    for i, g in enumerate(groups):
+        for start in range(0, len(g.ranks), ep):
+            if len({node_of_rank[r] for r in g.ranks[start:start + ep]}) > 1:
+                raise InputError(file, "training.moe_dispatcher", "DEEPEP",
+                                 f"is not modelled over EP groups that fold context-parallel "
+                                 f"ranks across nodes, and one of device_groups[{i}] spans "
+                                 "nodes (use ALLTOALL)")
 
 
 def _check_ep_across(ep: int, zero_stage: int, groups: tuple[Group, ...],

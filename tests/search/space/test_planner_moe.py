@@ -165,26 +165,37 @@ def test_the_arrays_leave_expert_points_to_the_planner(catalog):
                 assert screened.reason[row] == out.reason
 
 
-def test_context_parallelism_with_experts_inside_tp_builds_and_across_says_why(catalog):
-    """CP with EP inside TP (each CP rank's TP ranks run their all-to-alls) is planned and
-    its plans validate; CP with EP across replicas is not modelled, which the planner says
-    first, so a sweep over both axes finishes with a reason instead of stopping at the plan
-    it built."""
-    document = changed(MIXTRAL, parallelism={**MIXTRAL["parallelism"], "cp": [1, 2],
-                                             "tp": {"H200": [4]}, "ep": [1, 2, 4, 8]})
-    _, _, points, outs = _outcomes(document, catalog)
+def test_context_parallelism_with_experts_inside_tp_or_over_cp_ranks_builds(catalog):
+    """CP with EP inside TP (each CP rank's TP ranks run their all-to-alls) or over the TP
+    ranks of ``ep / tp`` CP ranks (Megatron-Core's folding of CP into EP) is planned, and
+    its plans validate; EP over more CP ranks than a group has is not modelled (EP across
+    replicas under CP), which the planner says first, so a sweep over both axes finishes
+    with a reason instead of stopping at the plan it built. Folded EP groups sit inside a
+    group, on one node: the dispatcher axis is unused there."""
+    from xsweep.search.space.planner import unused_axes
+
+    document = changed(MIXTRAL, training={**MIXTRAL["training"],
+                                          "moe_dispatcher": ["alltoall", "deepep"]},
+                       parallelism={**MIXTRAL["parallelism"], "cp": [1, 2],
+                                    "tp": {"H200": [2, 4]}, "ep": [1, 2, 4, 8]})
+    sweep, _, points, outs = _outcomes(document, catalog)
     built = set()
     for point, out in zip(points, outs, strict=True):
-        cp, ep = point["parallelism.cp"], point["parallelism.ep"]
-        if cp > 1 and ep == 8:
-            assert out.reason == ("CP 2 is not modelled with ep 8 above TP (across "
-                                  "replicas) (mixtral-8x7b)")
+        cp, ep, tp = point["parallelism.cp"], point["parallelism.ep"], point["parallelism.tp.H200"]
+        if cp > 1 and ep == 8 and tp == 2:
+            assert out.reason == ("CP 2 takes ep 8 above TP 2 only as TP x CP ranks (EP "
+                                  "folding CP), and 4 does not divide CP 2")
             assert reason_kind(out.reason).name == "cp"
         elif isinstance(out, Built):
             a = analyze(validate_plan(out.plan, catalog), catalog)
-            assert {(g.cp, g.tp) for g in a.groups} == {(cp, 4)}
-            built.add((cp, ep))
-    assert {(2, 1), (2, 2), (2, 4)} <= built
+            assert {(g.cp, g.tp) for g in a.groups} == {(cp, tp)}
+            assert a.stack.expert_parallel == ep
+            if cp > 1:
+                assert all(peers == (i,) for i, peers in enumerate(a.ep_peers))
+                assert "training.moe_dispatcher" in unused_axes(sweep, point)
+                assert a.stack.moe_dispatcher == "alltoall"
+            built.add((cp, tp, ep))
+    assert {(2, 4, 1), (2, 4, 2), (2, 4, 4), (2, 2, 4), (2, 4, 8), (1, 4, 8)} <= built
 
 
 def _dispatchers(gpus_per_node: int, nodes: int, tp: list[int], ep: list[int]) -> dict:

@@ -291,7 +291,7 @@ class Planner:
             reason = _check_fsdp(pools, shapes, layout.kind_of, counts)
             if reason:
                 return Infeasible(reason)
-        if stack.expert_parallel > pools[0].tp:
+        if stack.expert_parallel > pools[0].tp and pools[0].cp == 1:  # EP across replicas
             reason = _check_expert_shapes(shapes, layout.kind_of, counts)
             if reason:
                 return Infeasible(reason)
@@ -325,7 +325,8 @@ class Planner:
         replicas = _replica_count(pools, p, point["parallelism.pipeline_mix"])
         if isinstance(replicas, str):
             return replicas
-        reason = _check_expert_replicas(stack.expert_parallel, pools[0].tp, replicas)
+        reason = (_check_expert_replicas(stack.expert_parallel, pools[0].tp, replicas)
+                  if pools[0].cp == 1 else "")
         if reason:
             return reason
         micro_batches = batch // b
@@ -452,8 +453,9 @@ def unused_axes(sweep: Sweep, point: Point) -> frozenset[str]:
     active = sum(point[f"cluster.pools[{i}].nodes"] > 0 for i in range(len(sweep.cluster.pools)))
     if active < 2:
         unused.append("parallelism.pipeline_mix")
-    ep = point.get("parallelism.ep", 1)
-    if all(ep <= point[f"parallelism.tp.{pool.gpu}"] for i, pool in enumerate(sweep.cluster.pools)
+    ep, cp = point.get("parallelism.ep", 1), point.get("parallelism.cp", 1)
+    if all(ep <= point[f"parallelism.tp.{pool.gpu}"] * cp
+           for i, pool in enumerate(sweep.cluster.pools)
            if point[f"cluster.pools[{i}].nodes"] > 0):  # EP inside the groups: on one node
         unused.append("training.moe_dispatcher")
     if ep == 1:  # no all-to-all to carry FP8
@@ -560,8 +562,9 @@ def _check_cp(pools: list[_Pool], model: ModelSpec, stack: Stack, mix: str) -> s
     """Why the point cannot split its sequences over ``cp`` ranks ("" if it can), as plan
     validation and the model ask: each device group in one node, the sequence in
     ``2 x cp`` chunks, fused attention, no FSDP, one TP degree along a pipeline; with
-    experts, EP inside the TP degree (each CP rank's TP ranks run their all-to-alls), not
-    across replicas."""
+    experts, EP inside the TP degree (each CP rank's TP ranks run their all-to-alls) or
+    over the TP ranks of ``ep / tp`` CP ranks (a divisor of CP; one TP degree for every
+    pool, :func:`_check_experts_across`), not across replicas."""
     cp = pools[0].cp
     if cp == 1:
         return ""
@@ -577,9 +580,10 @@ def _check_cp(pools: list[_Pool], model: ModelSpec, stack: Stack, mix: str) -> s
     if stack.zero_stage == 3:
         return f"CP {cp} with FSDP (zero_stage 3) is not modelled"
     ep = stack.expert_parallel
-    if model.is_moe and any(ep > pool.tp for pool in pools):
-        return (f"CP {cp} is not modelled with ep {ep} above TP (across replicas) "
-                f"({model.name})")
+    for pool in pools:
+        if model.is_moe and ep > pool.tp and ep % pool.tp == 0 and cp % (ep // pool.tp):
+            return (f"CP {cp} takes ep {ep} above TP {pool.tp} only as TP x CP ranks "
+                    f"(EP folding CP), and {ep // pool.tp} does not divide CP {cp}")
     if mix == "mixed" and len({pool.tp for pool in pools}) > 1:
         return (f"CP {cp} needs one TP degree along a pipeline; mixed pipelines have TP "
                 f"{sorted({pool.tp for pool in pools})}")
@@ -628,10 +632,12 @@ def _check_experts(pools: list[_Pool], model: ModelSpec, stack: Stack) -> str:
 
 
 def _check_experts_across(pools: list[_Pool], ep: int, stack: Stack) -> str:
-    """Why EP above TP (EP groups over several replicas) cannot run ("" if it can): one TP
-    degree for every pool (at TP 1 an EP group is ``EP`` replicas); not under FSDP."""
+    """Why EP above TP (EP groups over several replicas, or under context parallelism over
+    CP ranks) cannot run ("" if it can): one TP degree for every pool (at TP 1 an EP group
+    is ``EP`` replicas); not under FSDP."""
     tps = sorted({pool.tp for pool in pools})
-    where = f"expert parallelism: ep {ep} above TP (across replicas)"
+    where = (f"expert parallelism: ep {ep} above TP "
+             f"({'over CP ranks' if pools[0].cp > 1 else 'across replicas'})")
     if len(tps) > 1:
         return f"{where} needs one TP degree for every pool, not TP {tps}"
     if stack.zero_stage == 3:
