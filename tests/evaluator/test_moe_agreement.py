@@ -7,7 +7,8 @@ whose experts are held by several replicas, whose DP collectives hold expert rin
 the dense ones (with and without ZeRO-1 and gradient buckets), and replicas of TP 1 whose
 EP groups span 2 or 4 of them (all-to-alls with no TP ring beside them); in BF16 and in
 FP8; DeepEP's dispatch across two nodes; dispatches in FP8 (random plans and two nodes'
-worth); and random plans whose EP groups fold context-parallel ranks."""
+worth); random plans whose EP groups fold context-parallel ranks; and random FSDP plans
+whose EP groups span replicas."""
 
 from __future__ import annotations
 
@@ -81,6 +82,12 @@ def _plans() -> list[pb.DeploymentPlan]:
             + [random_plan(seed, max_gpus=32, num_layers=8,
                            model=("mixtral-8x7b", "deepseek-v3")[seed % 2], cp_fold=True)
                for seed in (3, 13, 36)]
+            # random plans under FSDP whose EP groups span replicas: TP 2 with expert
+            # rings beside the per-layer gathers and reduce-scatters, and TP 1
+            + [random_plan(seed, max_gpus=32, num_layers=8,
+                           model=("mixtral-8x7b", "deepseek-v3")[seed % 2], ep_across=True,
+                           tp_one=tp_one, fsdp=True)
+               for seed, tp_one in ((37, False), (28, True))]
             + [expert_rings(zero, overlap) for zero in (0, 1) for overlap in (False, True)]
             + [one_node(), two_nodes(), two_nodes(4, "deepep"), two_nodes(1, "deepep"),
                two_nodes(4, "alltoall", True), two_nodes(1, "deepep", True)])
@@ -119,8 +126,9 @@ def test_moe_plans_agree_with_the_simulator():
     # EP over 2 of 2 CP ranks (expert rings across replicas), 2 and 4 of 4
     assert {(2, 2, True), (4, 2, True), (4, 4, False)} <= folds
     # expert rings beside the dense ones, with one bucket and several (overlapped, the
-    # experts in buckets of their own), under ZeRO 0 and 1
+    # experts in buckets of their own), under ZeRO 0 and 1, and under FSDP per layer
     assert {(0, False, False), (1, False, False), (0, True, True), (1, True, True)} <= rings
+    assert any(z == 3 for z, _, _ in rings)
     t_ref = np.array(times)
     for dtype, tol in (("float32", 1e-4), ("float64", 1e-9)):
         out = default_evaluator().run(programs, "exact", dtype=dtype)

@@ -138,7 +138,7 @@ MOE_PRESETS = {"mixtral-8x7b": 8, "deepseek-v3": 256}
 def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers: int = 8,
                 model: str = "llama2-7b", seq_length: int = 1024,
                 ep_across: bool = False, tp_one: bool = False,
-                cp_fold: bool = False) -> pb.DeploymentPlan:
+                cp_fold: bool = False, fsdp: bool = False) -> pb.DeploymentPlan:
     """A seeded, valid, heterogeneous plan (GPU and NIC mixes, TP/PP/DP mixes, schedules,
     resharding schemes, fabrics and every training-stack option drawn at random).
 
@@ -158,7 +158,8 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
     where it can: every replica takes the first one's stages (at one TP degree) and
     micro-batches, and EP is that TP degree times a divisor of the replicas above 1 that
     keeps it a divisor of the experts (the draws of other plans are as without it); with
-    ``tp_one`` too, every stage at TP 1, so that EP spans replicas alone. With ``cp_fold``
+    ``tp_one`` too, every stage at TP 1, so that EP spans replicas alone; with ``fsdp`` too,
+    under FSDP (ZeRO-3; else EP across replicas takes ZeRO-1 for a drawn 3). With ``cp_fold``
     (a mixture-of-experts model), where the plan draws context parallelism every stage
     takes the first one's TP degree and EP folds CP ranks where it can
     (:func:`_fold_cp`).
@@ -169,6 +170,8 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
     v = shape_rng.choice((1, 1, 1, 2)) if num_layers >= 4 else 1
     zero_stage = shape_rng.choice((0, 0, 1, 1, 3))
     ep_across, zero_stage = _across(ep_across, model, zero_stage)
+    if fsdp and ep_across:
+        zero_stage = 3
     cp = random.Random(f"cp-{seed}").choice((1, 1, 2, 2, 4))
     if zero_stage == 3 or seq_length % (2 * cp) or ep_across:
         cp = 1

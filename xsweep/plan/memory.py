@@ -234,12 +234,26 @@ def memory_breakdown(model: ModelSpec, tp: int, micro_batch_size: int, first_lay
         fp8_copies = FP8_WEIGHT_BYTES * rank_gemm_params(model, tp, first_layer, last_layer,
                                                          stack.expert_parallel)
     if stack.zero_stage == 3:
-        block = block_params(model, tp)  # unsharded over DP, still split by TP
-        weights = weights / dp + FSDP_GATHERED_BLOCKS * BF16_BYTES * block
-        grads = grads / dp + GRAD_BYTES_PER_PARAM * block
+        ep = stack.expert_parallel
+        block = block_params(model, tp, ep)  # unsharded over DP, still split by TP (and EP)
+        # a rank's share: its parameters over the dp replicas; with EP over fold replicas,
+        # its experts over the dp / fold that hold them
+        if fold > 1:
+            experts = rank_expert_params(model, tp, first_layer, last_layer, ep)
+            held = (params - experts) / dp + experts / (dp // fold)
+            weights, grads = BF16_BYTES * held, GRAD_BYTES_PER_PARAM * held
+        else:
+            weights, grads = weights / dp, grads / dp
+        weights += FSDP_GATHERED_BLOCKS * BF16_BYTES * block
+        grads += GRAD_BYTES_PER_PARAM * block
         if stack.precision == "fp8":
-            fp8_copies = (fp8_copies / dp
-                          + FSDP_GATHERED_BLOCKS * FP8_WEIGHT_BYTES * block_gemm_params(model, tp))
+            if fold > 1:
+                gemm = rank_gemm_params(model, tp, first_layer, last_layer, ep)
+                fp8_copies = FP8_WEIGHT_BYTES * ((gemm - experts) / dp + experts / (dp // fold))
+            else:
+                fp8_copies = fp8_copies / dp
+            fp8_copies += FSDP_GATHERED_BLOCKS * FP8_WEIGHT_BYTES * block_gemm_params(model, tp,
+                                                                                      ep)
     if stack.fp8_param_gather:  # FP8 parameters: no BF16 copy of the GEMM weights
         weights -= BF16_BYTES * _held_gemm_params(model, tp, first_layer, last_layer, stack, dp)
     weights += fp8_copies

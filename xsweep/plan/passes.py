@@ -64,6 +64,8 @@ from xsweep.plan.reshard import reshard
 from xsweep.plan.values import (
     ONE,
     ZERO,
+    ExpertRingBytes,
+    ExpertRingHops,
     GatherBytes,
     Keys,
     KeyTable,
@@ -117,15 +119,19 @@ class Tasks:
                          np.full(n, hop, np.int64), np.full(n, launch, np.int64),
                          np.full(n, p2p))
 
-    def tp_ring(self, stream: int, tp: int, span: tuple, a2a: bool = False) -> FlowGroup:
+    def tp_ring(self, stream: int, tp: int, span: tuple, a2a: bool = False,
+                width: int = 0) -> FlowGroup:
         """The ring of a stream's TP collective over one piece ``span`` (kind, layers):
-        rank ``i`` sends to rank ``i + 1``, every flow with the same three value keys; with
-        ``a2a``, followed by the piece's all-to-alls over the stream's ranks."""
-        nbytes, hops, launches = ([self.keys.index(key)] for key in tp_ring_keys(stream, *span))
+        rank ``i`` sends to rank ``i + 1``, every flow with the same three value keys (none
+        at TP 1); with ``a2a``, followed by the piece's all-to-alls over its EP group of
+        ``width`` ranks (default the stream's; more where EP spans replicas)."""
+        keys = tp_ring_keys(stream, *span) if tp > 1 else ()
+        nbytes, hops, launches = ([self.keys.index(key)] for key in keys) if keys else (
+            [0], [0], [0])
         ring = tp_rings([stream], [tp], nbytes, hops, launches)
         if a2a:
             keys = [[self.keys.index(key)] for key in ep_keys(stream, *span)]
-            return with_all_to_alls(ring, [stream], [tp], [True], *keys)
+            return with_all_to_alls(ring, [stream], [tp], [True], *keys, [max(width, tp)])
         return ring
 
     def add(self, row: TaskRow, name: str, deps: list[int], flows: FlowGroup | None = None) -> int:
@@ -263,13 +269,23 @@ class _DpGroup:
     """One DP group of an FSDP block (one stage of every replica): its members, its
     collectives so far and how far its members have come."""
 
-    def __init__(self, stage: int, members: tuple[int, ...], tps: tuple[int, ...]):
+    def __init__(self, stage: int, members: tuple[int, ...], tps: tuple[int, ...],
+                 expert_rings: tuple[tuple[int, ...], ...] = ()):
         self.stage = stage
         self.members = members  # block streams, in ring order
         src, dst = ring_ends(tps)
         # the ends of the flows of each of its collectives
         self.src = [(members[m], i) for m, i in src]
         self.dst = [(members[m], i) for m, i in dst]
+        # where EP groups span replicas and each expert is held more than once, the ends of
+        # the flows of its expert rings (per TP rank, per place in an EP group: the
+        # replicas holding the same experts, in replica order), beside the rings above on
+        # the layers with experts
+        tp = tps[0] if tps else 1
+        self.expert_src = [(ring[k], c) for c in range(tp) for ring in expert_rings
+                           for k in range(len(ring))]
+        self.expert_dst = [(ring[(k + 1) % len(ring)], c) for c in range(tp)
+                           for ring in expert_rings for k in range(len(ring))]
         self.gathers: list[int] = []  # the all-gathers issued, in order
         self.scatter = -1  # the last reduce-scatter
         self.reached: list[int] = []  # per piece index: the members past it
@@ -292,9 +308,14 @@ class _FsdpBlock:
         self.overlap_tp, self.experts = overlap_tp, experts  # (EP, first MoE layer)
         self.first_stream, self.plans, self.phases, self.v = first_stream, plans, phases, v
         self.group_of: dict[int, _DpGroup] = {}  # stream -> its DP group
+        ep, replicas = experts[0], len(first_stream) - 1
         for s, order in enumerate(fsdp):
             members = tuple(first_stream[r] + s for r in order)
-            group = _DpGroup(s, members, tuple(streams[m][0] for m in members))
+            tp = streams[members[0]][0]  # (EP above TP: one TP degree per stage)
+            fold = ep // tp if ep > tp else 1
+            rings = (tuple(tuple(first_stream[r] + s for r in range(q, replicas, fold))
+                           for q in range(fold)) if fold > 1 and replicas // fold >= 2 else ())
+            group = _DpGroup(s, members, tuple(streams[m][0] for m in members), rings)
             self.group_of |= dict.fromkeys(members, group)
         self.pos = [0] * len(streams)  # each stream's next piece
         self.last = [-1] * len(streams)  # the last task on each stream (-1: none yet)
@@ -374,8 +395,8 @@ class _FsdpBlock:
             tp, first = self.streams[st][0], self.streams[st][1]
             span = (kind, lo - first, hi - first)
             ep, moe_from = self.experts
-            ring = (self.tasks.tp_ring(st, tp, span, ep > 1 and hi > moe_from) if tp > 1
-                    else None)
+            a2a = ep > 1 and hi > moe_from  # (at TP 1, the all-to-alls alone)
+            ring = self.tasks.tp_ring(st, tp, span, a2a, ep) if tp > 1 or a2a else None
             made = self.made[st, kind, lo, hi] = (self.tasks.key(PassTime(st, *span)), ring)
         duration, ring = made
         stage = self.where[st][1]
@@ -419,8 +440,14 @@ class _FsdpBlock:
             n = len(group.src)
             nbytes = (GatherBytes(group.stage, layer, layer) if fp8
                       else RingBytes(group.stage, layer, layer, passes))
-            flows = group.rings[layer, passes, fp8] = self.tasks.flow_group(
-                group.src, group.dst, [nbytes] * n, RingHops(group.stage, passes), ONE, False)
+            flows = self.tasks.flow_group(group.src, group.dst, [nbytes] * n,
+                                          RingHops(group.stage, passes), ONE, False)
+            if group.expert_src and layer >= self.experts[1]:  # a MoE layer's experts
+                flows = FlowGroup.concat([flows, self.tasks.flow_group(
+                    group.expert_src, group.expert_dst,
+                    [ExpertRingBytes(group.stage, layer, layer, passes)] * len(group.expert_src),
+                    ExpertRingHops(group.stage, passes), ONE, False)])
+            group.rings[layer, passes, fp8] = flows
         return flows
 
     def _gathered(self, st: int, i: int) -> int | None:

@@ -219,12 +219,13 @@ def _moe_block_weights(model: ModelSpec, shard: TpShard, tp: int, ep: int = 1) -
     return attention + h * model.num_experts + routed + shared + 2 * h
 
 
-def block_params(model: ModelSpec, tp: int = 1) -> int:
+def block_params(model: ModelSpec, tp: int = 1, ep: int = 1) -> int:
     """Parameters of one transformer block (on the largest shard at TP ``tp``); with
-    experts, of the larger of a dense and a MoE block."""
+    experts, of the larger of a dense and a MoE block (at expert parallelism ``ep``:
+    :func:`routed_params`)."""
     shard = tp_shard(model, tp)
     if model.is_moe:
-        return max(_block_weights(model, shard), _moe_block_weights(model, shard, tp))
+        return max(_block_weights(model, shard), _moe_block_weights(model, shard, tp, ep))
     return _block_weights(model, shard)
 
 
@@ -594,12 +595,12 @@ def fp8_cast_bytes(model: ModelSpec, micro_batch_size: int, tp: int = 1,
             float(FP8_CAST_BYTES * sum(rows * n for rows, _, n in shapes)))
 
 
-def block_gemm_params(model: ModelSpec, tp: int = 1) -> int:
+def block_gemm_params(model: ModelSpec, tp: int = 1, ep: int = 1) -> int:
     """Weights of one block's GEMMs on the largest TP shard: the weights FP8 runs in FP8
     (every parameter of the block but its two norm gains); with experts, of the larger
-    of a dense and a MoE block (at EP 1, as :func:`block_params`)."""
+    of a dense and a MoE block (at expert parallelism ``ep``, as :func:`block_params`)."""
     dense = sum(k * n for k, n in _block_gemm_shapes(model, tp_shard(model, tp)))
-    return max(dense, _moe_block_gemm_params(model, tp)) if model.is_moe else dense
+    return max(dense, _moe_block_gemm_params(model, tp, ep)) if model.is_moe else dense
 
 
 def _moe_block_gemm_params(model: ModelSpec, tp: int, ep: int = 1) -> int:

@@ -84,9 +84,12 @@ def _estimate(plan: xsweep_pb2.DeploymentPlan) -> int:
         layers = group.last_layer - group.first_layer + 1
         if fsdp and num_replicas > 1:  # every pass cut into its layers, each gathered (and
             # its gradients reduce-scattered) over the stage's DP group: LCM rings of one
-            # rank per replica
+            # rank per replica (and where EP spans replicas, the experts' rings beside them)
             passes = 2 * m * layers
             rings = math.lcm(*stage_tps[group.pp_stage])
+            fold = training.expert_parallel // tp if training.expert_parallel > tp else 1
+            if fold > 1 and num_replicas // fold >= 2:  # the expert rings too, as many flows
+                rings *= 2
             size += (2 * passes + 1) * (1 + rings * num_replicas) // num_replicas + passes
         else:  # passes of each chunk, the last backward (and under ZeRO-1 with overlap
             # the first forward, which waits for gathers) cut at DP or bucket boundaries

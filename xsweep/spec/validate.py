@@ -308,7 +308,7 @@ def _check_moe(model: ModelSpec, options: TrainingOptions, groups: tuple[Group, 
         if groups[0].cp > 1:
             _check_ep_folding_cp(ep, tps, groups, gpus_per_node, stack.moe_dispatcher, file)
         else:
-            _check_ep_across(ep, stack.zero_stage, groups, file)
+            _check_ep_across(ep, groups, file)
             if stack.moe_dispatcher == "deepep":
                 _check_deepep(ep, groups, gpus_per_node, file)
     if stack.fp8_param_gather:
@@ -353,16 +353,13 @@ def _check_ep_folding_cp(ep: int, tps: list[int], groups: tuple[Group, ...],
                                  "nodes (use ALLTOALL)")
 
 
-def _check_ep_across(ep: int, zero_stage: int, groups: tuple[Group, ...],
-                     file: str | None) -> None:
+def _check_ep_across(ep: int, groups: tuple[Group, ...], file: str | None) -> None:
     """EP a multiple of a stage's TP degree, ``EP = TP x r``: an EP group is the TP ranks of
     ``r`` consecutive replicas of the stage, so the stage's groups must share their TP
     degree, layers and micro-batches, and ``r`` must divide their number (at TP 1, ``r``
-    is EP: a rank's all-to-alls alone make its MoE pieces' TP tasks); not under FSDP."""
+    is EP: a rank's all-to-alls alone make its MoE pieces' TP tasks). Under FSDP each
+    layer's experts are gathered and reduced over the replicas that hold them."""
     field = "training.expert_parallel"
-    if zero_stage == 3:
-        raise InputError(file, "training.zero_stage", 3, f"FSDP is not modelled with "
-                         f"{field} ({ep}) above a group's TP degree (EP across replicas)")
     stages: dict[int, list[int]] = defaultdict(list)
     for i, g in enumerate(groups):
         stages[g.stage].append(i)

@@ -62,7 +62,7 @@ def _across(**parallelism):
 def test_ep_across_replicas_that_cannot_form_ep_groups_says_why(catalog):
     """EP 8 at TP 2 needs 4 replicas per EP group: on 4 nodes of 8 GPUs at PP 4 the 4
     replicas form one, at PP 8 the 2 cannot (its reason); two pools at TP 2 and 4 share
-    no TP degree; FSDP is not modelled with EP across replicas."""
+    no TP degree; under FSDP EP across replicas builds."""
     _, _, points, outs = _outcomes(_across(tp={"H200": [2]}, pp=[4, 8], ep=[8]), catalog)
     for point, out in zip(points, outs, strict=True):
         if point["parallelism.pp"] == 8:
@@ -79,11 +79,15 @@ def test_ep_across_replicas_that_cannot_form_ep_groups_says_why(catalog):
     _, _, _, outs = _outcomes(document, catalog)
     assert outs[0].reason == ("expert parallelism: ep 4 above TP (across replicas) needs one "
                               "TP degree for every pool, not TP [2, 4]")
+    # under FSDP too: four replicas of TP 4 x PP 2, EP groups of two, each expert held by
+    # two replicas, which gather and reduce it
     _, _, _, outs = _outcomes(changed(_across(tp={"H200": [4]}, pp=[2], ep=[8]),
                                       training={**MIXTRAL["training"], "zero_stage": 3}),
                               catalog)
-    assert outs[0].reason == ("expert parallelism: ep 8 above TP (across replicas) is not "
-                              "modelled under FSDP (zero_stage 3)")
+    assert isinstance(outs[0], Built), outs[0]
+    a = analyze(validate_plan(outs[0].plan, catalog), catalog)
+    assert a.fsdp and len(a.replicas) == 4 and a.expert_fold(0) == 2
+    assert len(a.expert_rings(0)) == 8  # per TP rank, per place: two replicas
 
 
 def test_ep_over_replicas_of_tp_one_builds_plans_whose_ep_groups_are_replicas(catalog):

@@ -604,9 +604,8 @@ def _check_precision(pools: list[_Pool], precision: str) -> str:
 def _check_experts(pools: list[_Pool], model: ModelSpec, stack: Stack) -> str:
     """Why the point cannot split its experts ("" if it can): expert parallelism needs
     routed experts it divides, and must divide every TP degree or be a multiple of it (EP
-    over the TP ranks of several replicas: then one TP degree for every pool, and not
-    under FSDP); FP8 parameter gathers, and TP overlap with EP above 1, are not
-    modelled with experts."""
+    over the TP ranks of several replicas: then one TP degree for every pool); FP8
+    parameter gathers, and TP overlap with EP above 1, are not modelled with experts."""
     ep = stack.expert_parallel
     if ep > 1 and not model.is_moe:
         return f"expert parallelism: ep {ep} needs a model with experts ({model.name} has none)"
@@ -620,7 +619,7 @@ def _check_experts(pools: list[_Pool], model: ModelSpec, stack: Stack) -> str:
             return (f"expert parallelism: ep {ep} neither divides TP {pool.tp} of pool "
                     f"{pool.name} nor is a multiple of it")
     if any(ep > pool.tp for pool in pools):
-        reason = _check_experts_across(pools, ep, stack)
+        reason = _check_experts_across(pools, ep)
         if reason:
             return reason
     if stack.fp8_param_gather:
@@ -631,17 +630,15 @@ def _check_experts(pools: list[_Pool], model: ModelSpec, stack: Stack) -> str:
     return ""
 
 
-def _check_experts_across(pools: list[_Pool], ep: int, stack: Stack) -> str:
+def _check_experts_across(pools: list[_Pool], ep: int) -> str:
     """Why EP above TP (EP groups over several replicas, or under context parallelism over
     CP ranks) cannot run ("" if it can): one TP degree for every pool (at TP 1 an EP group
-    is ``EP`` replicas); not under FSDP."""
+    is ``EP`` replicas)."""
     tps = sorted({pool.tp for pool in pools})
     where = (f"expert parallelism: ep {ep} above TP "
              f"({'over CP ranks' if pools[0].cp > 1 else 'across replicas'})")
     if len(tps) > 1:
         return f"{where} needs one TP degree for every pool, not TP {tps}"
-    if stack.zero_stage == 3:
-        return f"{where} is not modelled under FSDP (zero_stage 3)"
     return ""
 
 
