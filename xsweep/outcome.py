@@ -36,6 +36,7 @@ def outcome(prepared: Prepared, result: SimResult, cost: CostModel = DEFAULT_COS
         doc["moe"] = {"experts": a.model.num_experts, "top_k": a.model.moe_top_k,
                       "expert_parallel": a.stack.expert_parallel,
                       "experts_per_gpu": a.model.num_experts // a.stack.expert_parallel,
+                      **_ep_groups(a),
                       "assumed_imbalance": a.stack.moe_imbalance,
                       "capacity_factor": a.model.moe_capacity_factor,
                       # how tokens cross nodes: "deepep" only where an EP group spans nodes
@@ -44,6 +45,27 @@ def outcome(prepared: Prepared, result: SimResult, cost: CostModel = DEFAULT_COS
                       "fp8_dispatch": a.stack.moe_fp8_dispatch,
                       "max_nodes": a.model.moe_max_nodes}
     return doc
+
+
+def _ep_groups(a) -> dict:
+    """Where a plan's EP groups lie: ``ep_groups_over`` ``"tp"`` (inside each device
+    group's TP ranks, or EP 1), ``"replicas"`` (over the TP ranks of several replicas of a
+    stage) or ``"cp_ranks"`` (over those of several CP ranks of a group), and
+    ``ep_groups_span``, how many replicas or CP ranks one spans (1 inside TP)."""
+    ep = a.stack.expert_parallel
+    replicas = max(len(peers) for peers in a.ep_peers)
+    if replicas > 1:
+        return {"ep_groups_over": "replicas", "ep_groups_span": replicas}
+    folded = max((ep // g.tp for g in a.groups if g.cp > 1 and ep > g.tp), default=1)
+    if folded > 1:
+        return {"ep_groups_over": "cp_ranks", "ep_groups_span": folded}
+    return {"ep_groups_over": "tp", "ep_groups_span": 1}
+
+
+def _ep_groups_text(moe: dict) -> str:
+    """``; EP groups over ...`` where they span replicas or CP ranks, else nothing."""
+    over = {"replicas": "replicas", "cp_ranks": "CP ranks"}.get(moe["ep_groups_over"])
+    return f"; EP groups over {moe['ep_groups_span']} {over}" if over else ""
 
 
 def simulate_plan(prepared: Prepared, cost: CostModel = DEFAULT_COST) -> tuple[SimResult, dict]:
@@ -73,7 +95,7 @@ def format_outcome(doc: dict) -> str:
         capacity = moe["capacity_factor"]
         lines[3:3] = [
             f"experts: {moe['experts']} routed, top {moe['top_k']}, EP {moe['expert_parallel']} "
-            f"({moe['experts_per_gpu']} experts per GPU), "
+            f"({moe['experts_per_gpu']} experts per GPU{_ep_groups_text(moe)}), "
             + (f"capacity factor {capacity:g}" if capacity else "dropless")
             + (", DeepEP dispatch across nodes" + (f" (each token to at most {moe['max_nodes']} "
                                                    "nodes)" if moe["max_nodes"] else "")

@@ -16,7 +16,8 @@ def test_mixtral_plan_simulates_with_its_assumptions_stated(run_xsweep, spaces_d
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["moe"] == {"experts": 8, "top_k": 2, "expert_parallel": 8,
-                          "experts_per_gpu": 1, "assumed_imbalance": 1.2,
+                          "experts_per_gpu": 1, "ep_groups_over": "tp", "ep_groups_span": 1,
+                          "assumed_imbalance": 1.2,
                           "capacity_factor": 0.0, "dispatcher": "alltoall", "fp8_dispatch": False,
                           "max_nodes": 0}
     assert doc["memory_fits"] and 0 < doc["mfu"] < 1
@@ -61,6 +62,8 @@ def test_ep_across_replicas_plan_simulates_and_evaluates_alike(run_xsweep, space
     all-to-alls stay on NVLink, though its expert rings then cross the NICs)."""
     plan = spaces_dir / "mixtral-8x7b-ep-dp.pbtxt"
     doc = _simulated_as_evaluated(run_xsweep, plan)
+    assert (doc["moe"]["ep_groups_over"], doc["moe"]["ep_groups_span"]) == ("replicas", 4)
+    assert "1 experts per GPU; EP groups over 4 replicas)" in run_xsweep("simulate", plan).stdout
     within = plan.read_text()
     for r in range(8):  # replicas 0-3 of a stage on one node, 4-7 on the next
         for stage in range(2):
@@ -123,3 +126,52 @@ def test_fp8_dispatch_simulates_faster_and_says_so(run_xsweep, spaces_dir, tmp_p
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
     assert "training.moe_fp8_dispatch" in refused.stderr and "needs precision FP8" in refused.stderr
+
+
+def _exact(plan) -> float:
+    out = xsweep.evaluate([str(plan)], level="exact", dtype="float64")
+    return float(out["iteration_time_s"].values.ravel()[0])
+
+
+def test_fsdp_with_ep_across_replicas_simulates_and_evaluates_alike(run_xsweep, spaces_dir,
+                                                                    tmp_path):
+    """The shipped EP-across-replicas plan under FSDP (ZeRO-3): ``xsweep simulate`` runs it
+    (each layer's experts gathered and reduced over the two replicas that hold them),
+    ``xsweep.evaluate`` at the exact level agrees, and it holds less per GPU than under
+    ZeRO-1."""
+    base = spaces_dir / "mixtral-8x7b-ep-dp.pbtxt"
+    plan = tmp_path / "fsdp.pbtxt"
+    plan.write_text(base.read_text().replace("zero_stage: 1", "zero_stage: 3"))
+    assert "zero_stage: 3" in plan.read_text()
+    result = run_xsweep("simulate", plan, "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert _exact(plan) == pytest.approx(doc["iteration_time_s"], rel=1e-9)
+    zero1 = json.loads(run_xsweep("simulate", base, "--json").stdout)
+    assert doc["memory_per_gpu_gib"] < zero1["memory_per_gpu_gib"]
+
+
+def test_ep_folding_cp_ranks_simulates_and_says_so(run_xsweep, catalog, tmp_path):
+    """Mixtral at TP 2 x CP 2 on two replicas, EP 4 over each group's two CP ranks:
+    ``xsweep simulate`` states where the EP groups lie, and ``xsweep.evaluate`` at the
+    exact level agrees; EP 8 (over two replicas' CP ranks) is refused in one line."""
+    from tests.plan.test_cp_moe import cp_plan
+    from xsweep.spec.plan_io import plan_to_text
+
+    plan = tmp_path / "cp-fold.pbtxt"
+    plan.write_text(plan_to_text(cp_plan(2, 4, replicas=2)))
+    result = run_xsweep("simulate", plan, "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert (doc["moe"]["ep_groups_over"], doc["moe"]["ep_groups_span"]) == ("cp_ranks", 2)
+    assert _exact(plan) == pytest.approx(doc["iteration_time_s"], rel=1e-9)
+    assert "EP 4 (2 experts per GPU; EP groups over 2 CP ranks)" in run_xsweep(
+        "simulate", plan).stdout
+    wide = tmp_path / "cp-wide.pbtxt"
+    wide.write_text(plan_to_text(cp_plan(2, 8, replicas=2)))
+    refused = run_xsweep("simulate", wide)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        f"{wide}: training.expert_parallel: is TP (2) x 4 context-parallel ranks, and 4 must "
+        "divide context_parallel (2); EP across replicas is not modelled under context "
+        "parallelism (got 8)"]
