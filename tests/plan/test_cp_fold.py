@@ -111,11 +111,12 @@ def test_expert_rings_join_like_cp_ranks_of_every_replica(catalog):
 
 
 def test_the_closed_form_counts_a_folded_group_on_its_node(catalog):
-    """A folded EP group inside one node: each rank sends its ``ep - 1`` mates over
-    NVLink and nothing through its NIC."""
+    """A folded EP group inside one node: each rank's all-to-all flows go to its mates
+    over NVLink (one pair's bytes each), none through its NIC; on two nodes (4 GPUs
+    each), to both."""
     plan = cp_plan(4, 8)
-    fanout = expert_fanout(plan, 8, [0] * 8)
-    assert fanout == {0: (7, 0)}
+    assert expert_fanout(plan, 8, [0] * 8) == {0: (1, 0)}
+    assert expert_fanout(plan, 8, [r // 4 for r in range(8)]) == {0: (1, 1)}
 
 
 #: seeds of random plans whose EP folds CP ranks (``cp_fold``): CP 2 and 4, EP groups of

@@ -411,12 +411,13 @@ def test_ep_across_replicas_has_its_own_structure(catalog):
 def test_closed_form_all_to_all_bytes_per_rank_and_per_nic(catalog, tp):
     """EP 8 = 2 x TP 4, one replica per node of 4 GPUs (or 8 x TP 1, four replicas per
     node): a rank sends 7 flows per all-to-all, 3 on its node and 4 through its NIC, each
-    ``2 h (b s / TP) k / EP`` bytes; the closed form counts them so, and its bound (the
-    NIC's share: 4 flows' bytes over the NIC's rate, after the launches) lies under the
-    simulator's iteration and above the NIC time of one pass's all-to-alls."""
+    ``2 h (b s / TP) k / EP`` bytes; the closed form takes one of each kind (the bound
+    level runs every flow alone, and the closed form stays under it), so its bound (a
+    flow's bytes over the NIC's rate, after the launches, in each pass) lies under the
+    simulator's iteration and above the NIC time of one flow of a pass's all-to-alls."""
     plan = across_plan(8, tp=tp, micro_batches=1, layers=2)
     nodes = [r // 4 for r in range(8)]
-    assert expert_fanout(plan, 8, nodes) == {g: (3, 4) for g in range(8 // tp)}
+    assert expert_fanout(plan, 8, nodes) == {g: (1, 1) for g in range(8 // tp)}
     a = analyze(plan, catalog)
     m = a.model
     pair = 2 * m.hidden_size * (SEQ / tp) * m.moe_top_k / 8
@@ -434,7 +435,7 @@ def test_closed_form_all_to_all_bytes_per_rank_and_per_nic(catalog, tp):
     assert per_rank == pytest.approx(7 * count * pair, rel=1e-12)
     assert per_nic == pytest.approx(4 * count * pair, rel=1e-12)
     nic = catalog.nics["cx7"]
-    nic_s = 4 * count * pair / (nic.bandwidth_gbps * 1e9 / 8)
+    nic_s = count * pair / (nic.bandwidth_gbps * 1e9 / 8)  # one flow
     bound = iteration_lower_bound(plan, catalog)
     assert bound >= 2 * nic_s  # forward and backward each send it
     assert bound <= simulate(p).iteration_time_s

@@ -51,13 +51,18 @@ def test_random_plans(catalog, seeds):
     check([random_plan(seed, max_gpus=32) for seed in seeds], catalog)
 
 
+#: How a random plan with experts lays out its EP groups: as drawn (inside TP), across
+#: replicas, across replicas under FSDP, or folding the CP ranks where it has them.
+EP_LAYOUTS = ({}, {"ep_across": True}, {"ep_across": True, "fsdp": True}, {"cp_fold": True})
+
+
 @settings(max_examples=4)
 @given(seeds=st.lists(st.integers(0, 10**6), min_size=4, max_size=4, unique=True),
-       model=st.sampled_from(sorted(MOE_PRESETS)))
-def test_random_plans_with_experts(catalog, seeds, model):
+       model=st.sampled_from(sorted(MOE_PRESETS)), layout=st.sampled_from(EP_LAYOUTS))
+def test_random_plans_with_experts(catalog, seeds, model, layout):
     """Models with experts, expert parallelism (whose all-to-alls the bound counts) drawn
-    with them."""
-    check([random_plan(seed, max_gpus=32, model=model) for seed in seeds], catalog)
+    with them, its EP groups laid out one of the ways a plan can."""
+    check([random_plan(seed, max_gpus=32, model=model, **layout) for seed in seeds], catalog)
 
 
 def test_the_margin_is_what_keeps_the_fill_and_drain_of_a_pipeline_below_the_bound(catalog):

@@ -20,13 +20,16 @@ least, for every device group:
   expert parallelism the TP tasks of MoE layers also carry the all-to-alls, whose flows
   inside a node are bounded the same way; a task lasts at least its longest flow, so the
   passes at least the longer of the rings' and the all-to-alls' sums. With EP above TP
-  (EP groups over ``EP / TP`` replicas of a stage) a rank sends one all-to-all flow to
-  each other rank of its EP group: those on its own node all leave through its scale-up
-  link, those on other nodes all through its PCIe path and NIC, so a pass's all-to-alls
-  last at least their launches plus the bytes crossing that link over its rate (each
-  flow's bytes over the highest bus efficiency its path can have, the NIC's or PCIe's;
-  :func:`expert_fanout` counts the flows; under DeepEP's dispatch, its heavier flows on its
-  node and one flow to each other node). Under
+  (EP groups over ``EP / TP`` replicas of a stage, or under CP over CP ranks) a rank sends
+  one all-to-all flow to each other rank of its EP group: one to a rank on another node
+  leaves through its PCIe path and NIC, so a pass's all-to-alls last at least such a
+  flow's launches plus its bytes over that path's rate (over the highest bus efficiency
+  its path can have, the NIC's or PCIe's); one on its node, its hop latencies and
+  launches plus its bytes over the scale-up link (:func:`expert_fanout` gives the largest
+  flow of each kind: under DeepEP's dispatch, the heavier flows on its node and the one
+  to each other node). The flows of one rank share its links in the exact model, so
+  their bytes would add up there; the bound level runs each flow alone, and this tier
+  stays under it. Under
   context parallelism the compute is a CP rank's (``1/cp`` of the tokens), each CP rank's
   TP ring sits in one node, and the CP ring runs beside the compute (with the TP rings
   if they overlap, else the TP rings run after both): left out, it only lengthens a
@@ -156,15 +159,15 @@ def shared_by(plan: pb.DeploymentPlan) -> tuple[bytes, ...]:
 def expert_fanout(plan: pb.DeploymentPlan, ep: int, node_of_rank: list[int],
                   deepep: ModelSpec | None = None) -> dict[int, tuple[float, float]]:
     """Per device group id whose EP group spans replicas (EP above its TP degree): the
-    most all-to-all flows one of its ranks sends to ranks of its EP group on its own node,
-    and the most to ranks on other nodes, each counted in the all-to-all's pair bytes. An
-    EP group is the groups of ``EP / TP`` consecutive replicas of one pipeline stage (in
-    replica order), as the plan's validation and the lowering lay it out; under context
-    parallelism, the TP ranks of ``EP / TP`` consecutive CP ranks of a group. Under DeepEP's
-    dispatch (``deepep``: the model) a rank's flows on its node carry ``nodes`` pair
-    bytes each and it sends one flow to each other node, of ``reach x width / top_k``
-    pair bytes (:func:`xsweep.plan.workload.deepep_factors`; the validation spreads its
-    EP group evenly)."""
+    largest all-to-all flow one of its ranks sends to a rank of its EP group on its own
+    node, and the largest to a rank on another node, as multiples of the all-to-all's
+    pair bytes (0: no such flow). An EP group is the groups of ``EP / TP`` consecutive
+    replicas of one pipeline stage (in replica order), as the plan's validation and the
+    lowering lay it out; under context parallelism, the TP ranks of ``EP / TP``
+    consecutive CP ranks of a group. Under DeepEP's dispatch (``deepep``: the model) a
+    rank's flows on its node carry ``nodes`` pair bytes each and its flow to another node
+    ``reach x width / top_k`` pair bytes (:func:`xsweep.plan.workload.deepep_factors`;
+    the validation spreads its EP group evenly)."""
     stages: dict[int, list] = {}
     for group in sorted(plan.device_groups, key=lambda g: g.dp_replica):
         stages.setdefault(group.pp_stage, []).append(group)
@@ -195,27 +198,29 @@ def _fanout(nodes: list[int], own: list[int],
     """:func:`expert_fanout` of the ranks on nodes ``own`` in an EP group on ``nodes`` (a
     node per rank)."""
     spans = len(set(nodes))
-    near = max(nodes.count(n) - 1 for n in own)
+    near = float(max(nodes.count(n) for n in own) > 1)
+    far = float(any(nodes.count(n) < len(nodes) for n in own))
     if deepep is not None and spans > 1:
         mate, rail = deepep_factors(deepep, len(nodes), spans)
-        return near * mate, (spans - 1) * rail
-    return near, max(len(nodes) - nodes.count(n) for n in own)
+        return near * mate, far * rail
+    return near, far
 
 
 def _a2a_across_s(node, a2a: tuple[float, float, float], fanout: tuple[float, float],
                   efficiency: float) -> float:
     """At least the time of a pass's all-to-alls over an EP group that spans replicas:
-    ``a2a`` (bytes, hops, launches of each flow), ``fanout`` the flows a rank sends on its
-    node and to other nodes (:func:`expert_fanout`), ``efficiency`` the highest bus
+    ``a2a`` (bytes, hops, launches of each flow), ``fanout`` the largest flow a rank sends
+    on its node and to another node (:func:`expert_fanout`), ``efficiency`` the highest bus
     efficiency of a path between nodes. Each flow waits its hops and launches first (at
-    the launch latency of a link of its path at least); the flows of one rank to its node
-    share its scale-up link, those to other nodes its PCIe path and its NIC."""
+    the launch latency of a link of its path at least), then moves its bytes over its
+    path: the scale-up link on its node, the PCIe path and the NIC to another node."""
     nbytes, hops, launches = a2a
     near, far = fanout
     link = node.scale_up_link
     near_s = (hops * 2 * node.scale_up_latency_ns * 1e-9
               + launches * link.launch_latency_us * 1e-6
-              + near * nbytes / link.bus_efficiency / (node.scale_up_gbps * 1e9 / 8))
+              + near * nbytes / link.bus_efficiency / (node.scale_up_gbps * 1e9 / 8)
+              if near else 0.0)
     if not far:
         return near_s
     nic = node.nic
