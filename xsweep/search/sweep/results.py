@@ -94,6 +94,9 @@ AXES = {
     "zero_stage": ("1", "ZeRO stage (3: FSDP)"),
     "pp_p2p_overlap": ("bool", "pipeline sends beside the compute (false: waited for by the "
                                "sending stage)"),
+    "tp_comm_overlap": ("bool", "TP communication overlapped with the GEMMs (needs sequence "
+                                "parallelism)"),
+    "software": ("", "software profile of the catalog (framework and version)"),
     "fp8_param_gather": ("bool", "parameter all-gathers of the FP8 copies, FP8 weights kept"),
     "moe_dispatcher": ("", "how MoE tokens cross nodes (alltoall, or deepep: once per node, "
                            "passed on over NVLink)"),
@@ -107,6 +110,9 @@ AXES = {
     "nic": ("", "NIC of the pool's nodes"),
     "tp": ("1", "tensor-parallel degree of the pool"),
     "pp": ("1", "pipeline stages"),
+    "cp": ("1", "context-parallel ranks per device group (each holds 1/cp of a sequence)"),
+    "ep": ("1", "expert parallelism: ranks each MoE layer's routed experts are split over "
+                "(inside TP, over replicas, or under CP over CP ranks)"),
     "micro_batch_size": ("sequences", "sequences per micro-batch"),
     "pipeline_mix": ("", "separate: each replica in one pool; mixed: stages across pools"),
     "layer_split": ("", "how layers are split over stages"),
