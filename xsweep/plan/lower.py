@@ -32,7 +32,8 @@ Granularity (what one task stands for):
   state: the gathers carry the previous step's update), its rings split as the
   reduce-scatter's;
 * FSDP's per-layer all-gathers and reduce-scatters belong to the passes
-  (:mod:`xsweep.plan.passes`);
+  (:mod:`xsweep.plan.passes`; where EP groups span replicas, a MoE layer's hold the
+  expert rings too);
 * the optimizer step is one COMPUTE task per group after all its DP collectives.
 
 How it is built. The variants of a sweep share structure: the DAG, the flows and
