@@ -109,3 +109,16 @@ def test_fsdp_seeds_cover_what_they_say(catalog):
     assert {a.model.name for a in analyses} == {"mixtral-8x7b", "deepseek-v3"}
     assert {a.stack.precision for a in analyses} == {"bf16", "fp8"}
     assert {bool(a.expert_rings(0)) for a in analyses} == {False, True}
+
+
+@pytest.mark.parametrize("tp", (1, 2, 4))
+def test_fsdp_with_deepep_across_nodes_lowers_as_the_reference(catalog, tp):
+    """Four nodes of 4 GPUs under FSDP at EP 8 over replicas of TP ``tp``, with DeepEP's
+    dispatch across the nodes the EP groups span: the expert rings and the DeepEP flows
+    together, against the reference lowering, the size estimate, the closed form and the
+    simulator."""
+    plan = across_plan(8, tp=tp, gpus_per_node=4, nodes=4, zero_stage=3,
+                       moe_dispatcher="deepep")
+    a = analyze(validate_plan(plan, catalog), catalog)
+    assert a.fsdp and a.ep_places and a.expert_rings(0)
+    assert_lowers_within_bounds(plan, a, catalog)
