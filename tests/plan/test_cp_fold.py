@@ -150,3 +150,15 @@ def test_cp_fold_seeds_cover_what_they_say(catalog):
     with_rings = [a for a in analyses if a.expert_rings(0)]
     assert {a.stack.dp_overlap for a in with_rings} == {False, True}
     assert any(not a.expert_rings(0) for a in analyses)  # each expert held once
+
+
+def test_deepep_over_a_folded_group_on_one_node_is_the_flat_all_to_all(catalog):
+    """A folded EP group inside one node under DeepEP: accepted, and lowered as the flat
+    all-to-all (DeepEP differs only across nodes)."""
+    from xsweep.plan.lower import structure_key
+
+    deepep, flat = (analyze(validate_plan(cp_plan(2, 4, moe_dispatcher=d), catalog), catalog)
+                    for d in ("deepep", "alltoall"))
+    assert not deepep.ep_places
+    assert structure_key(deepep) == structure_key(flat)
+    assert lower(deepep).flow_bytes.tolist() == lower(flat).flow_bytes.tolist()
