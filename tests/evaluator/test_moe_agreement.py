@@ -82,6 +82,11 @@ def _plans() -> list[pb.DeploymentPlan]:
             + [random_plan(seed, max_gpus=32, num_layers=8,
                            model=("mixtral-8x7b", "deepseek-v3")[seed % 2], cp_fold=True)
                for seed in (3, 13, 36)]
+            # ... and whose EP groups span the whole (TP x CP) groups of several replicas
+            + [random_plan(seed, max_gpus=32, num_layers=8,
+                           model=("mixtral-8x7b", "deepseek-v3")[seed % 2], ep_across=True,
+                           cp_fold=True)
+               for seed in (57, 166)]
             # random plans under FSDP whose EP groups span replicas: TP 2 with expert
             # rings beside the per-layer gathers and reduce-scatters, and TP 1
             + [random_plan(seed, max_gpus=32, num_layers=8,
@@ -103,7 +108,8 @@ def test_moe_plans_agree_with_the_simulator():
         eps.add(a.stack.expert_parallel)
         precisions.add(a.stack.precision)
         if a.groups[0].cp > 1 and a.stack.expert_parallel > a.groups[0].tp:
-            folds.add((a.groups[0].cp, a.expert_fold(0), bool(a.expert_rings(0))))
+            folds.add((a.groups[0].cp, a.expert_fold(0), bool(a.expert_rings(0)),
+                       max(len(peers) for peers in a.ep_peers)))
         if a.stack.moe_dispatcher == "deepep" and a.ep_places:
             deepep.add(a.groups[0].tp)
         spans.add(max(len(peers) for peers in a.ep_peers))
@@ -123,8 +129,9 @@ def test_moe_plans_agree_with_the_simulator():
     assert {2, 4} <= tp_one  # EP over replicas of TP 1
     assert precisions == {"bf16", "fp8"}
     assert deepep == {1, 4}  # DeepEP's dispatch across two nodes, with and without TP
-    # EP over 2 of 2 CP ranks (expert rings across replicas), 2 and 4 of 4
-    assert {(2, 2, True), (4, 2, True), (4, 4, False)} <= folds
+    # EP over 2 of 2 CP ranks (expert rings across replicas), 2 and 4 of 4, and over the
+    # whole groups of two replicas (expert rings too)
+    assert {(2, 2, True, 1), (4, 2, True, 1), (4, 4, False, 1), (2, 4, True, 2)} <= folds
     # expert rings beside the dense ones, with one bucket and several (overlapped, the
     # experts in buckets of their own), under ZeRO 0 and 1, and under FSDP per layer
     assert {(0, False, False), (1, False, False), (0, True, True), (1, True, True)} <= rings

@@ -130,13 +130,20 @@ class _Lowering:
         stage), the chunk's ranks of the members at that place, in replica order: those
         that hold the same experts. Under context parallelism an EP group is ``fold``
         consecutive CP ranks of a group: per chunk, per place ``q``, the chunk's rank of
-        CP ranks ``q, q + fold, ...`` of each member, members in id order."""
+        CP ranks ``q, q + fold, ...`` of each member, members in id order; or, with
+        ``fold`` a multiple of CP, the whole groups of ``fold / cp`` replicas: per chunk,
+        per place, per CP rank, that rank's of the members at that place."""
         members = sorted((self.a.groups[self.a.index_of(dg)] for dg in dpg.device_groups),
                          key=lambda g: g.replica)
-        if members[0].cp > 1:
+        cp = members[0].cp
+        if cp > 1 and cp % fold == 0:
             members.sort(key=lambda g: g.id)
             return [[g.ranks[j * g.tp + c % g.tp] for g in members
                      for j in range(q, g.cp, fold)] for c in range(dpg.lcm) for q in range(fold)]
+        if cp > 1:  # EP over the whole groups of fold / cp replicas: per place, per CP rank
+            r = fold // cp
+            return [[g.ranks[j * g.tp + c % g.tp] for i, g in enumerate(members) if i % r == q]
+                    for c in range(dpg.lcm) for q in range(r) for j in range(cp)]
         return [[g.ranks[c % g.tp] for i, g in enumerate(members) if i % fold == q]
                 for c in range(dpg.lcm) for q in range(fold)]
 

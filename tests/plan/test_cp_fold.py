@@ -16,7 +16,7 @@ import pytest
 from tests.plan.test_cp_moe import SEQ, cp_plan
 from tests.support.lowering import assert_lowers_within_bounds, payload_bytes
 from xsweep.plan.analysis import analyze
-from xsweep.plan.builder import random_plan
+from xsweep.plan.builder import NodeReq, ReplicaReq, StageReq, build_plan, random_plan
 from xsweep.plan.lower import lower
 from xsweep.plan.memory import ADAM_BYTES_PER_PARAM
 from xsweep.plan.program import Category
@@ -162,3 +162,68 @@ def test_deepep_over_a_folded_group_on_one_node_is_the_flat_all_to_all(catalog):
     assert not deepep.ep_places
     assert structure_key(deepep) == structure_key(flat)
     assert lower(deepep).flow_bytes.tolist() == lower(flat).flow_bytes.tolist()
+
+
+def test_ep_over_whole_groups_of_replicas_under_cp(catalog):
+    """Four replicas of TP 2 x CP 2 at EP 8 (``TP x CP x 2``): an EP group is the whole
+    groups of two replicas, so each rank sends 7 all-to-all flows, 3 to its own group
+    and 4 to its peer's; each expert is held by the two replicas at its place (0 and 2,
+    or 1 and 3) at the same TP and CP rank, whose expert rings reduce it."""
+    a = analyze(validate_plan(cp_plan(2, 8, replicas=4, micro_batches=1), catalog), catalog)
+    assert all(len(peers) == 2 for peers in a.ep_peers)
+    ranks = [g.ranks for g in sorted(a.groups, key=lambda g: g.replica)]
+    assert a.expert_fold(0) == 4
+    assert a.expert_rings(0) == tuple((ranks[q][j * 2 + c], ranks[q + 2][j * 2 + c])
+                                      for c in range(2) for q in range(2) for j in range(2))
+    p = lower(a)
+    group = {r: i for i, rs in enumerate(ranks) for r in rs}
+    team = {0: {0, 1}, 1: {0, 1}, 2: {2, 3}, 3: {2, 3}}  # replicas of each EP group
+    tasks = np.flatnonzero(p.task_category == int(Category.TP)).tolist()
+    for t in tasks:  # a replica's TP task: its CP ranks' TP rings, then its all-to-alls
+        a2a = list(_flows(p, t))[2 * 2:]
+        (mine,) = {group[int(p.flow_src[f])] for f in a2a}
+        assert len(a2a) == 4 * 7
+        for src in ranks[mine]:
+            dst = [int(p.flow_dst[f]) for f in a2a if int(p.flow_src[f]) == src]
+            assert sorted(dst) == sorted(r for i in team[mine] for r in ranks[i] if r != src)
+
+
+#: seeds of random plans whose EP spans the whole groups of several replicas under CP
+#: (``ep_across`` and ``cp_fold``): CP 2 and 4, EP groups of 2 and 4 replicas, experts
+#: held once and by several replicas, both models, ZeRO 0 and 1
+CP_ACROSS_SEEDS = (57, 93, 161, 166, 173, 371)
+
+
+def _across_plan(seed: int):
+    return random_plan(seed, max_gpus=32, model=("mixtral-8x7b", "deepseek-v3")[seed % 2],
+                       ep_across=True, cp_fold=True)
+
+
+@pytest.mark.parametrize("seed", CP_ACROSS_SEEDS)
+def test_random_plans_with_ep_over_whole_cp_groups_lower_as_the_reference(catalog, seed):
+    plan = _across_plan(seed)
+    a = analyze(validate_plan(plan, catalog), catalog)
+    assert a.groups[0].cp > 1 and a.stack.expert_parallel > len(a.groups[0].ranks)
+    assert_lowers_within_bounds(plan, a, catalog)
+
+
+def test_cp_across_seeds_cover_what_they_say(catalog):
+    analyses = [analyze(validate_plan(_across_plan(s), catalog), catalog)
+                for s in CP_ACROSS_SEEDS]
+    assert {a.groups[0].cp for a in analyses} == {2, 4}
+    assert {max(len(p) for p in a.ep_peers) for a in analyses} == {2, 4}
+    assert {bool(a.expert_rings(0)) for a in analyses} == {False, True}
+    assert {a.model.name for a in analyses} == {"mixtral-8x7b", "deepseek-v3"}
+    assert {a.stack.zero_stage for a in analyses} == {0, 1}
+
+
+def test_deepep_over_whole_cp_groups_across_nodes(catalog):
+    """Two replicas of TP 2 x CP 2, each on a node of 4 GPUs, at EP 8 under DeepEP: the EP
+    group spans both nodes evenly, and lowers as the reference does."""
+    replica = ReplicaReq((StageReq("H100-SXM", 2, 2),), 1, 2)
+    plan = build_plan("cp2-ep8-deepep", "mixtral-8x7b", [NodeReq("H100-SXM", 4, "cx7")] * 2,
+                      [replica] * 2, seq_length=SEQ, num_layers=2, context_parallel=2,
+                      stack=Stack(expert_parallel=8, moe_dispatcher="deepep"))
+    a = analyze(validate_plan(plan, catalog), catalog)
+    assert a.ep_places and a.ep_dispatch(0)[0] == 2.0
+    assert_lowers_within_bounds(plan, a, catalog)

@@ -2,8 +2,8 @@
 forms written from the model: a rank's FLOPs, routed rows and all-to-all bytes are those
 of its ``b s / cp`` tokens, each CP rank's TP ranks run their own all-to-alls beside the
 K/V ring, and plans of it go through the reference lowering, both bounds and the
-simulator; EP across replicas stays refused under CP, in one line (EP over a group's CP
-ranks: ``tests/plan/test_cp_fold.py``)."""
+simulator; EP over CP ranks it neither divides nor spans whole is refused in one line (EP
+over a group's CP ranks, or over whole groups of replicas: ``tests/plan/test_cp_fold.py``)."""
 
 from __future__ import annotations
 
@@ -124,12 +124,16 @@ def test_cp_seeds_cover_both_models_precisions_and_zero_stages(catalog):
     assert {p.device_groups[0].context_parallel for p in plans} == {2, 4}
 
 
-def test_ep_across_replicas_under_cp_is_refused_in_one_line(catalog):
-    """EP 8 over TP 2 x CP 2 would need two replicas' ranks: not modelled under CP (EP 4
-    folds the two CP ranks, ``tests/plan/test_cp_fold.py``)."""
-    plan = cp_plan(2, 8, tp=2, replicas=2)
+def test_ep_over_cp_ranks_it_neither_divides_nor_spans_whole_is_refused_in_one_line(catalog):
+    """EP 4 over TP 2 x CP 3: two CP ranks, which neither divide the three nor span whole
+    groups (EP over CP ranks and over whole groups of replicas:
+    ``tests/plan/test_cp_fold.py``)."""
+    replica = ReplicaReq((StageReq("H100-SXM", 2, 2),), 1, 2)
+    plan = build_plan("cp3-ep4", "mixtral-8x7b", [NodeReq("H100-SXM", 8, "cx7")], [replica],
+                      seq_length=6 * 1024, num_layers=2, context_parallel=3,
+                      stack=Stack(expert_parallel=4))
     with pytest.raises(InputError) as info:
         validate_plan(plan, catalog, "p.pbtxt")
     assert info.value.field == "training.expert_parallel"
-    assert "4 must divide context_parallel (2)" in info.value.reason
+    assert "2 must divide context_parallel (3) or be a multiple of it" in info.value.reason
     assert "\n" not in str(info.value)

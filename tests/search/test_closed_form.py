@@ -52,8 +52,10 @@ def test_random_plans(catalog, seeds):
 
 
 #: How a random plan with experts lays out its EP groups: as drawn (inside TP), across
-#: replicas, across replicas under FSDP, or folding the CP ranks where it has them.
-EP_LAYOUTS = ({}, {"ep_across": True}, {"ep_across": True, "fsdp": True}, {"cp_fold": True})
+#: replicas, across replicas under FSDP, folding the CP ranks where it has them, or over
+#: the whole groups of several replicas there.
+EP_LAYOUTS = ({}, {"ep_across": True}, {"ep_across": True, "fsdp": True}, {"cp_fold": True},
+              {"ep_across": True, "cp_fold": True})
 
 
 @settings(max_examples=4)

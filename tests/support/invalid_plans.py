@@ -123,6 +123,19 @@ def _deepep_uneven(plan: pb.DeploymentPlan) -> None:
     plan.training.moe_dispatcher = pb.DEEPEP
 
 
+def _cp_three_ep_four(plan: pb.DeploymentPlan) -> None:
+    """Mixtral on one group of TP 2 x CP 3 at EP 4: EP / TP = 2 CP ranks, which neither
+    divides the 3 nor is a multiple of them."""
+    plan.model.preset = "mixtral-8x7b"
+    plan.model.seq_length = 1026  # in 2 x 3 chunks
+    del plan.device_groups[1:]
+    plan.device_groups[0].last_layer = 32
+    _ranks(0, [0, 1, 2, 3, 4, 5])(plan)
+    _context_parallel(3)(plan)
+    plan.training.global_batch_size = 4
+    plan.training.expert_parallel = 4
+
+
 def _cp_unequal_replicas(plan: pb.DeploymentPlan) -> None:
     """Mixtral at CP 2 and EP 2 on two one-stage replicas, one at TP 1 (EP folds its CP
     ranks) and one at TP 2 (EP inside TP)."""
@@ -203,9 +216,8 @@ RULES: tuple[Invalid, ...] = (
     Invalid("TP overlap with expert parallelism", "training.tp_comm_overlap",
             _both(set_path("model.preset", "mixtral-8x7b"), set_path("training.expert_parallel", 2),
                   set_path("training.tp_comm_overlap", True))),
-    Invalid("EP over more CP ranks than there are", "training.expert_parallel",
-            _both(set_path("model.preset", "mixtral-8x7b"), _context_parallel(2),
-                  set_path("training.expert_parallel", 4))),
+    Invalid("EP over CP ranks it neither divides nor spans whole", "training.expert_parallel",
+            _cp_three_ep_four),
     Invalid("EP folding CP ranks at unlike TP degrees", f"{G}[1].ranks",
             _cp_unequal_replicas),
     Invalid("DeepEP over EP groups folding CP ranks across nodes", "training.moe_dispatcher",

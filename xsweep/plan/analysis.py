@@ -167,15 +167,18 @@ class PlanAnalysis:
         LCM chunk, then per place ``q`` inside an EP group, the chunk's ranks of the
         replicas at that place (the stage's ``q``-th, ``(q + r)``-th, ... in replica
         order). Under context parallelism EP groups span ``r`` CP ranks of a group instead
-        (:func:`~xsweep.spec.validate.validate_plan` asks ``r`` to divide the CP size): per
-        chunk ring, per place ``q``, that ring's ranks of the CP ranks ``q, q + r, ...``
-        of every member. Empty where ``r`` is 1 or each expert is held once."""
+        where ``r`` divides the CP size: per chunk ring, per place ``q``, that ring's ranks
+        of the CP ranks ``q, q + r, ...`` of every member; where ``r`` is ``cp`` times the
+        replicas an EP group spans, per chunk ring, per place among those replicas and per
+        CP rank, the ring's ranks of that CP rank of the replicas at that place. Empty
+        where ``r`` is 1 or each expert is held once."""
         fold = self.expert_fold(d)
         dpg = self.dp_groups[d]
         if fold == 1 or len(dpg.rings[0].ranks) // fold < 2:
             return ()
         cp = self.groups[self.index_of(dpg.device_groups[0])].cp
-        if cp > 1:  # EP over CP ranks: a ring's ranks go member by member, CP rank by CP rank
+        if cp > 1 and cp % fold == 0:  # EP over CP ranks: a ring's ranks go member by
+            # member, CP rank by CP rank
             return tuple(ring.ranks[q::fold] for ring in dpg.rings for q in range(fold))
         place = {}  # group id -> its place among its stage's groups, in replica order
         for dg in dpg.device_groups:
@@ -183,8 +186,10 @@ class PlanAnalysis:
             stage = [rep[g.stage] for rep in self.replicas.values() if len(rep) > g.stage]
             place[dg] = stage.index(self.index_of(dg))
         order = sorted(range(len(dpg.device_groups)), key=lambda i: place[dpg.device_groups[i]])
-        return tuple(tuple(ring.ranks[i] for i in order if place[dpg.device_groups[i]] % fold == q)
-                     for ring in dpg.rings for q in range(fold))
+        r = fold // cp  # replicas an EP group spans (EP = TP x CP x r under CP)
+        return tuple(tuple(ring.ranks[i * cp + c] for i in order
+                           if place[dpg.device_groups[i]] % r == q)
+                     for ring in dpg.rings for q in range(r) for c in range(cp))
 
     @functools.cached_property
     def ep_peers(self) -> tuple[tuple[int, ...], ...]:
@@ -192,12 +197,14 @@ class PlanAnalysis:
         groups of the other replicas of its EP group in the order of their shift from it
         (wrapping within the EP group). With EP above a stage's TP degree, ``EP = TP x r``,
         the stage's groups (one per replica, in replica order) form EP groups of ``r``
-        consecutive replicas; else, and under context parallelism (where EP groups above
-        TP fold the group's CP ranks), a group is its own EP group."""
+        consecutive replicas (under context parallelism, with EP above a group's ``TP x
+        CP`` ranks, ``EP = TP x CP x r``); else (and under context parallelism where EP
+        groups above TP fold the group's CP ranks) a group is its own EP group."""
         out = []
         for gi, g in enumerate(self.groups):
-            # under context parallelism an EP group above TP folds the group's own CP ranks
-            fold = expert_replicas(g.tp, self.stack.expert_parallel) if g.cp == 1 else 1
+            # replicas an EP group spans: under context parallelism only where it spans more
+            # than a group's TP x CP ranks (up to them it folds the group's own CP ranks)
+            fold = max(self.stack.expert_parallel // len(g.ranks), 1)
             stage = [rep[g.stage] for rep in self.replicas.values() if len(rep) > g.stage]
             p = stage.index(gi)
             base = p - p % fold

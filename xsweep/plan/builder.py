@@ -162,7 +162,8 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
     under FSDP (ZeRO-3; else EP across replicas takes ZeRO-1 for a drawn 3). With ``cp_fold``
     (a mixture-of-experts model), where the plan draws context parallelism every stage
     takes the first one's TP degree and EP folds CP ranks where it can
-    (:func:`_fold_cp`).
+    (:func:`_fold_cp`); with ``ep_across`` too, CP is drawn as without EP across replicas,
+    and EP spans the whole groups of several replicas where it can.
     """
     rng = random.Random(seed)
     # the shape-constraining options, from a stream of their own
@@ -173,7 +174,7 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
     if fsdp and ep_across:
         zero_stage = 3
     cp = random.Random(f"cp-{seed}").choice((1, 1, 2, 2, 4))
-    if zero_stage == 3 or seq_length % (2 * cp) or ep_across:
+    if zero_stage == 3 or seq_length % (2 * cp) or (ep_across and not cp_fold):
         cp = 1
     gpus_per_node = rng.choice((4, 8))
     total_nodes = rng.randint(max(1, min_gpus // gpus_per_node), max(1, max_gpus // gpus_per_node))
@@ -263,7 +264,7 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
     overlap = sequence_parallel and random.Random(f"tp-overlap-{seed}").random() < 0.5
     ep, imbalance = _draw_experts(seed, model, replicas, ep_across)
     if cp_fold:
-        ep = _fold_cp(seed, model, replicas, cp, ep)
+        ep = _fold_cp(seed, model, replicas, cp, ep, ep_across)
     overlap = overlap and ep == 1  # TP overlap is not modelled with expert parallelism
     flash = rng.random() < 0.7 or cp > 1  # ring attention is fused attention
     stack = Stack(sequence_parallel=sequence_parallel, flash_attention=flash,
@@ -326,10 +327,11 @@ def _draw_experts(seed: int, model: str, replicas,
     return ep, rng.choice((1.0, 1.0, 1.25, 2.0))
 
 
-def _fold_cp(seed: int, model: str, replicas, cp: int, ep: int) -> int:
+def _fold_cp(seed: int, model: str, replicas, cp: int, ep: int, across: bool = False) -> int:
     """Under context parallelism, at one TP degree for every stage, EP over the TP ranks of
     several CP ranks (a divisor of the CP size above 1 that keeps EP a divisor of the
-    experts, from a stream of its own); else ``ep``."""
+    experts, from a stream of its own); with ``across`` (replicas of one shape), over the
+    whole groups of several replicas where EP can (``TP x CP x r``); else ``ep``."""
     experts = MOE_PRESETS.get(model)
     tps = {s.tp for r in replicas for s in r.stages}
     if experts is None or cp == 1 or len(tps) > 1:
@@ -337,6 +339,10 @@ def _fold_cp(seed: int, model: str, replicas, cp: int, ep: int) -> int:
     rng = random.Random(f"cp-fold-{seed}")
     tp = tps.pop()
     wide = [tp * c for c in range(2, cp + 1) if cp % c == 0 and experts % (tp * c) == 0]
+    whole = [tp * cp * r for r in range(2, len(replicas) + 1)
+             if len(replicas) % r == 0 and experts % (tp * cp * r) == 0]
+    if across and whole:
+        return rng.choice(whole)
     return rng.choice(wide) if wide else ep
 
 

@@ -102,7 +102,10 @@ def with_all_to_alls(rings: FlowGroup, stream, tp, has, nbytes, hops, launches,
     context parallelism (``cp`` rings per stream in ``rings``) the stream's ranks (indices
     ``q tp + i`` for CP rank ``q``) form EP groups of ``width[r]`` consecutive indices, the
     TP ranks of ``width[r] / tp[r]`` CP ranks (one at EP inside TP; Megatron-Core's folding
-    of CP into EP above it), each group running its own all-to-alls, one after another."""
+    of CP into EP above it), each group running its own all-to-alls, one after another;
+    with ``width[r]`` above ``tp[r] x cp``, an EP group is the stream's ranks and its
+    peers' (index ``j`` past them: rank ``j mod (tp cp)`` of the ``j // (tp cp)``-th
+    peer)."""
     width = tp if width is None else width
     parts, at = [], 0
     for r, (on, k, w) in enumerate(zip(np.asarray(stream).tolist(), np.asarray(tp).tolist(),
@@ -112,11 +115,12 @@ def with_all_to_alls(rings: FlowGroup, stream, tp, has, nbytes, hops, launches,
         at += ring
         if not has[r]:
             continue
-        if cp > 1:  # an EP group of w = k x c ranks: c CP ranks' TP ranks (c = 1: EP in TP)
+        if cp > 1 and w <= k * cp:  # an EP group of w = k x c ranks: c CP ranks' TP ranks
+            # (c = 1: EP in TP)
             one = np.array(all_to_all_pairs(w), np.int64).reshape(-1, 2)
             pairs = np.concatenate([one + q * w for q in range(k * cp // w)])
-        else:
-            pairs = np.array(expert_pairs(k, w), np.int64).reshape(-1, 2)
+        else:  # the stream's (TP x CP) ranks, then its EP peers'
+            pairs = np.array(expert_pairs(k * cp, w), np.int64).reshape(-1, 2)
         n = len(pairs)
         parts.append(FlowGroup(np.full(n, on, np.int64), pairs[:, 0], np.full(n, on, np.int64),
                                pairs[:, 1], np.full(n, nbytes[r], np.int64),

@@ -163,8 +163,9 @@ def expert_fanout(plan: pb.DeploymentPlan, ep: int, node_of_rank: list[int],
     node, and the largest to a rank on another node, as multiples of the all-to-all's
     pair bytes (0: no such flow). An EP group is the groups of ``EP / TP`` consecutive
     replicas of one pipeline stage (in replica order), as the plan's validation and the
-    lowering lay it out; under context parallelism, the TP ranks of ``EP / TP``
-    consecutive CP ranks of a group. Under DeepEP's dispatch (``deepep``: the model) a
+    lowering lay it out (under context parallelism, those of ``EP / (TP x CP)``
+    replicas), or under context parallelism the TP ranks of ``EP / TP`` consecutive CP
+    ranks of a group. Under DeepEP's dispatch (``deepep``: the model) a
     rank's flows on its node carry ``nodes`` pair bytes each and its flow to another node
     ``reach x width / top_k`` pair bytes (:func:`xsweep.plan.workload.deepep_factors`;
     the validation spreads its EP group evenly)."""
@@ -174,17 +175,17 @@ def expert_fanout(plan: pb.DeploymentPlan, ep: int, node_of_rank: list[int],
     out = {}
     for members in stages.values():
         cp = max(members[0].context_parallel, 1)
-        tp = len(members[0].ranks) // cp
-        if ep <= tp:
+        size = len(members[0].ranks)  # TP x CP
+        if ep <= size // cp:
             continue
-        if cp > 1:  # EP over the TP ranks of ep / tp CP ranks of each group
+        if cp > 1 and ep <= size:  # EP over the TP ranks of ep / tp CP ranks of each group
             for g in members:
                 teams = [[node_of_rank[r] for r in g.ranks[i:i + ep]]
                          for i in range(0, len(g.ranks), ep)]
                 out[g.id] = tuple(max(part) for part in zip(
                     *(_fanout(nodes, nodes, deepep) for nodes in teams), strict=True))
             continue
-        fold = ep // tp
+        fold = ep // size
         for start in range(0, len(members) - fold + 1, fold):
             team = members[start:start + fold]
             nodes = [node_of_rank[r] for g in team for r in g.ranks]

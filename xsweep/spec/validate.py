@@ -324,11 +324,13 @@ def _check_moe(model: ModelSpec, options: TrainingOptions, groups: tuple[Group, 
 def _check_ep_folding_cp(ep: int, tps: list[int], groups: tuple[Group, ...],
                          gpus_per_node: tuple[int, ...], dispatcher: str,
                          file: str | None) -> None:
-    """EP above the TP degree under context parallelism, ``EP = TP x c``: an EP group is
-    the TP ranks of ``c`` consecutive CP ranks of one group (Megatron-Core's parallel
-    folding of CP into EP), so ``c`` must divide the CP size, every group needs one TP
-    degree (the expert gradients' rings pair like ranks of every group), and DeepEP's
-    dispatch is modelled only where such an EP group stays on one node."""
+    """EP above the TP degree under context parallelism, ``EP = TP x c``: every group needs
+    one TP degree (the expert gradients' rings pair like ranks of every group). Where
+    ``c`` divides the CP size, an EP group is the TP ranks of ``c`` consecutive CP ranks of
+    one group (Megatron-Core's parallel folding of CP into EP), and DeepEP's dispatch is
+    modelled only where such an EP group stays on one node; where ``c`` is a multiple of
+    it, ``EP = TP x CP x r``, an EP group is every rank of ``r`` consecutive replicas'
+    groups of a stage (:func:`_check_ep_across`)."""
     cp = groups[0].cp
     for i, tp in enumerate(tps):
         if tp != tps[0]:
@@ -336,11 +338,16 @@ def _check_ep_folding_cp(ep: int, tps: list[int], groups: tuple[Group, ...],
                              f"with training.expert_parallel ({ep}) folding context-parallel "
                              f"ranks, every group needs one TP degree ({tps[0]}), not {tp}")
     tp = tps[0]
+    if ep // tp > cp and (ep // tp) % cp == 0:  # whole groups of several replicas
+        _check_ep_across(ep, groups, file)
+        if dispatcher == "deepep":
+            _check_deepep(ep, groups, gpus_per_node, file)
+        return
     if cp % (ep // tp):
         raise InputError(file, "training.expert_parallel", ep,
                          f"is TP ({tp}) x {ep // tp} context-parallel ranks, and {ep // tp} "
-                         f"must divide context_parallel ({cp}); EP across replicas is not "
-                         "modelled under context parallelism")
+                         f"must divide context_parallel ({cp}) or be a multiple of it (EP "
+                         "over whole groups of several replicas)")
     if dispatcher != "deepep":
         return
     node_of_rank = [node for node, gpus in enumerate(gpus_per_node) for _ in range(gpus)]
@@ -358,7 +365,8 @@ def _check_ep_across(ep: int, groups: tuple[Group, ...], file: str | None) -> No
     ``r`` consecutive replicas of the stage, so the stage's groups must share their TP
     degree, layers and micro-batches, and ``r`` must divide their number (at TP 1, ``r``
     is EP: a rank's all-to-alls alone make its MoE pieces' TP tasks). Under FSDP each
-    layer's experts are gathered and reduced over the replicas that hold them."""
+    layer's experts are gathered and reduced over the replicas that hold them. Under
+    context parallelism a group's ranks are ``TP x CP`` and ``EP = TP x CP x r``."""
     field = "training.expert_parallel"
     stages: dict[int, list[int]] = defaultdict(list)
     for i, g in enumerate(groups):

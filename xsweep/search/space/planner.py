@@ -291,7 +291,7 @@ class Planner:
             reason = _check_fsdp(pools, shapes, layout.kind_of, counts)
             if reason:
                 return Infeasible(reason)
-        if stack.expert_parallel > pools[0].tp and pools[0].cp == 1:  # EP across replicas
+        if stack.expert_parallel > pools[0].tp * pools[0].cp:  # EP across replicas
             reason = _check_expert_shapes(shapes, layout.kind_of, counts)
             if reason:
                 return Infeasible(reason)
@@ -325,8 +325,9 @@ class Planner:
         replicas = _replica_count(pools, p, point["parallelism.pipeline_mix"])
         if isinstance(replicas, str):
             return replicas
-        reason = (_check_expert_replicas(stack.expert_parallel, pools[0].tp, replicas)
-                  if pools[0].cp == 1 else "")
+        # EP across replicas: over their groups' TP (x CP) ranks
+        reason = _check_expert_replicas(stack.expert_parallel, pools[0].tp * pools[0].cp,
+                                        replicas, "TP x CP" if pools[0].cp > 1 else "TP")
         if reason:
             return reason
         micro_batches = batch // b
@@ -562,9 +563,10 @@ def _check_cp(pools: list[_Pool], model: ModelSpec, stack: Stack, mix: str) -> s
     """Why the point cannot split its sequences over ``cp`` ranks ("" if it can), as plan
     validation and the model ask: each device group in one node, the sequence in
     ``2 x cp`` chunks, fused attention, no FSDP, one TP degree along a pipeline; with
-    experts, EP inside the TP degree (each CP rank's TP ranks run their all-to-alls) or
-    over the TP ranks of ``ep / tp`` CP ranks (a divisor of CP; one TP degree for every
-    pool, :func:`_check_experts_across`), not across replicas."""
+    experts, EP inside the TP degree (each CP rank's TP ranks run their all-to-alls), over
+    the TP ranks of ``ep / tp`` CP ranks (a divisor of CP) or over whole groups of several
+    replicas (``ep / tp`` a multiple of CP); one TP degree for every pool then
+    (:func:`_check_experts_across`)."""
     cp = pools[0].cp
     if cp == 1:
         return ""
@@ -581,9 +583,12 @@ def _check_cp(pools: list[_Pool], model: ModelSpec, stack: Stack, mix: str) -> s
         return f"CP {cp} with FSDP (zero_stage 3) is not modelled"
     ep = stack.expert_parallel
     for pool in pools:
-        if model.is_moe and ep > pool.tp and ep % pool.tp == 0 and cp % (ep // pool.tp):
-            return (f"CP {cp} takes ep {ep} above TP {pool.tp} only as TP x CP ranks "
-                    f"(EP folding CP), and {ep // pool.tp} does not divide CP {cp}")
+        c = ep // pool.tp
+        if (model.is_moe and ep > pool.tp and ep % pool.tp == 0 and cp % c
+                and (c < cp or c % cp)):
+            return (f"CP {cp} takes ep {ep} above TP {pool.tp} only over CP ranks (EP "
+                    f"folding CP) or whole groups of replicas, and {c} neither divides CP "
+                    f"{cp} nor is a multiple of it")
     if mix == "mixed" and len({pool.tp for pool in pools}) > 1:
         return (f"CP {cp} needs one TP degree along a pipeline; mixed pipelines have TP "
                 f"{sorted({pool.tp for pool in pools})}")
@@ -642,12 +647,13 @@ def _check_experts_across(pools: list[_Pool], ep: int) -> str:
     return ""
 
 
-def _check_expert_replicas(ep: int, tp: int, replicas: int) -> str:
+def _check_expert_replicas(ep: int, tp: int, replicas: int, label: str = "TP") -> str:
     """Why ``replicas`` cannot form EP groups of ``ep / tp`` replicas ("" if they can, or
-    if EP does not span replicas)."""
+    if EP does not span replicas); ``tp``: a group's ranks, its ``label`` (``TP``, or
+    ``TP x CP`` under context parallelism)."""
     if ep <= tp or replicas % (ep // tp) == 0:
         return ""
-    return (f"expert parallelism: ep {ep} is TP {tp} x {ep // tp} replicas, and "
+    return (f"expert parallelism: ep {ep} is {label} {tp} x {ep // tp} replicas, and "
             f"{ep // tp} does not divide the {replicas} replicas")
 
 
