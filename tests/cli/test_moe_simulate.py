@@ -158,19 +158,18 @@ def test_ep_folding_cp_ranks_simulates_and_says_so(run_xsweep, catalog, tmp_path
     from tests.plan.test_cp_moe import cp_plan
     from xsweep.spec.plan_io import plan_to_text
 
-    plan = tmp_path / "cp-fold.pbtxt"
-    plan.write_text(plan_to_text(cp_plan(2, 4, replicas=2)))
-    result = run_xsweep("simulate", plan, "--json")
-    assert result.returncode == 0, result.stderr
-    doc = json.loads(result.stdout)
+    def simulated(name: str, plan) -> tuple:
+        path = tmp_path / name
+        path.write_text(plan_to_text(plan))
+        result = run_xsweep("simulate", path, "--json")
+        assert result.returncode == 0, result.stderr
+        doc = json.loads(result.stdout)
+        assert _exact(path) == pytest.approx(doc["iteration_time_s"], rel=1e-9)
+        return doc, path
+
+    doc, path = simulated("cp-fold.pbtxt", cp_plan(2, 4, replicas=2))
     assert (doc["moe"]["ep_groups_over"], doc["moe"]["ep_groups_span"]) == ("cp_ranks", 2)
-    assert _exact(plan) == pytest.approx(doc["iteration_time_s"], rel=1e-9)
     assert "EP 4 (2 experts per GPU; EP groups over 2 CP ranks)" in run_xsweep(
-        "simulate", plan).stdout
-    wide = tmp_path / "cp-wide.pbtxt"
-    wide.write_text(plan_to_text(cp_plan(2, 8, replicas=2)))
-    result = run_xsweep("simulate", wide, "--json")
-    assert result.returncode == 0, result.stderr
-    doc = json.loads(result.stdout)
+        "simulate", path).stdout
+    doc, _ = simulated("cp-wide.pbtxt", cp_plan(2, 8, replicas=2))
     assert (doc["moe"]["ep_groups_over"], doc["moe"]["ep_groups_span"]) == ("replicas", 2)
-    assert _exact(wide) == pytest.approx(doc["iteration_time_s"], rel=1e-9)

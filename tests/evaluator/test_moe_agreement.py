@@ -64,35 +64,31 @@ def expert_rings(zero_stage: int, dp_overlap: bool) -> pb.DeploymentPlan:
                                                 dp_bucket_params=300_000_000))
 
 
+def _random(seeds, **layout) -> list[pb.DeploymentPlan]:
+    """Random plans of ``seeds`` (Mixtral for even seeds, DeepSeek-V3 for odd ones) with
+    their EP groups laid out as ``layout`` asks (:func:`random_plan`'s options)."""
+    return [random_plan(seed, max_gpus=32, num_layers=8,
+                        model=("mixtral-8x7b", "deepseek-v3")[seed % 2], **layout)
+            for seed in seeds]
+
+
 def _plans() -> list[pb.DeploymentPlan]:
     return ([random_plan(seed, max_gpus=32, num_layers=8, model=model)
              for seed in range(6) for model in ("mixtral-8x7b", "deepseek-v3")]
             + [random_plan(seed, max_gpus=32, num_layers=8, model=model, ep_across=True)
                for seed in range(3) for model in ("mixtral-8x7b", "deepseek-v3")]
             # random plans with expert rings (ZeRO-1 with and without overlap, overlap alone)
-            + [random_plan(seed, max_gpus=32, num_layers=8,
-                           model=("mixtral-8x7b", "deepseek-v3")[seed % 2], ep_across=True)
-               for seed in (49, 57, 72)]
-            + [random_plan(seed, max_gpus=32, num_layers=8,
-                           model=("mixtral-8x7b", "deepseek-v3")[seed % 2], ep_across=True,
-                           tp_one=True)
-               for seed in (3, 8, 10)]
+            + _random((49, 57, 72), ep_across=True)
+            + _random((3, 8, 10), ep_across=True, tp_one=True)
             # random plans whose EP groups fold CP ranks: CP 2 with expert rings, CP 4 with
             # EP over two and over four CP ranks
-            + [random_plan(seed, max_gpus=32, num_layers=8,
-                           model=("mixtral-8x7b", "deepseek-v3")[seed % 2], cp_fold=True)
-               for seed in (3, 13, 36)]
+            + _random((3, 13, 36), cp_fold=True)
             # ... and whose EP groups span the whole (TP x CP) groups of several replicas
-            + [random_plan(seed, max_gpus=32, num_layers=8,
-                           model=("mixtral-8x7b", "deepseek-v3")[seed % 2], ep_across=True,
-                           cp_fold=True)
-               for seed in (57, 166)]
+            + _random((57, 166), ep_across=True, cp_fold=True)
             # random plans under FSDP whose EP groups span replicas: TP 2 with expert
             # rings beside the per-layer gathers and reduce-scatters, and TP 1
-            + [random_plan(seed, max_gpus=32, num_layers=8,
-                           model=("mixtral-8x7b", "deepseek-v3")[seed % 2], ep_across=True,
-                           tp_one=tp_one, fsdp=True)
-               for seed, tp_one in ((37, False), (28, True))]
+            + _random((37,), ep_across=True, fsdp=True)
+            + _random((28,), ep_across=True, tp_one=True, fsdp=True)
             + [expert_rings(zero, overlap) for zero in (0, 1) for overlap in (False, True)]
             + [one_node(), two_nodes(), two_nodes(4, "deepep"), two_nodes(1, "deepep"),
                two_nodes(4, "alltoall", True), two_nodes(1, "deepep", True)])
