@@ -223,14 +223,12 @@ def random_plan(seed: int, *, min_gpus: int = 8, max_gpus: int = 64, num_layers:
             pp = rng.randint(2 if v > 1 else 1, min(4, num_layers // v))
             stages = []
             for _ in range(pp):  # under CP, the replica's first TP degree throughout
-                one_tp = (cp > 1 or ep_across) and stages
-                if cp_fold and cp > 1 and replicas and not stages:  # one for every replica
-                    stages.append(place(tps=(replicas[0].stages[0].tp,)))
-                    if stages[0] is None:
-                        stages.pop()
-                        break
-                    continue
-                where = place(tps=(stages[0][1],) if one_tp else tps)
+                allowed = tps
+                if (cp > 1 or ep_across) and stages:
+                    allowed = (stages[0][1],)
+                elif cp_fold and cp > 1 and replicas:  # EP folding CP: one for every replica
+                    allowed = (replicas[0].stages[0].tp,)
+                where = place(tps=allowed)
                 if where is None:
                     break
                 stages.append(where)
