@@ -20,6 +20,7 @@ from xsweep.plan.topology import Topology, build_topology
 from xsweep.plan.workload import (
     BF16_BYTES,
     StageCost,
+    cached_stage_cost,
     deepep_factors,
     expert_replicas,
     iteration_model_flops,
@@ -27,7 +28,6 @@ from xsweep.plan.workload import (
     rank_expert_params,
     segment_fp8_gather_bytes,
     segment_grad_bytes,
-    stage_cost,
 )
 from xsweep.spec.catalog import GpuSpec, ModelSpec
 from xsweep.spec.plan_io import DeploymentPlan
@@ -272,7 +272,6 @@ class PlanAnalysis:
 # Memos of the pure functions an analysis calls: variants of a sweep repeat their
 # arguments (the same GPU, TP degree and layers; the same cluster), and each result is
 # an immutable value. Bounded, so a long search does not grow them without end.
-_stage_cost = cached(16384)(stage_cost)
 _memory_breakdown = cached(16384)(memory_breakdown)  # the same for every GPU model
 _optimizer_time_s = cached(16384)(optimizer_time_s)
 _build_topology = cached(1024)(build_topology)
@@ -427,8 +426,7 @@ def _groups(layout: _Layout, cluster: ClusterHw, model: ModelSpec, stack: Stack,
             mem = _memory_breakdown(model, tp, size, first, last, stage, p, schedule, m,
                                     stack, dp_size, cp)
             figures[key] = (
-                _stage_cost(model, gpu, tp, size, first, last, stack=stack, profile=profile,
-                            cp=cp),
+                cached_stage_cost(model, gpu, tp, size, first, last, stack, profile, cp),
                 mem, fits(mem, gpu),
                 _optimizer_time_s(model, gpu, tp, first, last, dp_size, stack.zero_stage,
                                   stack.precision, stack.expert_parallel))

@@ -114,12 +114,14 @@ half of them, those in the dispatch direction, move :data:`FP8_DISPATCH_BYTES` a
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from xsweep.errors import InputError
+from xsweep.memo import cached
 from xsweep.plan.stack import DEFAULT_STACK, ZERO_STAGES, Stack
 from xsweep.spec.catalog import GpuSpec, ModelSpec
 from xsweep.spec.profile import Profile
@@ -903,6 +905,41 @@ def stage_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
         cp_backward_factor=2.0 + (stack.recompute != "none"),
     )
 
+
+# The planner, the closed-form tier and the analysis of a plan ask for the same stages (a
+# sweep's layouts share GPUs, TP degrees and layer ranges): one memo serves them all.
+# Bounded, so a long search does not grow it without end.
+def cached_stage_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
+                      first_layer: int, last_layer: int, stack: Stack,
+                      profile: Profile | None, cp: int) -> StageCost:
+    """:func:`stage_cost`, memoized (positional arguments only), by the part of ``stack``
+    it reads (:func:`compute_stack`): plans that differ in how they shard, overlap or
+    schedule share their stages' costs."""
+    return _stage_cost_memo(model, gpu, tp, micro_batch_size, first_layer, last_layer,
+                            compute_stack(stack), profile, cp)
+
+
+@cached(16384)
+def _stage_cost_memo(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
+                     first_layer: int, last_layer: int, stack: Stack,
+                     profile: Profile | None, cp: int) -> StageCost:
+    return stage_cost(model, gpu, tp, micro_batch_size, first_layer, last_layer, stack=stack,
+                      profile=profile, cp=cp)
+
+
+@cached(4096)
+def compute_stack(stack: Stack) -> Stack:
+    """``stack`` with the options :func:`stage_cost` never reads at their defaults: the
+    sharding of weights and optimizer states, the interleaving, the overlaps of DP, TP and
+    pipeline communication, and how MoE tokens cross nodes (the traffic, not the compute,
+    of a pass). A stage's cost is the same for both (tests hold every option to that)."""
+    return dataclasses.replace(stack, **_NOT_READ)
+
+
+#: The options of a :class:`Stack` that :func:`stage_cost` does not read, at their defaults.
+_NOT_READ = {"zero_stage": 0, "virtual_pipeline_stages": 1, "dp_overlap": False,
+             "dp_bucket_params": 0, "tp_comm_overlap": False, "pp_p2p_overlap": True,
+             "fp8_param_gather": False, "moe_dispatcher": "alltoall"}
 
 def cp_step_bytes(model: ModelSpec, micro_batch_size: int, tp: int, cp: int) -> float:
     """Bytes one rank sends its CP successor per step of a block's forward ring: its K and

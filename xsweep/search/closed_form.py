@@ -69,7 +69,7 @@ import numpy as np
 from xsweep.cost import DEFAULT_COST, CostModel, node_rates, run_costs
 from xsweep.plan.collectives import all_to_all_flow, pipelined_ring_flow
 from xsweep.plan.stack import Stack
-from xsweep.plan.workload import deepep_factors, stage_cost
+from xsweep.plan.workload import cached_stage_cost, deepep_factors
 from xsweep.spec import xsweep_pb2 as pb
 from xsweep.spec.catalog import Catalog, GpuSpec, ModelSpec
 from xsweep.spec.resolve import (
@@ -239,7 +239,7 @@ def _pass_times(model: ModelSpec, gpu: GpuSpec, tp: int, b: int, first: int, las
     flow of its TP rings waits for (forward and backward together; 0 without TP) and,
     under expert parallelism, each flow of its all-to-alls, and the
     least forward plus backward compute of one model chunk (its stage's fastest layers)."""
-    c = stage_cost(model, gpu, tp, b, first, last, stack=stack, cp=cp)
+    c = cached_stage_cost(model, gpu, tp, b, first, last, stack, None, cp)
     size = (last - first + 1) // max(stack.virtual_pipeline_stages, 1)
     chunk = (sum(sorted(c.layer_forward_time_s)[:size])
              + sum(sorted(c.layer_backward_time_s)[:size]))

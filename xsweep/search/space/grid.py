@@ -160,6 +160,19 @@ class Grid:
         return Walk(self.shape, tuple(first + last), math.prod(self.shape[i] for i in last))
 
 
+
+_last_grid: tuple[Sweep, Grid] | None = None
+
+
+def grid_of(sweep: Sweep) -> Grid:
+    """``Grid(sweep)``, made once for the sweep object asked for last: a worker's units of
+    one sweep (a chunk of its points each) share it instead of expanding the axes again."""
+    global _last_grid
+    last = _last_grid
+    if last is None or last[0] is not sweep:
+        last = _last_grid = (sweep, Grid(sweep))
+    return last[1]
+
 @dataclass(frozen=True)
 class Walk:
     """An order of a grid's points: position ``k`` of the walk is a point index.

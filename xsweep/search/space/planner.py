@@ -56,7 +56,7 @@ from typing import NamedTuple
 from xsweep.cost import CostModel
 from xsweep.plan.memory import fits, memory_per_gpu
 from xsweep.plan.stack import Stack
-from xsweep.plan.workload import stage_cost
+from xsweep.plan.workload import cached_stage_cost
 from xsweep.search.space.apportion import apportion
 from xsweep.search.space.grid import Point
 from xsweep.spec import xsweep_pb2 as pb
@@ -837,7 +837,7 @@ def _build(point: Point, pools: list[_Pool], shapes: list[tuple[_Stage, ...]], l
 def _stage_time_s(model: ModelSpec, gpu: GpuSpec, tp: int, b: int, first: int, last: int,
                   stack: Stack, cp: int = 1) -> float:
     """Forward plus backward time of one micro-batch on a stage."""
-    c = stage_cost(model, gpu, tp, b, first, last, stack=stack, cp=cp)
+    c = cached_stage_cost(model, gpu, tp, b, first, last, stack, None, cp)
     return c.forward_time_s + c.backward_time_s
 
 

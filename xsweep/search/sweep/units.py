@@ -16,7 +16,7 @@ import numpy as np
 
 from xsweep.search.evaluation import PLAN_WIRE, Job, Session, evaluate_points
 from xsweep.search.levels import Level
-from xsweep.search.space.grid import Grid, Walk
+from xsweep.search.space.grid import Walk, grid_of
 from xsweep.search.space.planner import plan_name, varies_fast
 from xsweep.search.space.screen import columns_of_grid, screen
 from xsweep.search.table import Table
@@ -28,7 +28,7 @@ def bound_walk(sweep: Sweep) -> Walk:
     per-point fields (NICs, pricing, ...) or in numbers of the stack (recompute, ...) side by
     side, so that the numeric variants of one program structure share a chunk, and so a
     process that builds the structure once."""
-    return Grid(sweep).walk(varies_fast)
+    return grid_of(sweep).walk(varies_fast)
 
 
 def bound_chunk(session: Session, job: Job, start: int, stop: int,
@@ -55,7 +55,7 @@ def exact_batch(session: Session, job: Job,
 def _evaluate(session: Session, job: Job, indices: np.ndarray,
               level: Level) -> tuple[Table, dict[str, float]]:
     began = time.perf_counter()
-    grid = Grid(job.sweep)
+    grid = grid_of(job.sweep)
     screened = screen(job.sweep, job.catalog, columns_of_grid(grid, indices))
     rest = indices[screened.to_plan]
     names = [plan_name(job.sweep, index) for index in rest.tolist()]
