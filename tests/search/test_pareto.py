@@ -51,6 +51,31 @@ def test_one_or_two_objectives_agree_with_the_general_front(n, d, seed, ties):
     np.testing.assert_array_equal(non_dominated(values), general)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 400), st.integers(0, 60), st.integers(1, 2), st.integers(0, 2**31 - 1),
+       st.booleans())
+def test_dominated_by_one_or_two_objectives_agrees_with_the_general_comparison(
+        n, m, d, seed, ties):
+    """The sorted lookup of one or two objectives against the blockwise comparison (a
+    constant third objective changes no dominance), with ties, infinities of both signs,
+    signed zeros and NaN in the front and in the rows."""
+    rng = np.random.default_rng(seed)
+
+    def draw(k: int) -> np.ndarray:
+        values = (rng.integers(-3, 4, size=(k, d)).astype(float) if ties
+                  else rng.standard_normal((k, d)))
+        values[rng.random((k, d)) < 0.04] = np.inf
+        values[rng.random((k, d)) < 0.04] = -np.inf
+        values[rng.random((k, d)) < 0.03] = -0.0
+        values[rng.random((k, d)) < 0.03] = np.nan
+        return values
+
+    front, values = draw(m), draw(n)
+    general = dominated_by(np.column_stack([front, np.zeros(m)]),
+                           np.column_stack([values, np.zeros(n)]))
+    np.testing.assert_array_equal(dominated_by(front, values), general)
+
+
 def test_an_infinite_objective_is_dominated_only_by_a_row_that_is():
     inf = np.inf
     assert non_dominated(np.array([[-1.0, inf]])).tolist() == [True]

@@ -43,7 +43,7 @@ from xsweep.search.closed_form import (
 )
 from xsweep.search.levels import CODE_DTYPE, Level, Status
 from xsweep.search.space.grid import Point
-from xsweep.search.space.planner import Built, Planner
+from xsweep.search.space.planner import Built, Planner, planner_for
 from xsweep.search.space.screen import Screened
 from xsweep.search.table import Table, blank, from_rows
 from xsweep.spec.catalog import Catalog
@@ -241,7 +241,7 @@ def evaluate_points(session: Session, job: Job, numbers: np.ndarray, points: Ite
     row's point), for a caller that uses the plans too (and so never plans them again)."""
     level = Level[str(level).upper()] if isinstance(level, str) else Level(level)
     began = time.perf_counter()
-    planner = planner or Planner(job.sweep, job.catalog)
+    planner = planner or planner_for(job.sweep, job.catalog)
     n = len(numbers)
     rows = {"point": np.asarray(numbers),
             "level": np.full(n, Level.NONE, CODE_DTYPE),

@@ -32,10 +32,34 @@ def dominated_by(front: np.ndarray, values: np.ndarray) -> np.ndarray:
     if not len(front) or not len(values):
         return out
     front = front[~np.isnan(front).any(axis=1)]
+    if values.shape[1] <= 2:
+        return _dominated_by_sorted(front, values)
     for begin in range(0, len(values), _BLOCK):
         v = values[begin: begin + _BLOCK, None, :]
         out[begin: begin + _BLOCK] = ((front <= v).all(axis=2) & (front < v).any(axis=2)).any(axis=1)
     return out
+
+
+def _dominated_by_sorted(front: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """:func:`dominated_by` for one or two objectives (``front`` without NaN), in
+    O((n + m) log m) instead of O(n m): a row is dominated exactly when some front row of a
+    first objective no greater has a smaller second, or one of a smaller first has a second
+    no greater; with the front sorted by its first objective, each is a lookup of the least
+    second value over a prefix. A row with NaN is never dominated."""
+    if not len(front):
+        return np.zeros(len(values), bool)
+    order = np.argsort(front[:, 0], kind="stable")
+    first = front[order, 0]
+    least = np.minimum.accumulate(front[order, -1] if front.shape[1] == 2
+                                  else np.zeros(len(front)))
+    x = values[:, 0]
+    y = values[:, -1] if values.shape[1] == 2 else np.zeros(len(values))
+    out = np.zeros(len(values), bool)
+    for side, beats in (("right", np.less), ("left", np.less_equal)):
+        count = np.searchsorted(first, x, side=side)  # front rows of first <= x (< x)
+        some = count > 0
+        out[some] |= beats(least[count[some] - 1], y[some])
+    return out & ~np.isnan(x)  # a NaN sorts last, as if above every front row
 
 
 def non_dominated(values: np.ndarray) -> np.ndarray:

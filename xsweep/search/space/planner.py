@@ -50,6 +50,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import threading
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -170,6 +171,21 @@ class PointFields(NamedTuple):
 #: Layouts kept at most (a sweep's fastest axes revisit a few hundred at a time).
 MAX_CACHED_LAYOUTS = 4096
 
+
+
+_planners = threading.local()
+
+
+def planner_for(sweep: Sweep, catalog: Catalog) -> Planner:
+    """A :class:`Planner` of ``sweep`` and ``catalog``: the one this thread made last, if it
+    was for these objects under the limits in force now, else a new one. A process's units
+    of one sweep (a worker's chunks, the funnel's rounds, which plan points the bound phase
+    planned) then build each layout once rather than once per unit."""
+    last = getattr(_planners, "last", None)
+    if (last is None or last.sweep is not sweep or last.catalog is not catalog
+            or last._limits is not active_limits()):
+        last = _planners.last = Planner(sweep, catalog)
+    return last
 
 class Planner:
     """Turns points of one sweep's grid into plans; pure, and cheap after the first
