@@ -21,6 +21,7 @@ import base64
 import contextlib
 import hashlib
 import json
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -86,6 +87,11 @@ FOLDER_FORMAT = 4
 #: prepared by worker processes for the device, whose kernel calls want thousands of
 #: variants each (a unit's buildable points are a small share of its points).
 CHUNK_SIZE = {"cpu": 1024, "gpu": 16384}
+#: The interpreter's switch interval (s) while worker processes plan beside this one:
+#: the threads that take a worker's answer and hand it its next chunk wait this long at
+#: most for the lock this process's own planning holds, instead of Python's 5 ms several
+#: times a chunk (the worker idled a quarter of the large space's bound phase).
+WORKERS_SWITCH_S = 0.0005
 
 
 @dataclass
@@ -317,6 +323,9 @@ def _bound_phase(grid: Grid, folder: SweepFolder, job: Job, executor, options: O
         units = ProcessExecutor(max(1, processes - 1) if helps else processes,
                                 session if helps else None,
                                 prepare=(lambda: session.evaluator) if helps else None)
+    switch = sys.getswitchinterval()
+    if units is not executor:
+        sys.setswitchinterval(min(switch, WORKERS_SWITCH_S))
     try:
         for (start, stop), (table, spent) in units.run(bound_chunk, job, todo):
             saving = time.perf_counter()
@@ -333,6 +342,7 @@ def _bound_phase(grid: Grid, folder: SweepFolder, job: Job, executor, options: O
                  f"{done_points / elapsed:,.0f} points/s, "
                  f"ETA {eta(done_points, left, elapsed)}", final=done_points == left)
     finally:
+        sys.setswitchinterval(switch)
         if units is not executor:
             units.close()
     table = concat([found[c] for c in chunks])  # in the walk's order: back to the grid's
