@@ -907,8 +907,8 @@ def stage_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
 
 
 # The planner, the closed-form tier and the analysis of a plan ask for the same stages (a
-# sweep's layouts share GPUs, TP degrees and layer ranges): one memo serves them all.
-# Bounded, so a long search does not grow it without end.
+# sweep's layouts share GPUs, TP degrees and layer ranges): one memo serves them all,
+# bounded, so that a long search does not grow it without end.
 def cached_stage_cost(model: ModelSpec, gpu: GpuSpec, tp: int, micro_batch_size: int,
                       first_layer: int, last_layer: int, stack: Stack,
                       profile: Profile | None, cp: int) -> StageCost:
@@ -940,6 +940,7 @@ def compute_stack(stack: Stack) -> Stack:
 _NOT_READ = {"zero_stage": 0, "virtual_pipeline_stages": 1, "dp_overlap": False,
              "dp_bucket_params": 0, "tp_comm_overlap": False, "pp_p2p_overlap": True,
              "fp8_param_gather": False, "moe_dispatcher": "alltoall"}
+
 
 def cp_step_bytes(model: ModelSpec, micro_batch_size: int, tp: int, cp: int) -> float:
     """Bytes one rank sends its CP successor per step of a block's forward ring: its K and

@@ -160,7 +160,6 @@ class Grid:
         return Walk(self.shape, tuple(first + last), math.prod(self.shape[i] for i in last))
 
 
-
 _last_grid: tuple[Sweep, Grid] | None = None
 
 
@@ -172,6 +171,7 @@ def grid_of(sweep: Sweep) -> Grid:
     if last is None or last[0] is not sweep:
         last = _last_grid = (sweep, Grid(sweep))
     return last[1]
+
 
 @dataclass(frozen=True)
 class Walk:

@@ -172,7 +172,6 @@ class PointFields(NamedTuple):
 MAX_CACHED_LAYOUTS = 4096
 
 
-
 _planners = threading.local()
 
 
@@ -186,6 +185,7 @@ def planner_for(sweep: Sweep, catalog: Catalog) -> Planner:
             or last._limits is not active_limits()):
         last = _planners.last = Planner(sweep, catalog)
     return last
+
 
 class Planner:
     """Turns points of one sweep's grid into plans; pure, and cheap after the first
