@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from xsweep import metrics
+from xsweep.memo import Memo
 from xsweep.search.closed_form import (
     cluster_rates_of,
     iteration_lower_bound,
@@ -216,11 +217,15 @@ class _Planned:
     plans: dict[bytes, object] = dataclasses.field(default_factory=dict)
     layout_of: dict[bytes, int] = dataclasses.field(default_factory=dict)
     keys: dict[int, bytes] = dataclasses.field(default_factory=dict)  # row -> plan key
-    # the closed form's memos: by layout (and what else the bound reads: shared_by), the
-    # iteration bound and tokens of an iteration; prices by pricing and cluster (its
-    # message serialized)
+    # the closed form's memo: by layout (and what else the bound reads: shared_by), the
+    # iteration bound and tokens of an iteration
     lower_bounds: dict[tuple, tuple[float, float]] = dataclasses.field(default_factory=dict)
-    prices: dict[tuple, tuple[float, float]] = dataclasses.field(default_factory=dict)
+
+
+#: Cluster prices (capex, hourly rate) by catalog, pricing and cluster (its message's
+#: bytes), kept across a process's units: a sweep's chunks meet the same mixes of nodes
+#: and NICs again and again (the large space: about 3,300 prices asked, a third distinct).
+_PRICES: Memo[tuple, tuple[float, float]] = Memo(16384)
 
 
 def evaluate_points(session: Session, job: Job, numbers: np.ndarray, points: Iterable[Point],
@@ -333,7 +338,7 @@ def _closed_form_table(job: Job, found: _Planned, ordered: list[bytes], cost) ->
     bound is its layout's (``found.lower_bounds`` keeps it by layout and by the per-point
     fields the bound reads, :func:`~xsweep.search.closed_form.shared_by`: none without
     expert parallelism), its cluster's price that of its nodes' GPUs and NICs
-    (``found.prices`` keeps it by pricing and cluster), its tokens per iteration
+    (:data:`_PRICES` keeps it by catalog, pricing and cluster), its tokens per iteration
     its layout's (model and global batch); the metrics are then arithmetic on arrays."""
     n = len(ordered)
     seconds, tokens, total = np.empty(n), np.empty(n), np.empty(n)
@@ -348,10 +353,10 @@ def _closed_form_table(job: Job, found: _Planned, ordered: list[bytes], cost) ->
                 iteration_lower_bound(plan, job.catalog),
                 float(plan.training.global_batch_size * model.seq_length))
         seconds[i], tokens[i] = bound
-        nodes = (cost, plan.cluster.SerializeToString())  # in C: no walk over the nodes
-        if nodes not in found.prices:
-            found.prices[nodes] = cluster_rates_of(plan, job.catalog, cost)
-        capex[i], rate[i] = found.prices[nodes]
+        nodes = (job.catalog_version, cost,
+                 plan.cluster.SerializeToString())  # in C: no walk over the nodes
+        capex[i], rate[i] = _PRICES.get(
+            nodes, lambda plan=plan: cluster_rates_of(plan, job.catalog, cost))
         total[i] = plan.training.total_tokens
     table = from_rows(metric_arrays(seconds, tokens, total, capex, rate))
     table["status"] = np.full(n, Status.OK, CODE_DTYPE)
