@@ -103,6 +103,49 @@ def test_ctrl_c_swallowed_by_a_callback_still_stops_the_command(script):
     assert process.stderr.splitlines() == ["interrupted"]
 
 
+# A Ctrl-C at the two edges of the end of `xsweep simulate --trace`: the trace staged
+# beside its name (not yet renamed there), and the trace in place while the result is
+# printed. The function named by argv[1] sends this process SIGINT as it returns.
+EDGE_SCRIPT = """
+import os, signal, sys
+import xsweep.cli.simulate as command
+
+original = getattr(command, sys.argv[1])
+
+def then_interrupted(*args):
+    out = original(*args)
+    os.kill(os.getpid(), signal.SIGINT)
+    return out
+
+setattr(command, sys.argv[1], then_interrupted)
+from xsweep.cli.main import main
+sys.exit(main(["simulate", sys.argv[2], "--json", "--trace", sys.argv[3]]))
+"""
+
+
+def test_ctrl_c_once_the_trace_is_staged_leaves_no_file(tmp_path):
+    plan, trace = tmp_path / "plan.pbtxt", tmp_path / "trace.json"
+    plan.write_text(PLAN)
+    process = subprocess.run([sys.executable, "-c", EDGE_SCRIPT, "stage_trace", plan, trace],
+                             cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert process.returncode == 130, process.stderr
+    assert process.stderr.splitlines()[-1] == "interrupted"
+    assert process.stdout == ""
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.pbtxt"]  # nor a temporary file
+
+
+def test_ctrl_c_once_the_trace_is_in_place_is_dropped_and_the_result_printed(tmp_path):
+    plan, trace = tmp_path / "plan.pbtxt", tmp_path / "trace.json"
+    plan.write_text(PLAN)
+    process = subprocess.run([sys.executable, "-c", EDGE_SCRIPT, "commit_trace", plan, trace],
+                             cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert process.returncode == 0, process.stderr
+    assert "interrupted" not in process.stderr
+    assert json.loads(process.stdout)["iteration_time_s"] > 0
+    assert json.loads(trace.read_text())["traceEvents"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.pbtxt", "trace.json"]
+
+
 @pytest.mark.parametrize(("trace", "message"), [
     ("", "--trace: needs a file name (got '')"),
     ("{tmp}/no/such/folder/t.json", "{tmp}/no/such/folder/t.json: cannot be written: folder "

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -254,13 +255,34 @@ def check_output_folder(path: str | None, option: str) -> None:
 
 
 def emit(text: str) -> None:
-    """Print a command's result on stdout whole: a Ctrl-C waits until it is written."""
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
+    """Print a command's result on stdout whole, its last output (:func:`finishing`)."""
+    with finishing():
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
+
+
+@contextlib.contextmanager
+def finishing():
+    """Write a command's last outputs inside: a Ctrl-C that comes meanwhile is dropped, as
+    the command then has all but finished (interrupted, it would exit 130 with its results
+    out); one that came just before interrupts on entry, before any output. SIGINT is
+    ignored for the while, not blocked: a signal sent to the process reaches whichever of
+    its threads does not block it (JAX's among them). Outside the main thread, nothing is
+    held."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _handled()
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        signal.signal(signal.SIGINT, signal.default_int_handler if handler is None else handler)
+
+
+def _handled() -> None:
+    """Nothing: a call, at whose start the interpreter runs the Python handlers of the
+    signals that arrived before (SIGINT's raises KeyboardInterrupt here)."""
 
 
 def json_text(document: object) -> str:

@@ -12,6 +12,7 @@ Timestamps are microseconds.
 from __future__ import annotations
 
 import errno
+import glob
 import json
 import os
 import secrets
@@ -117,6 +118,17 @@ def write_trace(program: Program, result: SimResult, path) -> Path:
     """Write the trace JSON to ``path`` atomically (a temporary file beside it, then a
     rename). The file gets the mode every other output gets, 0666 less the umask (0644
     under the usual umask 022), not the owner-only mode of a temporary file."""
+    staged = stage_trace(program, result, path)
+    try:
+        return commit_trace(staged, path)
+    except BaseException:
+        staged.unlink(missing_ok=True)
+        raise
+
+
+def stage_trace(program: Program, result: SimResult, path) -> Path:
+    """The trace JSON written to a new temporary file beside ``path`` (removed again if the
+    writing fails or is interrupted): :func:`commit_trace` puts it at ``path``."""
     path = Path(path)
     document = trace_events(program, result)
     try:
@@ -124,13 +136,29 @@ def write_trace(program: Program, result: SimResult, path) -> Path:
         try:
             with os.fdopen(fd, "w") as out:
                 json.dump(document, out, separators=(",", ":"))
-            os.replace(tmp, path)
         except BaseException:
             os.unlink(tmp)
             raise
     except OSError as error:  # name the file the caller asked for, not the temporary one
         raise OSError(error.errno, error.strerror, str(path)) from None
-    return path
+    return tmp
+
+
+def commit_trace(staged: Path, path) -> Path:
+    """Rename the file :func:`stage_trace` wrote to ``path``."""
+    try:
+        os.replace(staged, path)
+    except OSError as error:
+        raise OSError(error.errno, error.strerror, str(path)) from None
+    return Path(path)
+
+
+def discard_staged(path) -> None:
+    """Remove the temporary files this process's :func:`stage_trace` made beside ``path``
+    (one an interrupt left between its writing and its rename)."""
+    path = Path(path)
+    for staged in path.parent.glob(f".{glob.escape(path.name)}.{os.getpid()}-*.tmp"):
+        staged.unlink(missing_ok=True)
 
 
 def _new_file(path: Path) -> tuple[int, Path]:
