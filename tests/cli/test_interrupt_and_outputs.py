@@ -123,11 +123,17 @@ sys.exit(main(["simulate", sys.argv[2], "--json", "--trace", sys.argv[3]]))
 """
 
 
-def test_ctrl_c_once_the_trace_is_staged_leaves_no_file(tmp_path):
+def _interrupted_after(function: str, tmp_path) -> subprocess.CompletedProcess:
+    """``xsweep simulate --json --trace`` on a small plan in ``tmp_path``, sent SIGINT as
+    ``function`` of the command returns (:data:`EDGE_SCRIPT`)."""
     plan, trace = tmp_path / "plan.pbtxt", tmp_path / "trace.json"
     plan.write_text(PLAN)
-    process = subprocess.run([sys.executable, "-c", EDGE_SCRIPT, "stage_trace", plan, trace],
-                             cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-c", EDGE_SCRIPT, function, plan, trace],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+
+
+def test_ctrl_c_once_the_trace_is_staged_leaves_no_file(tmp_path):
+    process = _interrupted_after("stage_trace", tmp_path)
     assert process.returncode == 130, process.stderr
     assert process.stderr.splitlines()[-1] == "interrupted"
     assert process.stdout == ""
@@ -135,14 +141,11 @@ def test_ctrl_c_once_the_trace_is_staged_leaves_no_file(tmp_path):
 
 
 def test_ctrl_c_once_the_trace_is_in_place_is_dropped_and_the_result_printed(tmp_path):
-    plan, trace = tmp_path / "plan.pbtxt", tmp_path / "trace.json"
-    plan.write_text(PLAN)
-    process = subprocess.run([sys.executable, "-c", EDGE_SCRIPT, "commit_trace", plan, trace],
-                             cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    process = _interrupted_after("commit_trace", tmp_path)
     assert process.returncode == 0, process.stderr
     assert "interrupted" not in process.stderr
     assert json.loads(process.stdout)["iteration_time_s"] > 0
-    assert json.loads(trace.read_text())["traceEvents"]
+    assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.pbtxt", "trace.json"]
 
 
