@@ -40,11 +40,10 @@ from xsweep.search.closed_form import (
     cluster_rates_of,
     iteration_lower_bound,
     metric_arrays,
-    shared_by,
 )
 from xsweep.search.levels import CODE_DTYPE, Level, Status
 from xsweep.search.space.grid import Point
-from xsweep.search.space.planner import Built, Planner, planner_for
+from xsweep.search.space.planner import Identified, Planner, planner_for
 from xsweep.search.space.screen import Screened
 from xsweep.search.table import Table, blank, from_rows
 from xsweep.spec.catalog import Catalog
@@ -210,16 +209,29 @@ def _blank_metrics(n: int) -> dict[str, np.ndarray]:
 
 @dataclass
 class _Planned:
-    """What planning a call's points found: per pricing, each distinct plan's rows; the
-    plans by key; each plan's layout rank (the rank of its layout's first plan)."""
+    """What planning a call's points found: per pricing, each distinct plan's rows; each
+    plan, by key, as the planner knows it (:class:`~xsweep.search.space.planner.Identified`)
+    and its first point, from which it is built where a level needs it; each plan's
+    layout rank (the rank of its layout's first plan)."""
 
+    planner: Planner
     groups: dict[object, dict[bytes, list[int]]] = dataclasses.field(default_factory=dict)
-    plans: dict[bytes, object] = dataclasses.field(default_factory=dict)
+    known: dict[bytes, Identified] = dataclasses.field(default_factory=dict)
+    first: dict[bytes, tuple[Point, str]] = dataclasses.field(default_factory=dict)
     layout_of: dict[bytes, int] = dataclasses.field(default_factory=dict)
     keys: dict[int, bytes] = dataclasses.field(default_factory=dict)  # row -> plan key
     # the closed form's memo: by layout (and what else the bound reads: shared_by), the
-    # iteration bound and tokens of an iteration
-    lower_bounds: dict[tuple, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    # iteration bound, the tokens of an iteration and the tokens in all
+    lower_bounds: dict[tuple, tuple[float, float, float]] = dataclasses.field(
+        default_factory=dict)
+    _plans: dict[bytes, object] = dataclasses.field(default_factory=dict)
+
+    def plan(self, key: bytes):
+        """The plan of ``key``, built once (named as its first point)."""
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self.planner.plan(*self.first[key]).plan
+        return plan
 
 
 #: Cluster prices (capex, hourly rate) by catalog, pricing and cluster (its message's
@@ -283,25 +295,27 @@ def evaluate_points(session: Session, job: Job, numbers: np.ndarray, points: Ite
 def _plan_rows(planner: Planner, rows: dict[str, np.ndarray], planned_rows: Iterable[int],
                points: Iterable[Point], names: Sequence[str]) -> _Planned:
     """Plan each row of ``planned_rows``, filling its memory, reason and digest in ``rows``;
-    a variant met before is not built again."""
-    found = _Planned()
+    a variant met before is not planned again, and no plan is built here (a level that
+    needs one builds it: :meth:`_Planned.plan`)."""
+    found = _Planned(planner)
     digests: dict[tuple, str] = {}
     layouts: dict[tuple, int] = {}  # the rank of each layout's first point
     known: dict[tuple, tuple[bytes, float]] = {}  # a variant's plan key and memory
     for row, point, name in zip(planned_rows, points, names, strict=True):
         variant = planner.variant(point)
-        if variant in known:  # the same plan as an earlier point's: not built again
+        if variant in known:  # the same plan as an earlier point's: not planned again
             key, rows[MEMORY_METRIC][row] = known[variant]
             cost = planner.cost_model(point)
         else:
-            out = planner.plan(point, name)
+            out = planner.identify(point)
             rows[MEMORY_METRIC][row] = out.memory_per_gpu_gib
-            if not isinstance(out, Built):
+            if not isinstance(out, Identified):
                 rows["reason"][row] = out.reason
                 continue
-            key, cost = plan_key(out.plan), out.cost
+            key, cost = out.key, out.cost
             known[variant] = (key, out.memory_per_gpu_gib)
-            found.plans.setdefault(key, out.plan)
+            if key not in found.known:
+                found.known[key], found.first[key] = out, (point, name)
             found.layout_of.setdefault(key, layouts.setdefault(out.layout, len(layouts)))
         found.groups.setdefault(cost, {}).setdefault(key, []).append(row)
         found.keys[row] = key
@@ -314,10 +328,10 @@ def _named_plans(found: _Planned, names: dict[int, str]) -> dict[int, object]:
     copied, renamed)."""
     out = {}
     for row, key in found.keys.items():
-        plan = found.plans[key]
+        plan = first = found.plan(key)
         if plan.name != names[row]:
             plan = type(plan)()
-            plan.CopyFrom(found.plans[key])
+            plan.CopyFrom(first)
             plan.name = names[row]
         out[row] = plan
     return out
@@ -327,7 +341,7 @@ def _results(session: Session, job: Job, found: _Planned, ordered: list[bytes], 
              level: Level, timings: dict[str, float], progress) -> Table:
     """The results of the plans ``ordered`` (keys of ``found``) at ``level``, a row each."""
     if level != Level.CLOSED_FORM:
-        return session.results(job, {key: found.plans[key] for key in ordered}, cost,
+        return session.results(job, {key: found.plan(key) for key in ordered}, cost,
                                 level.label, timings, progress)
     # arithmetic on each plan: nothing lowered
     return _closed_form_table(job, found, ordered, cost)
@@ -336,28 +350,30 @@ def _results(session: Session, job: Job, found: _Planned, ordered: list[bytes], 
 def _closed_form_table(job: Job, found: _Planned, ordered: list[bytes], cost) -> Table:
     """The closed-form metrics of the plans ``ordered``, a row each: a plan's iteration
     bound is its layout's (``found.lower_bounds`` keeps it by layout and by the per-point
-    fields the bound reads, :func:`~xsweep.search.closed_form.shared_by`: none without
-    expert parallelism), its cluster's price that of its nodes' GPUs and NICs
-    (:data:`_PRICES` keeps it by catalog, pricing and cluster), its tokens per iteration
-    its layout's (model and global batch); the metrics are then arithmetic on arrays."""
+    fields the bound reads, ``Identified.shared``: none without expert parallelism, as
+    :func:`~xsweep.search.closed_form.shared_by` says), its cluster's price that of its
+    nodes' GPUs and NICs (:data:`_PRICES` keeps it by catalog, pricing and cluster), its
+    tokens per iteration and in all its layout's (model, global batch, the sweep's
+    tokens); the metrics are then arithmetic on arrays. A plan is built only where one
+    of these is asked for the first time."""
     n = len(ordered)
     seconds, tokens, total = np.empty(n), np.empty(n), np.empty(n)
     capex, rate = np.empty(n), np.empty(n)
     for i, key in enumerate(ordered):
-        plan = found.plans[key]
-        layout = (found.layout_of[key], *shared_by(plan))
+        known = found.known[key]
+        layout = (found.layout_of[key], known.shared)
         bound = found.lower_bounds.get(layout)
         if bound is None:
+            plan = found.plan(key)
             model = resolve_model(plan, job.catalog)
             bound = found.lower_bounds[layout] = (
                 iteration_lower_bound(plan, job.catalog),
-                float(plan.training.global_batch_size * model.seq_length))
-        seconds[i], tokens[i] = bound
-        nodes = (job.catalog_version, cost,
-                 plan.cluster.SerializeToString())  # in C: no walk over the nodes
+                float(plan.training.global_batch_size * model.seq_length),
+                plan.training.total_tokens)
+        seconds[i], tokens[i], total[i] = bound
         capex[i], rate[i] = _PRICES.get(
-            nodes, lambda plan=plan: cluster_rates_of(plan, job.catalog, cost))
-        total[i] = plan.training.total_tokens
+            (job.catalog_version, cost, known.cluster),
+            lambda key=key: cluster_rates_of(found.plan(key), job.catalog, cost))
     table = from_rows(metric_arrays(seconds, tokens, total, capex, rate))
     table["status"] = np.full(n, Status.OK, CODE_DTYPE)
     table["feasible"] = np.ones(n, bool)
@@ -365,8 +381,11 @@ def _closed_form_table(job: Job, found: _Planned, ordered: list[bytes], cost) ->
 
 
 def plan_digest(key: bytes, cost) -> str:
-    """The digest of a plan (its :func:`plan_key`) and its pricing (a ``CostModel``), in hex:
-    points with equal digests build the same plan and have the same results."""
+    """The digest of a plan's key and its pricing (a ``CostModel``), in hex: points with
+    equal digests build the same plan and have the same results. A sweep's points are
+    keyed by what their plans are made of (``Identified.key`` of
+    :mod:`xsweep.search.space.planner`), not by the plans' bytes (:func:`plan_key`), which
+    only a plan built gives."""
     return hashlib.blake2b(key + repr(cost).encode(), digest_size=12).hexdigest()
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import Counter, defaultdict
+from collections.abc import Callable
 
 from xsweep.memo import Memo
 from xsweep.spec import xsweep_pb2
@@ -57,9 +58,24 @@ def estimate_program_size(plan: xsweep_pb2.DeploymentPlan, groups: bytes | None 
     variants of one layout share them).
     """
     t = plan.training
-    key = (groups_bytes(plan) if groups is None else groups, t.virtual_pipeline_stages,
-           t.zero_stage, t.dp_overlap, t.resharding, t.tp_comm_overlap, t.expert_parallel)
-    return _SIZES.get(key, lambda: _estimate(plan))
+    return program_size(size_key(groups_bytes(plan) if groups is None else groups,
+                                 t.virtual_pipeline_stages, t.zero_stage, t.dp_overlap,
+                                 t.resharding, t.tp_comm_overlap, t.expert_parallel),
+                        lambda: plan)
+
+
+def size_key(groups: bytes, virtual_pipeline_stages: int, zero_stage: int, dp_overlap: bool,
+             resharding: int, tp_comm_overlap: bool, expert_parallel: int) -> tuple:
+    """What a program's size estimate reads of its plan: its device groups (serialized)
+    and these training fields (``resharding``: the enum's number)."""
+    return (groups, int(virtual_pipeline_stages), int(zero_stage), bool(dp_overlap),
+            int(resharding), bool(tp_comm_overlap), int(expert_parallel))
+
+
+def program_size(key: tuple, plan: Callable[[], xsweep_pb2.DeploymentPlan]) -> int:
+    """:func:`estimate_program_size` of the plan whose :func:`size_key` is ``key``;
+    ``plan()`` makes the plan where no plan of that key was estimated before."""
+    return _SIZES.get(key, lambda: _estimate(plan()))
 
 
 def _estimate(plan: xsweep_pb2.DeploymentPlan) -> int:

@@ -48,6 +48,7 @@ point that does not fit keeps that reason.
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import re
 import threading
@@ -71,7 +72,7 @@ from xsweep.spec.enums import (
     SCHEDULE,
 )
 from xsweep.spec.limits import active_limits, over_limit
-from xsweep.spec.program_size import describe_program, estimate_program_size
+from xsweep.spec.program_size import describe_program, program_size, size_key
 from xsweep.spec.resolve import groups_bytes
 from xsweep.spec.sweep import NUMERIC, PER_POINT, Sweep, axis_class
 from xsweep.spec.validate import ep_groups_on_nodes, uneven_ep_group
@@ -93,6 +94,19 @@ class Built:
     cost: CostModel
     memory_per_gpu_gib: float
     layout: tuple  # the values of the axes that shape the plan (all but the per-point ones)
+
+
+@dataclass(frozen=True)
+class Identified:
+    """A buildable point known by what its plan is made of, the plan not built
+    (:meth:`Planner.identify`): what the closed form and the prices need of it."""
+
+    key: bytes  # equal keys, equal plans, and the other way round
+    cost: CostModel
+    memory_per_gpu_gib: float
+    layout: tuple  # as :attr:`Built.layout`
+    shared: bytes  # what the closed form reads besides the layout (b"" without EP)
+    cluster: tuple  # the cluster's nodes, NICs and fabric: equal clusters, equal prices
 
 
 @dataclass(frozen=True)
@@ -123,6 +137,11 @@ class _Template:
     # dispatch cannot run on the layout ("" where it can): an EP group spread unevenly
     ep_spans_nodes: bool = False
     deepep: str = ""
+    # the plan's identity without the per-point fields (a digest of its bytes), its
+    # cluster's bytes (nodes and GPUs) and its active pools' node counts, in node order
+    key: bytes = b""
+    cluster: bytes = b""
+    pool_nodes: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -215,36 +234,57 @@ class Planner:
         key, layout = self._layout_of(point)
         if isinstance(layout, Infeasible):
             return layout
-        plan = pb.DeploymentPlan()
-        plan.CopyFrom(layout.plan)
-        plan.name = name
         fields = self._point_fields(point, layout)
-        t = plan.training
-        t.resharding = RESHARDING.value(fields.resharding)
-        t.dp_overlap = fields.dp_overlap
-        t.dp_bucket_params = fields.dp_bucket_params
-        if not fields.pp_p2p_overlap:  # unset means overlapped: other plans keep their bytes
-            t.pp_p2p_overlap = False
-        if fields.moe_dispatcher != MOE_DISPATCHER.default:
-            if layout.deepep:
-                return Infeasible(layout.deepep, layout.memory_per_gpu_gib)
-            t.moe_dispatcher = MOE_DISPATCHER.value(fields.moe_dispatcher)
-        if fields.moe_fp8_dispatch:
-            if point["training.precision"] != "fp8":
-                return Infeasible("expert parallelism: FP8 dispatch needs precision fp8",
-                                  layout.memory_per_gpu_gib)
-            t.moe_fp8_dispatch = True
-        plan.cluster.fabric.kind = FABRIC.value(fields.fabric)
-        plan.cluster.fabric.oversubscription = fields.oversubscription
-        nic_of = dict(zip(sorted(set(layout.node_pool)), fields.nics, strict=True))
-        for node, pool in zip(plan.cluster.nodes, layout.node_pool, strict=True):
-            node.nic = nic_of[pool]
+        reason = self._point_reason(point, layout, fields)
+        if reason:
+            return Infeasible(reason, layout.memory_per_gpu_gib)
+        return Built(_fill(layout, fields, name), self.cost_model(point),
+                     layout.memory_per_gpu_gib, key)
+
+    def identify(self, point: Point) -> Identified | Infeasible:
+        """What :meth:`plan` would build for ``point``, known without building it: the
+        same verdict, and a key equal for points whose plans are equal: a digest of the
+        layout's plan (the same for layouts of equal plans, a pool without nodes leaving
+        its TP degree out, say), the NIC of each node and the per-point fields."""
+        key, layout = self._layout_of(point)
+        if isinstance(layout, Infeasible):
+            return layout
+        fields = self._point_fields(point, layout)
+        reason = self._point_reason(point, layout, fields)
+        if reason:
+            return Infeasible(reason, layout.memory_per_gpu_gib)
+        nics: list[list] = []  # runs of nodes with one NIC, in node order
+        for (_, nodes), nic in zip(layout.pool_nodes, fields.nics, strict=True):
+            if nics and nics[-1][0] == nic:
+                nics[-1][1] += nodes
+            else:
+                nics.append([nic, nodes])
+        cluster = (tuple(map(tuple, nics)), str(fields.fabric), float(fields.oversubscription))
+        rest = (str(fields.resharding), bool(fields.dp_overlap), int(fields.dp_bucket_params),
+                bool(fields.pp_p2p_overlap), str(fields.moe_dispatcher),
+                bool(fields.moe_fp8_dispatch))
+        own = repr((cluster, rest)).encode()
+        return Identified(layout.key + own, self.cost_model(point), layout.memory_per_gpu_gib,
+                          key, own if layout.plan.training.expert_parallel > 1 else b"",
+                          (layout.cluster, *cluster))
+
+    def _point_reason(self, point: Point, layout: _Template, fields: PointFields) -> str:
+        """Why ``point`` has no plan though its layout has one ("" if it has): its
+        per-point fields (the MoE dispatcher, FP8 dispatch) or its program's size."""
+        if fields.moe_dispatcher != MOE_DISPATCHER.default and layout.deepep:
+            return layout.deepep
+        if fields.moe_fp8_dispatch and point["training.precision"] != "fp8":
+            return "expert parallelism: FP8 dispatch needs precision fp8"
         # per point: the resharding scheme and the DP overlap change the program's size
-        size = estimate_program_size(plan, layout.groups)
+        t = layout.plan.training
+        size = program_size(
+            size_key(layout.groups, t.virtual_pipeline_stages, t.zero_stage,
+                     fields.dp_overlap, RESHARDING.value(fields.resharding),
+                     t.tp_comm_overlap, t.expert_parallel),
+            lambda: _fill(layout, fields, ""))
         if size > self._limits.program_size:  # the message only where it is needed
-            return Infeasible(over_limit(size, self._limits, "program_size",
-                                         describe_program(size)), layout.memory_per_gpu_gib)
-        return Built(plan, self.cost_model(point), layout.memory_per_gpu_gib, key)
+            return over_limit(size, self._limits, "program_size", describe_program(size))
+        return ""
 
     def variant(self, point: Point) -> tuple | None:
         """What ``point``'s plan is made of, but its name and cost: points with equal
@@ -282,7 +322,7 @@ class Planner:
                            point["cluster.fabric"],
                            point["cluster.oversubscription"],
                            tuple(point.get(f"cluster.pools[{pool}].nic", "")
-                                 for pool in sorted(set(layout.node_pool))))
+                                 for pool, _ in layout.pool_nodes))
 
     def _layout(self, point: Point) -> _Template | Infeasible:
         model = self.catalog.model(point["model"])
@@ -320,7 +360,11 @@ class Planner:
             return Infeasible(reason, memory_gib)
         plan = _build(point, pools, shapes, layout, counts, b, self.sweep, self.catalog)
         return _Template(plan, tuple(p.index for p in pools for _ in range(p.nodes)),
-                         memory_gib, groups_bytes(plan), *_ep_across_nodes(plan, stack))
+                         memory_gib, groups_bytes(plan), *_ep_across_nodes(plan, stack),
+                         hashlib.blake2b(plan.SerializeToString(deterministic=True),
+                                         digest_size=16).digest(),
+                         plan.cluster.SerializeToString(deterministic=True),
+                         tuple((p.index, p.nodes) for p in pools))
 
     def _arithmetic(self, point: Point, pools: list[_Pool], model: ModelSpec,
                     stack: Stack) -> str:
@@ -422,6 +466,29 @@ class Planner:
                                  f"{m} micro-batches")
                     largest = max(largest, total)
         return largest, worst
+
+
+def _fill(layout: _Template, fields: PointFields, name: str) -> pb.DeploymentPlan:
+    """The layout's plan with a point's per-point fields, named ``name``."""
+    plan = pb.DeploymentPlan()
+    plan.CopyFrom(layout.plan)
+    plan.name = name
+    t = plan.training
+    t.resharding = RESHARDING.value(fields.resharding)
+    t.dp_overlap = fields.dp_overlap
+    t.dp_bucket_params = fields.dp_bucket_params
+    if not fields.pp_p2p_overlap:  # unset means overlapped: other plans keep their bytes
+        t.pp_p2p_overlap = False
+    if fields.moe_dispatcher != MOE_DISPATCHER.default:
+        t.moe_dispatcher = MOE_DISPATCHER.value(fields.moe_dispatcher)
+    if fields.moe_fp8_dispatch:
+        t.moe_fp8_dispatch = True
+    plan.cluster.fabric.kind = FABRIC.value(fields.fabric)
+    plan.cluster.fabric.oversubscription = fields.oversubscription
+    nic_of = dict(zip((pool for pool, _ in layout.pool_nodes), fields.nics, strict=True))
+    for node, pool in zip(plan.cluster.nodes, layout.node_pool, strict=True):
+        node.nic = nic_of[pool]
+    return plan
 
 
 def _ep_across_nodes(plan: pb.DeploymentPlan, stack: Stack) -> tuple[bool, str]:
