@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.processes import alive
 from tests.workers import handlers
-from xsweep.workers import Pool, PoolBusy, WorkerError
+from xsweep.workers import Pool, PoolBusy, WorkerError, pipes
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: Seconds a failure may take to reach the caller, generous for a loaded machine (a
@@ -157,3 +157,44 @@ def test_a_failing_local_answer_stops_the_workers(pool):
     with pytest.raises(ZeroDivisionError, match="in the caller"):
         dict(pool.run([("sleep", 0.3)] * 6, local=local))
     assert pool.pids() == []
+
+
+@pytest.mark.parametrize("ahead", [2, 3])
+def test_requests_sent_ahead_are_answered_once_each_with_their_notes(pool, ahead):
+    notes = []
+    requests = [("sleep", 0.03), ("add", 1, 2), ("sleep", 0.03), ("add", 5, 6)] * 3
+    found = dict(pool.run(requests, context="c", ahead=ahead,
+                          on_note=lambda i, kind, payload: notes.append((i, payload))))
+    assert found == {i: "slept" if r[0] == "sleep" else (r[1] + r[2], "c")
+                     for i, r in enumerate(requests)}
+    # each note belongs to the request that sent it, though others waited in its input
+    assert sorted(notes) == [(i, step) for i, r in enumerate(requests) if r[0] == "sleep"
+                             for step in (1, 2, 3)]
+
+
+def test_a_failure_among_requests_sent_ahead_fails_the_call(pool):
+    error = _failing(pool, [("add", 1, 2), ("div", 1, 0), ("add", 3, 4), ("add", 5, 6)],
+                     ahead=2)
+    assert "ZeroDivisionError" in str(error)
+    error = _failing(pool, [("add", 1, 2), ("die", 4), ("add", 3, 4), ("add", 5, 6)],
+                     ahead=2)
+    assert "exit code 4" in str(error)
+
+
+def test_the_caller_still_takes_requests_while_workers_hold_some_ahead(pool):
+    found = dict(pool.run([("sleep", 0.15)] * 20, ahead=2,
+                          local=lambda request: (time.sleep(request[1]), "here")[1]))
+    assert sorted(found) == list(range(20))
+    assert set(found.values()) == {"here", "slept"}
+
+
+def test_answer_pipes_hold_a_planned_chunk_whole(pool):
+    fcntl = pytest.importorskip("fcntl")
+    if not hasattr(fcntl, "F_GETPIPE_SZ"):
+        pytest.skip("pipes cannot be resized here")
+    with open("/proc/sys/fs/pipe-max-size") as limit:
+        most = int(limit.read())
+    dict(pool.run([("add", 1, 2)]))
+    for worker in pool._workers:
+        assert fcntl.fcntl(worker.stdout.fileno(), fcntl.F_GETPIPE_SZ) \
+            == min(most, pipes.ANSWER_PIPE_BYTES)

@@ -15,6 +15,24 @@ from collections.abc import Sequence
 from xsweep.errors import XsweepError
 
 _LENGTH = struct.Struct("<Q")
+#: Bytes an answer pipe holds (Linux; where the system allows as much): a sweep's
+#: planned chunk answers about 330 KB, which the default 64 KB pipe took in five parts,
+#: each waiting for the caller's reading thread to get the interpreter's lock.
+ANSWER_PIPE_BYTES = 2**20
+
+
+def widen(stream) -> None:
+    """Let the pipe of ``stream`` hold :data:`ANSWER_PIPE_BYTES` (or the most the system
+    allows an unprivileged process): a worker then writes an answer whole and goes on,
+    whenever the caller reads it. Nothing happens where pipes cannot be resized."""
+    try:
+        import fcntl
+
+        with open("/proc/sys/fs/pipe-max-size") as limit:
+            size = min(ANSWER_PIPE_BYTES, int(limit.read()))
+        fcntl.fcntl(stream.fileno(), fcntl.F_SETPIPE_SZ, size)
+    except (ImportError, AttributeError, OSError, ValueError):
+        pass
 
 
 def send(stream, message: object) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import queue
@@ -12,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from xsweep.errors import XsweepError
 from xsweep.workers.forked import Forked, fork_safe
-from xsweep.workers.pipes import WorkerError, receive, send, stop
+from xsweep.workers.pipes import WorkerError, receive, send, stop, widen
 
 #: Seconds the caller waits for news from the workers before it checks that the pool's
 #: threads still live (a thread always reports how it ended; this is the safety net).
@@ -78,6 +79,7 @@ class Pool:
                 subprocess.Popen([sys.executable, "-m", "xsweep.workers.serve"],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env))
             self._contexts.append(_NO_CONTEXT)
+            widen(self._workers[-1].stdout)
         try:
             for worker in self._workers:
                 send(worker.stdin, self._setup)
@@ -102,7 +104,8 @@ class Pool:
     def run(self, requests: Iterable, *, context: object = _NO_CONTEXT,
             on_note: Callable[[int, str, object], None] | None = None,
             first_alone: bool = False,
-            local: Callable[[object], object] | None = None) -> Iterator[tuple[int, object]]:
+            local: Callable[[object], object] | None = None,
+            ahead: int = 1) -> Iterator[tuple[int, object]]:
         """Hand each request to whichever worker is free; yield ``(index, answer)`` (the
         request's place in ``requests``) in the order answers come back.
 
@@ -121,6 +124,11 @@ class Pool:
           local: the caller's thread works too: while requests wait for a free worker
             (the workers starting, say), it takes the next one and answers it with
             ``local(request)`` itself, between passing on the workers' answers.
+          ahead: requests a worker holds at once, the one it works on included: with 2,
+            its next request waits in its input while it works, so it never waits for
+            this process (whose thread that passes requests on needs the interpreter's
+            lock, which a busy caller holds) between requests; the others may then wait
+            for it at the end.
 
         Raises:
           WorkerError: a request or context could not be sent, a worker answered with a
@@ -132,12 +140,12 @@ class Pool:
             raise PoolBusy("this worker pool is serving a call from another thread; calls "
                            "take turns (or use a pool per thread)")
         try:
-            yield from self._run(requests, context, on_note, first_alone, local)
+            yield from self._run(requests, context, on_note, first_alone, local, ahead)
         finally:
             self._busy.release()
 
     def _run(self, requests: Iterable, context: object, on_note, first_alone: bool,
-             local: Callable[[object], object] | None):
+             local: Callable[[object], object] | None, ahead: int):
         first_call = not self._workers
         if first_call:
             self._start()
@@ -154,7 +162,8 @@ class Pool:
                 gate.set()
 
         threads = [threading.Thread(target=self._serve, daemon=True,
-                                    args=(slot, todo, events, gate, open_gate, context))
+                                    args=(slot, todo, events, gate, open_gate, context,
+                                          max(1, ahead)))
                    for slot in range(len(self._workers))]
         for thread in threads:
             thread.start()
@@ -230,21 +239,36 @@ class Pool:
         self._workers, self._contexts = [], []
 
     def _serve(self, slot: int, todo: queue.Queue, events: queue.Queue, gate: threading.Event,
-               open_gate: Callable[[], None], context: object) -> None:
+               open_gate: Callable[[], None], context: object, ahead: int = 1) -> None:
         """One worker's side of a call, on a thread of its own: every way it can end is
-        put on ``events``, so the caller never waits for an answer that cannot come."""
+        put on ``events``, so the caller never waits for an answer that cannot come. Up
+        to ``ahead`` requests are sent before the first of them is answered."""
         worker = self._workers[slot]
         index = -1
+        sent: collections.deque[int] = collections.deque()  # sent, not yet answered
         try:
             if slot:
                 gate.wait()
-            while (item := todo.get()) is not None:
-                index, request = item
-                try:
+            taking = True
+            while True:
+                while taking and len(sent) < ahead:
+                    try:  # wait for a request only when the worker has none
+                        item = todo.get(block=not sent)
+                    except queue.Empty:
+                        break
+                    if item is None:  # this thread's stop: the requests sent come first
+                        taking = False
+                        break
+                    index, request = item
                     if context is not _NO_CONTEXT and self._contexts[slot] is not context:
                         _send(worker, ("context", context), "the call's context")
                         self._contexts[slot] = context
+                    sent.append(index)
                     _send(worker, ("call", request), f"request {index}")
+                if not sent:
+                    return
+                index = sent.popleft()
+                try:
                     while (answer := _receive(worker))[0] == "note":
                         if answer[1] == "open":
                             open_gate()

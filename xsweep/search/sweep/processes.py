@@ -82,8 +82,12 @@ class ProcessExecutor:
             return request[0](session, job, *request[1])
 
         keys = [key for key, _ in rest]
+        # a worker's next unit waits in its input while it works on one: it never waits
+        # for this process between units (the bound phase's worker idled 0.65 s of 4.4 s
+        # on the large space for want of its next chunk while this process planned)
         for index, value in self._pool.run([(fn, args) for _, args in rest], context=job,
-                                           local=local if session is not None else None):
+                                           local=local if session is not None else None,
+                                           ahead=2):
             yield keys[index], value
 
     def pids(self) -> list[int]:
