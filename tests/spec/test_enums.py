@@ -61,3 +61,10 @@ def test_an_unknown_value_is_never_read_as_the_default(getter, table, path):
 
 def test_mlp_names_match_the_catalog_spelling():
     assert MLP.known() == ("gelu", "swiglu")
+
+
+@pytest.mark.parametrize("table", TABLES, ids=[t.field for t in TABLES])
+def test_value_is_the_names_inverse_and_refuses_an_unknown_name(table):
+    assert {table.value(name): name for name in table.known()} == table.names
+    with pytest.raises(KeyError):
+        table.value("no-such-name")

@@ -2,6 +2,6 @@
 :mod:`xsweep.spec.stack`, since a validated plan carries its options typed; the
 lowering and the workload read them from here too."""
 
-from xsweep.spec.stack import DEFAULT_STACK, PRECISIONS, RECOMPUTE, ZERO_STAGES, Stack
+from xsweep.spec.stack import DEFAULT_STACK, PRECISIONS, RECOMPUTE, ZERO_STAGES, Stack, interned
 
-__all__ = ["DEFAULT_STACK", "PRECISIONS", "RECOMPUTE", "ZERO_STAGES", "Stack"]
+__all__ = ["DEFAULT_STACK", "PRECISIONS", "RECOMPUTE", "ZERO_STAGES", "Stack", "interned"]

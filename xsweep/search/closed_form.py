@@ -68,7 +68,7 @@ import numpy as np
 
 from xsweep.cost import DEFAULT_COST, CostModel, node_rates, run_costs
 from xsweep.plan.collectives import all_to_all_flow, pipelined_ring_flow
-from xsweep.plan.stack import Stack
+from xsweep.plan.stack import Stack, interned
 from xsweep.plan.workload import cached_stage_cost, deepep_factors
 from xsweep.spec import xsweep_pb2 as pb
 from xsweep.spec.catalog import Catalog, GpuSpec, ModelSpec
@@ -93,7 +93,8 @@ def stack_of(plan: pb.DeploymentPlan, catalog: Catalog) -> Stack:
     """The training-stack options of ``plan`` (those that set its stages' compute, its
     precision and software profile among them, and whether its TP communication overlaps
     the compute), as the plan's validation reads them, unset options at their defaults."""
-    return resolve_training(plan.training, resolve_software(plan.training, catalog)).stack
+    return interned(resolve_training(plan.training,
+                                     resolve_software(plan.training, catalog)).stack)
 
 
 def iteration_lower_bound(plan: pb.DeploymentPlan, catalog: Catalog) -> float:

@@ -27,6 +27,7 @@ from importlib import resources
 from typing import Any, Generic, TypeVar
 
 from xsweep.errors import InputError, close_names, did_you_mean, suggestion
+from xsweep.frozen import hash_once
 from xsweep.spec import ranges
 from xsweep.spec.enums import MLP
 from xsweep.spec.reader import parse_yaml, read_yaml_file
@@ -34,6 +35,7 @@ from xsweep.spec.reader import parse_yaml, read_yaml_file
 GIB = 2**30  # bytes in a GiB
 
 
+@hash_once
 @dataclass(frozen=True)
 class GpuSpec:
     name: str
@@ -104,6 +106,7 @@ class LinkSpec:
     launch_latency_us: float  # fixed time of one NCCL operation over this link
 
 
+@hash_once
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
@@ -135,6 +138,7 @@ class ModelSpec:
         return self.num_experts > 0 and layer > self.moe_first_dense_layers
 
 
+@hash_once
 @dataclass(frozen=True)
 class SoftwareSpec:
     """A software profile: what one training stack (framework and version) achieves of the

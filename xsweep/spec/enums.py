@@ -12,6 +12,9 @@ from typing import Any, NamedTuple
 from xsweep.errors import InputError
 from xsweep.spec import xsweep_pb2 as pb
 
+#: Enum values by name, per table (keyed by its names' dict, kept beside them).
+_VALUES: dict[int, tuple[dict[int, str], dict[str, int]]] = {}
+
 
 class EnumTable(NamedTuple):
     """Lower-case names by enum value; ``default`` is what the UNSPECIFIED value (0) means."""
@@ -23,7 +26,11 @@ class EnumTable(NamedTuple):
 
     def value(self, name: str) -> int:
         """The enum value of ``name`` (KeyError if unknown)."""
-        return next(v for v, n in self.names.items() if n == name)
+        found = _VALUES.get(id(self.names))
+        if found is None or found[0] is not self.names:  # made once per table
+            found = _VALUES[id(self.names)] = (self.names,
+                                                {n: v for v, n in self.names.items()})
+        return found[1][name]
 
     def known(self) -> tuple[str, ...]:
         return tuple(self.names.values())

@@ -24,7 +24,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 from xsweep.errors import InputError
-from xsweep.memo import Memo, cached
+from xsweep.memo import Memo
 from xsweep.spec import ranges, xsweep_pb2
 from xsweep.spec.catalog import Catalog, ModelSpec, SoftwareSpec, check_model_dimensions
 from xsweep.spec.enums import (
@@ -48,7 +48,7 @@ from xsweep.spec.resolve import (
     resolve_software,
     resolve_training,
 )
-from xsweep.spec.stack import DEFAULT_STACK, Stack
+from xsweep.spec.stack import DEFAULT_STACK, Stack, interned
 from xsweep.spec.valid_plan import ClusterHw, Group, TrainingOptions, ValidPlan
 
 # Parts of plans that passed their checks, keyed by their bytes and by everything else the
@@ -66,9 +66,6 @@ _PLANS: Memo = Memo(4096, 32 * 2**20, lambda key, value: len(key))
 _MODELS: Memo = Memo(256)
 #: training bytes -> TrainingOptions (the options passed)
 _TRAININGS: Memo = Memo(1024)
-#: one Stack object per value: training options that differ elsewhere (the batch size)
-#: share it, and what users keep by its id
-_interned = cached(256)(lambda stack: stack)
 #: (cluster bytes, GPU limit) -> (the catalog entries the nodes name, ClusterHw)
 _CLUSTERS: Memo = Memo(4096, 64 * 2**20, lambda key, value: len(key[0]))
 #: device-group bytes -> the groups, typed (one object for equal groups, whatever else
@@ -185,7 +182,7 @@ def _checked_training(training: xsweep_pb2.Training, software: SoftwareSpec,
     """The training options, once they passed :func:`_check_training`."""
     _check_training(training, file)
     options = resolve_training(training, software)
-    stack = _interned(options.stack)
+    stack = interned(options.stack)  # one object per value: users keep it by its id
     return options if stack is options.stack else dataclasses.replace(options, stack=stack)
 
 

@@ -57,7 +57,7 @@ from typing import NamedTuple
 
 from xsweep.cost import CostModel
 from xsweep.plan.memory import fits, memory_per_gpu
-from xsweep.plan.stack import Stack
+from xsweep.plan.stack import Stack, interned
 from xsweep.plan.workload import cached_stage_cost
 from xsweep.search.space.apportion import apportion
 from xsweep.search.space.grid import Point
@@ -216,6 +216,8 @@ class Planner:
         self.catalog = catalog
         self._gpus = [catalog.gpu(pool.gpu) for pool in sweep.cluster.pools]
         self._layouts: dict[tuple, _Template | Infeasible] = {}
+        # program sizes by layout (its key), DP overlap and resharding scheme
+        self._sizes: dict[tuple, int] = {}
         # the last point's layout: asked for its variant, then its plan, a point's layout
         # key is read from it once (the point is held, so it is never another's)
         self._last: tuple[Point, tuple, _Template | Infeasible] | None = None
@@ -276,12 +278,15 @@ class Planner:
         if fields.moe_fp8_dispatch and point["training.precision"] != "fp8":
             return "expert parallelism: FP8 dispatch needs precision fp8"
         # per point: the resharding scheme and the DP overlap change the program's size
-        t = layout.plan.training
-        size = program_size(
-            size_key(layout.groups, t.virtual_pipeline_stages, t.zero_stage,
-                     fields.dp_overlap, RESHARDING.value(fields.resharding),
-                     t.tp_comm_overlap, t.expert_parallel),
-            lambda: _fill(layout, fields, ""))
+        own = (layout.key, bool(fields.dp_overlap), fields.resharding)
+        size = self._sizes.get(own)
+        if size is None:
+            t = layout.plan.training
+            size = self._sizes[own] = program_size(
+                size_key(layout.groups, t.virtual_pipeline_stages, t.zero_stage,
+                         fields.dp_overlap, RESHARDING.value(fields.resharding),
+                         t.tp_comm_overlap, t.expert_parallel),
+                lambda: _fill(layout, fields, ""))
         if size > self._limits.program_size:  # the message only where it is needed
             return over_limit(size, self._limits, "program_size", describe_program(size))
         return ""
@@ -305,6 +310,7 @@ class Planner:
         if layout is None:
             if len(self._layouts) >= MAX_CACHED_LAYOUTS:
                 self._layouts.clear()
+                self._sizes.clear()
             layout = self._layouts[key] = self._layout(point)
         self._last = (point, key, layout)
         return key, layout
@@ -509,7 +515,7 @@ def layout_stack(point: Point, catalog: Catalog, imbalance: float = 1.0) -> Stac
     """The point's training-stack options that shape its stages' speed and memory (the
     gradient-bucket options, per point, are left at their defaults), its software profile
     from ``catalog``, with the sweep's token ``imbalance`` of a model with experts."""
-    return Stack(software=catalog.software_profile(point["training.software"]),
+    return interned(Stack(software=catalog.software_profile(point["training.software"]),
                  sequence_parallel=point["training.sequence_parallel"],
                  flash_attention=point["training.flash_attention"],
                  recompute=point["training.recompute"],
@@ -521,7 +527,7 @@ def layout_stack(point: Point, catalog: Catalog, imbalance: float = 1.0) -> Stac
                  fp8_param_gather=not _check_fp8_gather(point) and point.get(
                      "training.fp8_param_gather", False),
                  expert_parallel=point.get("parallelism.ep", 1),
-                 moe_imbalance=imbalance)
+                 moe_imbalance=imbalance))
 
 
 def unused_axes(sweep: Sweep, point: Point) -> frozenset[str]:
