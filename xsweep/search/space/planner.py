@@ -233,13 +233,10 @@ class Planner:
 
     def plan(self, point: Point, name: str) -> Built | Infeasible:
         """The plan of ``point`` (named ``name``), or why there is none."""
-        key, layout = self._layout_of(point)
-        if isinstance(layout, Infeasible):
-            return layout
-        fields = self._point_fields(point, layout)
-        reason = self._point_reason(point, layout, fields)
-        if reason:
-            return Infeasible(reason, layout.memory_per_gpu_gib)
+        found = self._verdict(point)
+        if isinstance(found, Infeasible):
+            return found
+        key, layout, fields = found
         return Built(_fill(layout, fields, name), self.cost_model(point),
                      layout.memory_per_gpu_gib, key)
 
@@ -248,13 +245,10 @@ class Planner:
         same verdict, and a key equal for points whose plans are equal: a digest of the
         layout's plan (the same for layouts of equal plans, a pool without nodes leaving
         its TP degree out, say), the NIC of each node and the per-point fields."""
-        key, layout = self._layout_of(point)
-        if isinstance(layout, Infeasible):
-            return layout
-        fields = self._point_fields(point, layout)
-        reason = self._point_reason(point, layout, fields)
-        if reason:
-            return Infeasible(reason, layout.memory_per_gpu_gib)
+        found = self._verdict(point)
+        if isinstance(found, Infeasible):
+            return found
+        key, layout, fields = found
         nics: list[list] = []  # runs of nodes with one NIC, in node order
         for (_, nodes), nic in zip(layout.pool_nodes, fields.nics, strict=True):
             if nics and nics[-1][0] == nic:
@@ -269,6 +263,17 @@ class Planner:
         return Identified(layout.key + own, self.cost_model(point), layout.memory_per_gpu_gib,
                           key, own if layout.plan.training.expert_parallel > 1 else b"",
                           (layout.cluster, *cluster))
+
+    def _verdict(self, point: Point) -> tuple[tuple, _Template, PointFields] | Infeasible:
+        """``point``'s layout key, layout and per-point fields, or why it has no plan."""
+        key, layout = self._layout_of(point)
+        if isinstance(layout, Infeasible):
+            return layout
+        fields = self._point_fields(point, layout)
+        reason = self._point_reason(point, layout, fields)
+        if reason:
+            return Infeasible(reason, layout.memory_per_gpu_gib)
+        return key, layout, fields
 
     def _point_reason(self, point: Point, layout: _Template, fields: PointFields) -> str:
         """Why ``point`` has no plan though its layout has one ("" if it has): its
