@@ -18,6 +18,8 @@ def arithmetic(settings):
             os._exit(request[1])
         if op == "lambda":
             return lambda: None
+        if op == "big":  # ("big", payload, answer_bytes): a large request and answer
+            return len(request[1]), b"y" * request[2]
         if op == "sleep":
             for step in range(3):
                 time.sleep(request[1] / 3)

@@ -198,3 +198,14 @@ def test_answer_pipes_hold_a_planned_chunk_whole(pool):
     for worker in pool._workers:
         assert fcntl.fcntl(worker.stdout.fileno(), fcntl.F_GETPIPE_SZ) \
             == min(most, pipes.ANSWER_PIPE_BYTES)
+
+
+def test_large_requests_and_answers_sent_ahead_do_not_wait_on_each_other(pool):
+    # each request larger than a pipe and each answer larger than the widened one: a
+    # request written ahead while the worker writes its answer would wait for ever
+    big = b"x" * (3 * 2**16)
+    requests = [("big", big, 3 * 2**20)] * 6
+    started = time.monotonic()
+    found = dict(pool.run(requests, ahead=2))
+    assert time.monotonic() - started < PROMPT_S
+    assert found == {i: (len(big), b"y" * 3 * 2**20) for i in range(6)}

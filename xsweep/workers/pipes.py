@@ -36,8 +36,19 @@ def widen(stream) -> None:
 
 
 def send(stream, message: object) -> None:
+    write(stream, encode(message))
+
+
+def encode(message: object) -> bytes:
+    """``message`` as :func:`send` writes it (pickled whole: one that cannot be pickled
+    raises here, with nothing written)."""
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_LENGTH.pack(len(data)) + data)
+    return _LENGTH.pack(len(data)) + data
+
+
+def write(stream, encoded: bytes) -> None:
+    """Write a message :func:`encode` made."""
+    stream.write(encoded)
     stream.flush()
 
 

@@ -13,11 +13,15 @@ from collections.abc import Callable, Iterable, Iterator
 
 from xsweep.errors import XsweepError
 from xsweep.workers.forked import Forked, fork_safe
-from xsweep.workers.pipes import WorkerError, receive, send, stop, widen
+from xsweep.workers.pipes import WorkerError, encode, receive, send, stop, widen, write
 
 #: Seconds the caller waits for news from the workers before it checks that the pool's
 #: threads still live (a thread always reports how it ended; this is the safety net).
 POLL_S = 0.5
+#: Bytes a request sent ahead of a worker's answer may take (``Pool.run``'s ``ahead``): a
+#: worker reads it only after writing its answer, so it must fit in the request pipe
+#: (64 KB on Linux by default) while the worker writes; a larger one waits its turn.
+AHEAD_BYTES = 16 * 2**10
 #: Characters of a failure's own text kept in the one-line message.
 _MAX_REASON = 300
 _NO_CONTEXT = object()
@@ -128,7 +132,7 @@ class Pool:
             its next request waits in its input while it works, so it never waits for
             this process (whose thread that passes requests on needs the interpreter's
             lock, which a busy caller holds) between requests; the others may then wait
-            for it at the end.
+            for it at the end. A request over :data:`AHEAD_BYTES` is not sent ahead.
 
         Raises:
           WorkerError: a request or context could not be sent, a worker answered with a
@@ -242,16 +246,24 @@ class Pool:
                open_gate: Callable[[], None], context: object, ahead: int = 1) -> None:
         """One worker's side of a call, on a thread of its own: every way it can end is
         put on ``events``, so the caller never waits for an answer that cannot come. Up
-        to ``ahead`` requests are sent before the first of them is answered."""
+        to ``ahead`` requests are sent before the first of them is answered; a request
+        sent ahead must fit in the pipe (:data:`AHEAD_BYTES`), since the worker reads it
+        only once it has written its answer: a larger one waits here until then."""
         worker = self._workers[slot]
         index = -1
         sent: collections.deque[int] = collections.deque()  # sent, not yet answered
+        held: tuple[int, bytes] | None = None  # taken ahead, too large to send ahead
         try:
             if slot:
                 gate.wait()
             taking = True
             while True:
-                while taking and len(sent) < ahead:
+                if held is not None and not sent:
+                    index, data = held
+                    held = None
+                    sent.append(index)
+                    _send(worker, data, f"request {index}")
+                while taking and held is None and len(sent) < ahead:
                     try:  # wait for a request only when the worker has none
                         item = todo.get(block=not sent)
                     except queue.Empty:
@@ -261,10 +273,15 @@ class Pool:
                         break
                     index, request = item
                     if context is not _NO_CONTEXT and self._contexts[slot] is not context:
-                        _send(worker, ("context", context), "the call's context")
+                        _send(worker, _encoded(("context", context), "the call's context"),
+                              "the call's context")
                         self._contexts[slot] = context
+                    data = _encoded(("call", request), f"request {index}")
+                    if sent and len(data) > AHEAD_BYTES:
+                        held = (index, data)
+                        break
                     sent.append(index)
-                    _send(worker, ("call", request), f"request {index}")
+                    _send(worker, data, f"request {index}")
                 if not sent:
                     return
                 index = sent.popleft()
@@ -283,15 +300,20 @@ class Pool:
             events.put(("answer", index, ("failed", _describe(error))))
 
 
-def _send(worker: subprocess.Popen, message: object, what: str) -> None:
+def _encoded(message: object, what: str) -> bytes:
     try:
-        send(worker.stdin, message)
-    except OSError as error:
-        raise WorkerError(f"a worker process ended ({_exit_status(worker)}) before it took "
-                          f"{what}") from error
+        return encode(message)
     except Exception as error:  # pickling: nothing was written, the worker is intact
         raise WorkerError(f"{what} could not be sent to a worker process: "
                           f"{_describe(error)}") from error
+
+
+def _send(worker: subprocess.Popen, data: bytes, what: str) -> None:
+    try:
+        write(worker.stdin, data)
+    except OSError as error:
+        raise WorkerError(f"a worker process ended ({_exit_status(worker)}) before it took "
+                          f"{what}") from error
 
 
 def _receive(worker: subprocess.Popen) -> tuple:

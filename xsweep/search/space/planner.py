@@ -520,19 +520,20 @@ def layout_stack(point: Point, catalog: Catalog, imbalance: float = 1.0) -> Stac
     """The point's training-stack options that shape its stages' speed and memory (the
     gradient-bucket options, per point, are left at their defaults), its software profile
     from ``catalog``, with the sweep's token ``imbalance`` of a model with experts."""
-    return interned(Stack(software=catalog.software_profile(point["training.software"]),
-                 sequence_parallel=point["training.sequence_parallel"],
-                 flash_attention=point["training.flash_attention"],
-                 recompute=point["training.recompute"],
-                 zero_stage=point["training.zero_stage"],
-                 virtual_pipeline_stages=point["training.virtual_pipeline_stages"],
-                 precision=point["training.precision"],
-                 tp_comm_overlap=(point["training.tp_comm_overlap"]
-                                  and point["training.sequence_parallel"]),
-                 fp8_param_gather=not _check_fp8_gather(point) and point.get(
-                     "training.fp8_param_gather", False),
-                 expert_parallel=point.get("parallelism.ep", 1),
-                 moe_imbalance=imbalance))
+    stack = Stack(software=catalog.software_profile(point["training.software"]),
+                  sequence_parallel=point["training.sequence_parallel"],
+                  flash_attention=point["training.flash_attention"],
+                  recompute=point["training.recompute"],
+                  zero_stage=point["training.zero_stage"],
+                  virtual_pipeline_stages=point["training.virtual_pipeline_stages"],
+                  precision=point["training.precision"],
+                  tp_comm_overlap=(point["training.tp_comm_overlap"]
+                                   and point["training.sequence_parallel"]),
+                  fp8_param_gather=not _check_fp8_gather(point) and point.get(
+                      "training.fp8_param_gather", False),
+                  expert_parallel=point.get("parallelism.ep", 1),
+                  moe_imbalance=imbalance)
+    return interned(stack)  # one object per value: memos find it by identity
 
 
 def unused_axes(sweep: Sweep, point: Point) -> frozenset[str]:
