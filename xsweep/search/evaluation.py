@@ -216,8 +216,8 @@ class _Planned:
 
     planner: Planner
     groups: dict[object, dict[bytes, list[int]]] = dataclasses.field(default_factory=dict)
-    known: dict[bytes, Identified] = dataclasses.field(default_factory=dict)
-    first: dict[bytes, tuple[Point, str]] = dataclasses.field(default_factory=dict)
+    # each plan as the planner knows it, with the first point (and its name) that has it
+    known: dict[bytes, tuple[Identified, Point, str]] = dataclasses.field(default_factory=dict)
     layout_of: dict[bytes, int] = dataclasses.field(default_factory=dict)
     keys: dict[int, bytes] = dataclasses.field(default_factory=dict)  # row -> plan key
     # the closed form's memo: by layout (and what else the bound reads: shared_by), the
@@ -230,7 +230,8 @@ class _Planned:
         """The plan of ``key``, built once (named as its first point)."""
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = self.planner.plan(*self.first[key]).plan
+            _, point, name = self.known[key]
+            plan = self._plans[key] = self.planner.plan(point, name).plan
         return plan
 
 
@@ -300,11 +301,11 @@ def _plan_rows(planner: Planner, rows: dict[str, np.ndarray], planned_rows: Iter
     found = _Planned(planner)
     digests: dict[tuple, str] = {}
     layouts: dict[tuple, int] = {}  # the rank of each layout's first point
-    known: dict[tuple, tuple[bytes, float]] = {}  # a variant's plan key and memory
+    variants: dict[tuple, tuple[bytes, float]] = {}  # a variant's plan key and memory
     for row, point, name in zip(planned_rows, points, names, strict=True):
         variant = planner.variant(point)
-        if variant in known:  # the same plan as an earlier point's: not planned again
-            key, rows[MEMORY_METRIC][row] = known[variant]
+        if variant in variants:  # the same plan as an earlier point's: not planned again
+            key, rows[MEMORY_METRIC][row] = variants[variant]
             cost = planner.cost_model(point)
         else:
             out = planner.identify(point)
@@ -313,9 +314,8 @@ def _plan_rows(planner: Planner, rows: dict[str, np.ndarray], planned_rows: Iter
                 rows["reason"][row] = out.reason
                 continue
             key, cost = out.key, out.cost
-            known[variant] = (key, out.memory_per_gpu_gib)
-            if key not in found.known:
-                found.known[key], found.first[key] = out, (point, name)
+            variants[variant] = (key, out.memory_per_gpu_gib)
+            found.known.setdefault(key, (out, point, name))
             found.layout_of.setdefault(key, layouts.setdefault(out.layout, len(layouts)))
         found.groups.setdefault(cost, {}).setdefault(key, []).append(row)
         found.keys[row] = key
@@ -360,7 +360,7 @@ def _closed_form_table(job: Job, found: _Planned, ordered: list[bytes], cost) ->
     seconds, tokens, total = np.empty(n), np.empty(n), np.empty(n)
     capex, rate = np.empty(n), np.empty(n)
     for i, key in enumerate(ordered):
-        known = found.known[key]
+        known = found.known[key][0]
         layout = (found.layout_of[key], known.shared)
         bound = found.lower_bounds.get(layout)
         if bound is None:
