@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -19,6 +20,7 @@ from xsweep.evaluator.blocks import (
     encode_blocks,
 )
 from xsweep.evaluator.derived import Derived
+from xsweep.evaluator.driver import spread_rows
 from xsweep.evaluator.encode import encode, metric_index_dims, pad_metric_index
 from xsweep.evaluator.shapes import (
     BlockShape,
@@ -187,3 +189,57 @@ def test_derived_layouts_are_kept_per_program_object(random_programs):
     np.testing.assert_array_equal(derived.layout(copy, width).slot_pred,
                                   block_layout(program, width).slot_pred)
     assert derived.metric_index(program) is derived.metric_index(program)
+
+
+def _moved(arrays, at, rows):
+    """``arrays`` (programs in their first rows, padded after) with program ``i`` moved to
+    row ``at[i]`` and the padded rows, in order, to the rest."""
+    order = np.empty(rows, np.int64)
+    order[at] = np.arange(len(at))
+    order[np.setdiff1d(np.arange(rows), at)] = np.arange(len(at), rows)
+    return jax.tree.map(lambda x: np.asarray(x)[order], arrays)
+
+
+@pytest.mark.parametrize("at", [[0, 2, 4, 6, 1], [7, 3, 0, 5, 1], [0, 1, 2, 3, 4]])
+def test_programs_encode_at_the_rows_asked(random_programs, at):
+    """A chunk's programs placed at other rows (dealt out over the devices' shares) encode
+    as the programs in their first rows with the rows moved: the exact level's arrays, the
+    bound's blocks and the metrics' index, the padded rows as padded as before."""
+    programs, at = random_programs[:5], np.array(at)
+    shape = batch_shape(program_sizes(programs))
+    for placed, first in (
+            (encode(programs, shape, num_variants=8, at=at),
+             encode(programs, shape, num_variants=8)),
+            (pad_metric_index(*(index := ([timeline.metric_index(p) for p in programs],
+                                          shape.tasks)), metric_index_dims(index[0]),
+                              num_variants=8, at=at),
+             pad_metric_index(*index, metric_index_dims(index[0]), num_variants=8))):
+        for got, want in zip(placed, _moved(first, at, 8), strict=True):
+            np.testing.assert_array_equal(got, want)
+    sizes = block_sizes(programs, [block_form(p, 32) for p in programs])
+    blocks = BlockShape(*(int(n) for n in block_shapes(sizes.max(axis=0))))
+    layouts = [block_layout(p, blocks.width) for p in programs]
+    for got, want in zip(encode_blocks(layouts, blocks, num_variants=8, at=at),
+                         _moved(encode_blocks(layouts, blocks, num_variants=8), at, 8),
+                         strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 16), st.data())
+def test_programs_are_dealt_out_over_the_shares(devices, share, data):
+    """The rows a chunk's programs take when its devices run their shares one after
+    another: distinct rows of the chunk, each share holding as many programs as can be,
+    in order within a share; None where that is the first rows."""
+    rows = devices * share
+    count = data.draw(st.integers(0, rows))
+    at = spread_rows(count, rows, devices)
+    placed = np.arange(count) if at is None else at
+    if at is not None:
+        assert not np.array_equal(at, np.arange(count))
+    assert len(set(placed.tolist())) == count and np.all((placed >= 0) & (placed < rows))
+    held = np.bincount(placed // share, minlength=devices)
+    assert held.max() - held.min() <= 1 and held.max() == -(-count // devices)
+    for d in range(devices):
+        mine = placed[placed // share == d]
+        assert np.all(np.diff(mine) > 0)

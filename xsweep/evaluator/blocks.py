@@ -251,11 +251,13 @@ def block_work(shapes: np.ndarray, step_cost: int) -> np.ndarray:
 
 
 def encode_blocks(layouts: Sequence[BlockedProgram], shape: BlockShape, *, dtype=np.float32,
-                  num_variants: int | None = None) -> BlockedProgram:
+                  num_variants: int | None = None,
+                  at: np.ndarray | None = None) -> BlockedProgram:
     """Stack block layouts (all at ``shape.width`` slots per block) into one padded batch.
 
-    Padding is zeros (slot 0 is no slot), so the arrays need no filling. Rows past
-    the layouts (up to ``num_variants``) are empty variants.
+    Padding is zeros (slot 0 is no slot), so the arrays need no filling. ``at`` is the
+    row of each layout (default the first ``len(layouts)``); the other rows, up to
+    ``num_variants``, are empty variants.
 
     Raises:
       ValueError: a layout does not fit ``shape`` or ``num_variants`` is too small.
@@ -269,11 +271,13 @@ def encode_blocks(layouts: Sequence[BlockedProgram], shape: BlockShape, *, dtype
                          f"{rows} variants of shape {tuple(shape)}")
     out = BlockedProgram(host_full((rows, B, W, D), 0, np.int32),
                          host_full((rows, B, W), 0, dtype), host_full((rows, T), 0, np.int32))
+    at = np.arange(len(layouts)) if at is None else np.asarray(at, np.int64)
     # a structure shared by several rows is copied once; durations row by row
     for slot_pred, where in rows_by_object([b.slot_pred for b in layouts]):
         blocks, _, preds = slot_pred.shape
-        out.slot_pred[where, :blocks, :, :preds] = slot_pred
-        out.task_slot[where, : layouts[where[0]].task_slot.shape[0]] = layouts[where[0]].task_slot
-    for row, b in enumerate(layouts):
+        out.slot_pred[at[where], :blocks, :, :preds] = slot_pred
+        out.task_slot[at[where], : layouts[where[0]].task_slot.shape[0]] = \
+            layouts[where[0]].task_slot
+    for row, b in zip(at.tolist(), layouts, strict=True):
         out.slot_duration_s[row, : b.slot_duration_s.shape[0]] = b.slot_duration_s
     return out

@@ -271,21 +271,26 @@ class _Run:
         vmapped = cfg.tune.vectorized and rows > len(devices)
         kernel, sharding = self.executables.kernel(cfg.level, slots, cfg.max_rounds, vmapped,
                                                    with_metrics, cfg.tune.unroll)
-        arrays = fmt.encode(programs, shape, dtype=cfg.dtype, num_variants=rows)
+        # rows run one after another: the programs dealt out over the devices' shares, so
+        # that each device runs as many (vmapped rows cost alike, padded or not)
+        at = None if vmapped else spread_rows(len(programs), rows, len(devices))
+        arrays = fmt.encode(programs, shape, dtype=cfg.dtype, num_variants=rows, at=at)
         index = scalars = None
         if with_metrics:
             index = pad_metric_index([self.derived.metric_index(p) for p in programs],
                                      shape.tasks, key.metric_dims, dtype=cfg.dtype,
-                                     num_variants=rows)
-            scalars = tuple(np.array([getattr(p, name) for p in programs]
-                                     + [0.0] * (rows - len(programs)), cfg.dtype)
-                            for name in _SCALARS)
+                                     num_variants=rows, at=at)
+            scalars = tuple(np.zeros(rows, cfg.dtype) for _ in _SCALARS)
+            for values, name in zip(scalars, _SCALARS, strict=True):
+                values[np.arange(len(programs)) if at is None else at] = \
+                    [getattr(p, name) for p in programs]
         out = kernel(*jax.device_put((arrays, index, scalars), sharding))
         if not (cfg.task_times or cfg.host_metrics):
             del out["start_s"], out["end_s"]
         # rows run one after another skip the padded ones unread: only run rows count
         overhead = padding_overhead(sizes, shape, rows if vmapped else len(programs))
-        return {"packed": out, "padding_overhead": np.full(len(programs), overhead)}
+        return {"packed": out, "padding_overhead": np.full(len(programs), overhead),
+                "rows": slice(0, len(programs)) if at is None else at}
 
     def chunks(self, programs: Sequence[Program], sizes: np.ndarray, pending: np.ndarray,
                need: np.ndarray, chunk_size: int):
@@ -332,6 +337,17 @@ def _put(target: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
         width = min(target.shape[1], values.shape[1])
         target[rows] = 0
         target[rows, :width] = values[:, :width]
+
+
+def spread_rows(count: int, rows: int, devices: int) -> np.ndarray | None:
+    """Rows for ``count`` programs in a chunk of ``rows`` (a multiple of ``devices``) that
+    ``devices`` take in equal shares, one after another: program ``i`` in share
+    ``i % devices``, so that the shares hold as many programs as can be. None where that
+    is the first ``count`` rows."""
+    share = rows // devices
+    at = np.arange(count)
+    at = (at % devices) * share + at // devices
+    return None if np.array_equal(at, np.arange(count)) else at
 
 
 def shapes_known(executables: Executables, level: str, dtype: str, max_rounds: int,
@@ -402,17 +418,18 @@ def run_programs(programs: Sequence[Program], level: str, *, executables: Execut
 
     def store(idx: np.ndarray, started: dict) -> None:
         nonlocal finished
-        started = unpack(started["packed"], cfg.with_metrics) | {
-            "padding_overhead": started["padding_overhead"]}
+        rows, overhead = started["rows"], started["padding_overhead"]  # the programs' rows
+        started = {name: np.asarray(value)[rows] for name, value in
+                   unpack(started["packed"], cfg.with_metrics).items()}
+        started["padding_overhead"] = overhead
         if cfg.host_metrics:
             chunk = [programs[i] for i in idx]
             started |= host_metrics(chunk, [derived.host_index(p) for p in chunk],
-                                    started["start_s"][: len(idx)],
-                                    started["end_s"][: len(idx)], cfg.dtype)
+                                    started["start_s"], started["end_s"], cfg.dtype)
             if not cfg.task_times:
                 del started["start_s"], started["end_s"]
         for name, value in started.items():
-            value = np.asarray(value)[: len(idx)]
+            value = np.asarray(value)
             if name not in result:
                 result[name] = np.zeros((n,) if value.ndim == 1 else (n, widths[name]),
                                         value.dtype)

@@ -22,7 +22,8 @@ from xsweep.timeline import MetricIndex
 
 
 def encode(programs: Sequence[Program], shape: Shape | None = None, *,
-           dtype=np.float32, num_variants: int | None = None) -> ProgramArrays:
+           dtype=np.float32, num_variants: int | None = None,
+           at: np.ndarray | None = None) -> ProgramArrays:
     """Stack ``programs`` into one :class:`ProgramArrays` of numpy arrays.
 
     Args:
@@ -31,6 +32,8 @@ def encode(programs: Sequence[Program], shape: Shape | None = None, *,
       dtype: float type of times, bytes and capacities.
       num_variants: rows of the variant axis (default ``len(programs)``); rows past
         the programs are empty padded variants.
+      at: the row of each program (distinct; default the first ``len(programs)``): the
+        other rows are the padded variants.
 
     Raises:
       ValueError: a program does not fit ``shape`` or ``num_variants`` is too small.
@@ -41,6 +44,8 @@ def encode(programs: Sequence[Program], shape: Shape | None = None, *,
     if rows < len(programs) or np.any(sizes > np.array(shape)):
         raise ValueError(f"programs of sizes up to {sizes.max(axis=0).tolist()} do not fit "
                          f"{rows} variants of shape {tuple(shape)}")
+    n = len(programs)
+    at = np.arange(n) if at is None else np.asarray(at, np.int64)
     T, E, F, P, L = shape
     out = ProgramArrays(
         task_valid=host_full((rows, T), 0, bool), task_is_comm=host_full((rows, T), 0, bool),
@@ -50,34 +55,36 @@ def encode(programs: Sequence[Program], shape: Shape | None = None, *,
         flow_task=host_full((rows, F), 0, np.int32), flow_bytes=host_full((rows, F), 0, dtype),
         flow_latency_s=host_full((rows, F), 0, dtype),
         flow_path=host_full((rows, F, P), 0, np.int32), link_capacity=host_full((rows, L), 0, dtype))
-    # the programs' rows padded as ProgramArrays says; rows past them stay zeros (no valid
+    # the programs' rows padded as ProgramArrays says; the other rows stay zeros (no valid
     # task: the kernels finish them at once), which cost nothing until read
-    n = len(programs)
     for array, fill in ((out.dep_task, -1), (out.dep_pred, -1), (out.succ_task, -1),
                         (out.flow_task, -1), (out.flow_path, -1), (out.link_capacity, 1)):
-        array[:n] = fill
+        array[at] = fill
     if not programs:
         return out
 
     def cat(name: str) -> np.ndarray:
         return np.concatenate([getattr(p, name) for p in programs])
 
-    task_row, task_col = owners_and_places(sizes[:, 0])
+    task_owner, task_col = owners_and_places(sizes[:, 0])
+    task_row = at[task_owner]
     out.task_valid[task_row, task_col] = True
     out.task_is_comm[task_row, task_col] = cat("task_kind") == TaskKind.COMM
     out.task_duration_s[task_row, task_col] = cat("task_duration_s")
     dep_owner, _ = owners_and_places(ptr_counts([p.dep_ptr for p in programs]))
-    edge_row, edge_col = owners_and_places(sizes[:, 1])
+    edge_owner, edge_col = owners_and_places(sizes[:, 1])
+    edge_row = at[edge_owner]
     dep_task, dep_pred = task_col[dep_owner], cat("dep_idx")
     out.dep_task[edge_row, edge_col] = dep_task
     out.dep_pred[edge_row, edge_col] = dep_pred
     # the successor lists the exact kernel walks: each program's edges by predecessor, in
     # one stable sort of the batch (programs stay in their rows); a sort in the kernel
     # would cost its padded size for every variant
-    by_pred = np.argsort(edge_row * (1 << 32) + dep_pred, kind="stable")
+    by_pred = np.argsort(edge_owner * (1 << 32) + dep_pred, kind="stable")
     out.succ_task[edge_row, edge_col] = dep_task[by_pred]
 
-    flow_row, flow_col = owners_and_places(sizes[:, 2])
+    flow_program, flow_col = owners_and_places(sizes[:, 2])
+    flow_row = at[flow_program]
     flow_owner, _ = owners_and_places(ptr_counts([p.flow_ptr for p in programs]))
     out.flow_task[flow_row, flow_col] = task_col[flow_owner]
     out.flow_bytes[flow_row, flow_col] = cat("flow_bytes")
@@ -85,8 +92,8 @@ def encode(programs: Sequence[Program], shape: Shape | None = None, *,
     hop_owner, hop_slot = owners_and_places(ptr_counts([p.path_ptr for p in programs]))
     out.flow_path[flow_row[hop_owner], flow_col[hop_owner], hop_slot] = cat("path_links")
 
-    link_row, link_col = owners_and_places(sizes[:, 4])
-    out.link_capacity[link_row, link_col] = cat("link_capacity")
+    link_owner, link_col = owners_and_places(sizes[:, 4])
+    out.link_capacity[at[link_owner], link_col] = cat("link_capacity")
     return out
 
 
@@ -109,12 +116,14 @@ def rows_by_object(items: Sequence) -> list[tuple[object, np.ndarray]]:
 
 
 def pad_metric_index(indices: Sequence[MetricIndex], num_tasks: int, dims: Sequence[int], *,
-                     dtype=np.float32, num_variants: int | None = None) -> MetricIndex:
+                     dtype=np.float32, num_variants: int | None = None,
+                     at: np.ndarray | None = None) -> MetricIndex:
     """Per-program :class:`~xsweep.timeline.MetricIndex` stacked and padded to ``dims``.
 
     ``dims`` as from :func:`metric_index_dims` (or larger). Padding follows
     ``xsweep.timeline`` (ints -1, floats 0, masks False); ``task_valid`` is widened
-    to ``num_tasks``, the kernel's task axis; rows past the programs are empty variants.
+    to ``num_tasks``, the kernel's task axis; ``at`` is the row of each index (default the
+    first ``len(indices)``), the other rows are empty variants.
     Integers are stored as narrow as they fit (categories in int8, task ids in int16
     below 2**15 tasks): the metrics only compare and gather with them.
     """
@@ -122,6 +131,8 @@ def pad_metric_index(indices: Sequence[MetricIndex], num_tasks: int, dims: Seque
     task_id = np.int16 if num_tasks < 2**15 else np.int32
     sizes = iter(dims)
     groups = rows_by_object(indices)  # an index shared by several rows is copied once
+    if at is not None:
+        groups = [(ix, np.asarray(at, np.int64)[where]) for ix, where in groups]
     padded = []
     for name in MetricIndex._fields:
         first = getattr(indices[0], name)
