@@ -42,6 +42,7 @@ from xsweep.spec.arguments import validated_plans
 from xsweep.spec.catalog import Catalog
 from xsweep.spec.profile import Profile
 from xsweep.spec.program_size import estimate_program_size
+from xsweep.workers.prepare import Received
 
 if TYPE_CHECKING:  # xarray loads in half a second: worker processes never need it
     import xarray as xr
@@ -163,6 +164,7 @@ class Evaluator:
             self._workers = PreparingPool(processes, min(template_bytes, PREPARER_TEMPLATE_BYTES))
         if self._workers is not None:
             weakref.finalize(self, self._workers.close)
+        self._received = Received()  # the structures shipped by workers that prepare
 
     @_taking_turns
     def close(self) -> None:
@@ -379,6 +381,7 @@ class Evaluator:
         inputs = (options["catalog"], options["profile"], options["cost"])
         for index, piece in self._workers.prepared(pieces, inputs):
             seconds["prepare_s"] += piece.prepare_s
+            piece = piece._replace(programs=self._received.programs(piece.programs))
             waiting.append((index, piece))
             if sum(len(p.programs) for _, p in waiting) >= call_size:
                 waiting.sort(key=lambda item: item[0])  # a call's rows in the plans' order

@@ -8,7 +8,11 @@ holds plans and programs only, and could not open an accelerator if it tried.
 
 from __future__ import annotations
 
+import collections
+import itertools
+import os
 import time
+import weakref
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -51,18 +55,37 @@ class ShippedStructure:
     """What the device's side reads of a program's structure (its flow classes), in
     place of the lowering's template, which holds memos of this process: programs of one
     structure keep sharing one such object (pickle keeps shared objects shared), so the
-    device's side derives their layouts once."""
+    device's side derives their layouts once. Its ``key`` names the template it stands
+    for, among every structure any process ships: the receiving side keeps one object
+    per key (:class:`Received`), so the pieces a worker prepares from one template, one
+    after another, share what is derived from it there too."""
 
-    __slots__ = ("__weakref__", "flow_classes")  # the device side memoizes by it, weakly
+    __slots__ = ("__weakref__", "flow_classes", "key")  # the device side memoizes by it, weakly
 
-    def __init__(self, flow_classes):
+    def __init__(self, flow_classes, key: tuple = ()):
         self.flow_classes = flow_classes
+        self.key = key
 
     def __getstate__(self):
-        return self.flow_classes
+        return self.flow_classes, self.key
 
     def __setstate__(self, state):
-        self.flow_classes = state
+        self.flow_classes, self.key = state
+
+
+#: The key each template shipped from this process was given (until it is dropped).
+_SHIPPED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_serials = itertools.count()
+_process: tuple[int, str] = (0, "")
+
+
+def _this_process() -> tuple[int, str]:
+    """This process among all that ship structures: its pid and a random token (drawn
+    again in a forked child, whose pid differs; a pid alone may be reused)."""
+    global _process
+    if _process[0] != os.getpid():
+        _process = (os.getpid(), os.urandom(8).hex())
+    return _process
 
 
 def shippable(programs: list) -> list:
@@ -75,7 +98,39 @@ def shippable(programs: list) -> list:
         structure = program.structure
         if structure is not None:
             if id(structure) not in shipped:
-                shipped[id(structure)] = ShippedStructure(structure.flow_classes)
+                key = _SHIPPED.get(structure)
+                if key is None:
+                    key = _SHIPPED[structure] = (*_this_process(), next(_serials))
+                shipped[id(structure)] = ShippedStructure(structure.flow_classes, key)
             program = dataclasses.replace(program, structure=shipped[id(structure)])
         out.append(program)
     return out
+
+
+class Received:
+    """The receiving side's one :class:`ShippedStructure` per key: programs that came in
+    other pieces from one template then share their structure object, and so what is
+    derived from it (kept by the structure, weakly). The ``kept`` structures met last
+    are held here, as a worker's templates are held by its cache: the next piece of a
+    structure finds what was derived from it even when no program of it is left."""
+
+    def __init__(self, kept: int = 64) -> None:
+        self._kept = kept
+        self._known: collections.OrderedDict[tuple, ShippedStructure] = collections.OrderedDict()
+
+    def programs(self, programs: list) -> list:
+        """``programs`` with each structure replaced by the one kept for its key."""
+        import dataclasses
+
+        out = []
+        for program in programs:
+            structure = program.structure
+            if isinstance(structure, ShippedStructure) and structure.key:
+                known = self._known.setdefault(structure.key, structure)
+                self._known.move_to_end(structure.key)
+                if known is not structure:
+                    program = dataclasses.replace(program, structure=known)
+            out.append(program)
+        while len(self._known) > self._kept:
+            self._known.popitem(last=False)
+        return out
