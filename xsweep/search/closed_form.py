@@ -33,8 +33,7 @@ least, for every device group:
   context parallelism the compute is a CP rank's (``1/cp`` of the tokens), each CP rank's
   TP ring sits in one node, and the CP ring runs beside the compute (with the TP rings
   if they overlap, else the TP rings run after both): left out, it only lengthens a
-  piece. The optimizer's step and other communication only add to it; and, without
-  interleaving,
+  piece. The optimizer's step and other communication only add to it;
 - the pipeline's fill and drain: every forward pass of a model chunk on a stage waits
   for that chunk's forward on every earlier stage of its replica, and every backward pass
   is followed by that chunk's backward on every earlier stage; the first of a stage's
@@ -42,7 +41,22 @@ least, for every device group:
   so the compute of one chunk's forward and backward on each earlier stage adds to the
   stage's own. A chunk holds ``1/v`` of a stage's layers (``v`` virtual stages; the whole
   stage without interleaving), so it lasts at least the sum of the stage's ``n/v``
-  fastest layers.
+  fastest layers;
+- without interleaving, the gradients' collective after the last backward: a stage's
+  last backward ends no sooner than its own passes after its first forward's inputs have
+  come through the earlier stages, nor than the next stage's last backward and then its
+  own backward. Without DP overlap (ZeRO 0 or 1, no experts or context parallelism), the
+  lowering reduces each sweep-line DP segment's gradients in one collective that waits
+  for the last backward piece of every member holding it, the piece of the group whose
+  stage begins the segment being that group's last; its optimizer step, and so the
+  iteration, waits for the collective. It runs a pipelined ring per LCM chunk over one
+  rank of each member, every flow carrying ``passes x (k - 1) / k`` of the chunk's
+  gradient bytes (an all-reduce two passes, ZeRO-1's reduce-scatter one, over ``k``
+  members). A ring whose ranks sit on two nodes or more has, for each of those nodes, a
+  flow from it to another node (a cycle leaves every node it visits), through the node's
+  PCIe path and NIC: so the collective lasts at least that payload over the highest bus
+  efficiency a path between nodes can have and the lowest rate, PCIe's or the NIC's, of
+  those nodes (:class:`Bound`).
 
 The largest of these, shrunk by :data:`MARGIN` for the float32 rounding of the batched
 kernels, is the point's ``iteration_time_s`` at the ``closed_form`` level. Its
@@ -50,26 +64,31 @@ kernels, is the point's ``iteration_time_s`` at the ``closed_form`` level. Its
 training time and costs per run and per million tokens the matching lower bounds (the
 cluster's capex and hourly rate, as the evaluator prices them, times the bound); every
 other metric has no closed form and stays NaN, which the funnel never prunes on.
-Without expert parallelism the bound reads no per-point field of the plan (NICs, fabric,
-resharding, DP overlap, gradient buckets, whether pipeline sends overlap the compute),
-so points of one layout share it. With it, the all-to-alls of EP groups that span nodes
-leave through the NICs, by the dispatcher's pattern: such points share it only where
-their cluster and training options are equal too (:func:`shared_by`). Pipeline transfers
-are left out, so it holds whether a stage's sends run beside its compute or block it
-(``pp_p2p_overlap``: blocking only adds waits), and whether parameters are gathered in
-FP8 (``fp8_param_gather``: DP traffic is left out too).
+The bound is computed in two parts (:class:`Bound`): what the layout sets, once per
+layout, and the rates of its nodes' NICs, a sweep's per-point fields (:class:`Links`),
+per cluster. Without expert parallelism the parts read one per-point field, whether DP
+overlaps the backward pass; no other (fabric, resharding, gradient buckets, whether
+pipeline sends overlap the compute), so points of one layout and overlap share them.
+With it, the all-to-alls of EP groups that span nodes leave through the NICs, by the
+dispatcher's pattern: such points share the parts only where their cluster and training
+options are equal too (:func:`shared_by`). Pipeline transfers are left out, so it holds
+whether a stage's sends run beside its compute or block it (``pp_p2p_overlap``: blocking
+only adds waits), and whether parameters are gathered in FP8 (``fp8_param_gather``: the
+parameter gathers are left out).
 """
 
 from __future__ import annotations
 
 import functools
+import math
+from typing import NamedTuple
 
 import numpy as np
 
 from xsweep.cost import DEFAULT_COST, CostModel, node_rates, run_costs
-from xsweep.plan.collectives import all_to_all_flow, pipelined_ring_flow
+from xsweep.plan.collectives import ALLREDUCE, REDUCE_SCATTER, all_to_all_flow, pipelined_ring_flow
 from xsweep.plan.stack import Stack, interned
-from xsweep.plan.workload import cached_stage_cost, deepep_factors
+from xsweep.plan.workload import cached_stage_cost, deepep_factors, segment_grad_bytes
 from xsweep.spec import xsweep_pb2 as pb
 from xsweep.spec.catalog import Catalog, GpuSpec, ModelSpec
 from xsweep.spec.resolve import (
@@ -99,13 +118,77 @@ def stack_of(plan: pb.DeploymentPlan, catalog: Catalog) -> Stack:
 
 def iteration_lower_bound(plan: pb.DeploymentPlan, catalog: Catalog) -> float:
     """A lower bound on ``plan``'s iteration time in seconds (see the module docstring)."""
+    return bound_parts(plan, catalog).seconds(links_of(resolve_nodes(plan.cluster, catalog)))
+
+
+class Links(NamedTuple):
+    """What the DP term of :class:`Bound` reads of a cluster's nodes (their NICs are a
+    sweep's per-point fields): the highest bus efficiency a path between nodes can have,
+    and per node the highest rate (bytes/s) a flow from one of its GPUs to another node
+    can have, its PCIe path's and its NIC's (:func:`links_of`)."""
+
+    efficiency: float
+    rate: np.ndarray  # float[nodes]
+
+
+def links_of(nodes) -> Links:
+    """:class:`Links` of resolved nodes (:func:`xsweep.spec.resolve.resolve_nodes`)."""
+    kinds = {id(n): n for n in nodes}.values()  # nodes alike are one object
+    efficiency = max(e for n in kinds for e in (n.nic.bus_efficiency,
+                                                n.pcie_link.bus_efficiency))
+    return Links(efficiency, np.array([min(n.nic.bandwidth_gbps, n.gpu.pcie_gbps) * 1e9 / 8
+                                       for n in nodes]))
+
+
+class Bound(NamedTuple):
+    """A plan's iteration bound in the part its layout sets (``compute``: the busiest
+    stage's passes, the pipeline's fill and drain) and, per DP group whose gradients the
+    bound counts, the least time the last backward of one of its members can end
+    (``after``), the payload of each flow of its collective (``flow_bytes``) and its
+    members' nodes (``nodes``, bool[groups, nodes]), every one the source of a flow to
+    another node: the collective lasts at least a flow's payload over the slowest of those
+    nodes' rates, and the iteration, at least until it ends (:meth:`seconds`)."""
+
+    compute: float
+    after: np.ndarray  # float[groups]
+    flow_bytes: np.ndarray  # float[groups]
+    nodes: np.ndarray  # bool[groups, nodes]
+
+    def seconds(self, links: Links) -> float:
+        """The bound on a cluster whose nodes have ``links``, shrunk by :data:`MARGIN`."""
+        return float(bound_seconds([self], [links])[0])
+
+
+def bound_seconds(bounds: list[Bound], links: list[Links]) -> np.ndarray:
+    """:meth:`Bound.seconds` of each bound on its links, those of one bound object in one
+    pass (the points of a layout that differ in their NICs, say)."""
+    out = np.empty(len(bounds))
+    rows: dict[int, list[int]] = {}
+    for i, bound in enumerate(bounds):
+        rows.setdefault(id(bound), []).append(i)
+    for mine in rows.values():
+        bound = bounds[mine[0]]
+        best: float | np.ndarray = bound.compute
+        if len(bound.after):
+            rate = np.stack([links[i].rate for i in mine])  # [points, nodes]
+            efficiency = np.array([links[i].efficiency for i in mine])
+            slowest = np.where(bound.nodes, rate[:, None, :], np.inf).min(axis=2)
+            best = np.maximum(best, np.max(
+                bound.after + bound.flow_bytes / (efficiency[:, None] * slowest), axis=1))
+        out[mine] = best * (1.0 - MARGIN)
+    return out
+
+
+def bound_parts(plan: pb.DeploymentPlan, catalog: Catalog) -> Bound:
+    """The :class:`Bound` of ``plan``: everything but its nodes' NICs (which it reads only
+    under expert parallelism, where :func:`shared_by` says so)."""
     model = resolve_model(plan, catalog)
     stack = stack_of(plan, catalog)
     node_of_rank = []
     nodes = resolve_nodes(plan.cluster, catalog)
     for index, node in enumerate(nodes):
         node_of_rank += [index] * node.num_gpus
-    stages: dict[int, dict[int, tuple[float, float, float, float, int]]] = {}
+    stages: dict[int, dict[int, tuple]] = {}
     fanout = expert_fanout(plan, stack.expert_parallel, node_of_rank,
                            model if stack.moe_dispatcher == "deepep" else None)
     # the highest bus efficiency a path leaving a node can have (the network's links carry
@@ -116,7 +199,7 @@ def iteration_lower_bound(plan: pb.DeploymentPlan, catalog: Catalog) -> float:
         cp = max(group.context_parallel, 1)
         ranks = list(group.ranks)[:len(group.ranks) // cp]  # CP rank 0's TP group
         node = nodes[node_of_rank[ranks[0]]]
-        forward, backward, ring, chunk = _pass_times(
+        forward, backward, ring, chunk_f, chunk_b = _pass_times(
             model, node.gpu, len(ranks), group.micro_batch_size, group.first_layer,
             group.last_layer, stack, cp)
         tp_s = 0.0
@@ -130,29 +213,95 @@ def iteration_lower_bound(plan: pb.DeploymentPlan, catalog: Catalog) -> float:
                        for ring_bytes, hops, launches in ring)
             if len(ring) > 1 and stack.expert_parallel > len(ranks):
                 tp_s = max(tp_s, _a2a_across_s(node, ring[1], fanout[group.id], efficiency))
+        # overlapped, each piece takes the longer of its compute and its TP ring: at
+        # least the longer of their sums
+        own = (max(forward + backward, tp_s) if stack.tp_comm_overlap
+               else forward + backward + tp_s)
         stages.setdefault(group.dp_replica, {})[group.pp_stage] = (
-            forward, backward, tp_s, chunk, group.num_micro_batches)
+            group.num_micro_batches * own, chunk_f, chunk_b, group)
     best = 0.0
+    ends: dict[int, float] = {}  # group id -> the least time its last backward ends
     for replica in stages.values():
+        order = sorted(replica)
         before = 0.0  # a chunk's forward and backward on every earlier stage
-        for index in sorted(replica):
-            forward, backward, tp_s, chunk, m = replica[index]
-            # overlapped, each piece takes the longer of its compute and its TP ring: at
-            # least the longer of their sums
-            own = (max(forward + backward, tp_s) if stack.tp_comm_overlap
-                   else forward + backward + tp_s)
-            best = max(best, before + m * own)
-            before += chunk
-    return best * (1.0 - MARGIN)
+        fill, filled = 0.0, {}  # a chunk's forward on every earlier stage, per stage
+        for index in order:
+            passes, chunk_f, chunk_b, _ = replica[index]
+            filled[index] = fill
+            best = max(best, before + passes)
+            before += chunk_f + chunk_b
+            fill += chunk_f
+        # a stage's last backward ends once its passes have run after the first forward's
+        # way to it, and once the next stage's last backward has ended and it has run
+        later = None  # the next stage's
+        for index in reversed(order):
+            passes, _, chunk_b, group = replica[index]
+            end = filled[index] + passes
+            if later is not None:
+                end = max(end, later + chunk_b)
+            ends[group.id] = later = end
+    return Bound(best, *_gradient_syncs(plan, stack, model, ends, node_of_rank, len(nodes)))
 
 
-def shared_by(plan: pb.DeploymentPlan) -> tuple[bytes, ...]:
-    """What, besides its layout, :func:`iteration_lower_bound` reads of ``plan``: nothing
-    without expert parallelism; with it, the cluster (the NICs that all-to-alls across
-    nodes leave through) and the training options (the dispatcher). Plans of one layout
-    with equal keys have equal bounds."""
+def _gradient_syncs(plan: pb.DeploymentPlan, stack: Stack, model: ModelSpec,
+                    ends: dict[int, float], node_of_rank: list[int],
+                    num_nodes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:class:`Bound`'s ``after``, ``flow_bytes`` and ``nodes``: the DP groups whose
+    gradient collective the bound counts (see the module docstring). Counted only where
+    the lowering gives each DP group one collective after its members' last backward
+    pieces (no overlap, ZeRO 0 or 1, no interleaving, experts and context parallelism
+    aside): one ring per LCM chunk over one rank of each member, all flows of a ring
+    carrying one payload; a ring that spans nodes sends a flow out of each of its nodes
+    to another node, so the collective lasts at least that payload over the slowest rate
+    of those nodes."""
+    none = (np.zeros(0), np.zeros(0), np.zeros((0, num_nodes), bool))
+    if (stack.dp_overlap or stack.zero_stage not in (0, 1) or stack.expert_parallel > 1
+            or stack.virtual_pipeline_stages > 1
+            or any(g.context_parallel > 1 for g in plan.device_groups)):
+        return none
+    # each group's first and last layer, the node of each of its ranks, and its id
+    groups = [(g.first_layer, g.last_layer, [node_of_rank[r] for r in g.ranks], g.id)
+              for g in plan.device_groups]
+    cuts = sorted({x for first, last, _, _ in groups for x in (first, last + 1)})
+    passes = REDUCE_SCATTER if stack.zero_stage == 1 else ALLREDUCE
+    found: dict[int, list] = {}
+    for first, _, _, gid in groups:  # the DP group whose segment starts at the group's
+        if first not in found:
+            last = cuts[cuts.index(first) + 1] - 1
+            members = [nodes for lo, hi, nodes, _ in groups if lo <= first and hi >= last]
+            chunks = math.lcm(*map(len, members))
+            # ring c: rank c (mod its TP) of each member; one that spans nodes has a flow
+            # out of each of its nodes to another node (a cycle leaves every value it holds)
+            spanning: set[int] = set()
+            for c in range(chunks):
+                ring = {nodes[c % len(nodes)] for nodes in members}
+                if len(ring) > 1:
+                    spanning |= ring
+            if len(members) < 2 or not spanning:
+                found[first] = []
+                continue
+            mask = np.zeros(num_nodes, bool)
+            mask[list(spanning)] = True
+            chunk = _grad_bytes(model, first, last) / chunks
+            found[first] = [0.0, pipelined_ring_flow(len(members), chunk, 1.0, passes)[0], mask]
+        entry = found[first]
+        if entry:
+            entry[0] = max(entry[0], ends[gid])
+    kept = [e for e in found.values() if e]
+    if not kept:
+        return none
+    return (np.array([e[0] for e in kept]), np.array([e[1] for e in kept]),
+            np.array([e[2] for e in kept]))
+
+
+def shared_by(plan: pb.DeploymentPlan) -> tuple[bytes | bool, ...]:
+    """What, besides its layout, :func:`bound_parts` reads of ``plan``: without expert
+    parallelism, whether DP overlaps the backward pass; with it, the cluster (the NICs
+    that all-to-alls across nodes leave through) and the training options (the
+    dispatcher). Plans of one layout with equal keys have equal parts (their NICs enter
+    through :func:`links_of`)."""
     if plan.training.expert_parallel <= 1:
-        return ()
+        return (bool(plan.training.dp_overlap),)
     return (plan.cluster.SerializeToString(deterministic=True),
             plan.training.SerializeToString(deterministic=True))
 
@@ -232,18 +381,23 @@ def _a2a_across_s(node, a2a: tuple[float, float, float], fanout: tuple[float, fl
     return max(near_s, far_s)
 
 
+#: Unsharded gradient bytes of a model's layers first..last, kept per model and layers.
+_grad_bytes = functools.lru_cache(maxsize=65536)(segment_grad_bytes)
+
+
 @functools.lru_cache(maxsize=65536)
 def _pass_times(model: ModelSpec, gpu: GpuSpec, tp: int, b: int, first: int, last: int,
                 stack: Stack,
-                cp: int = 1) -> tuple[float, float, tuple[tuple[float, float, float], ...], float]:
+                cp: int = 1) -> tuple[float, float, tuple[tuple[float, float, float], ...], float,
+                                      float]:
     """Forward and backward compute of one micro-batch, the bytes, hops and launches each
     flow of its TP rings waits for (forward and backward together; 0 without TP) and,
-    under expert parallelism, each flow of its all-to-alls, and the
-    least forward plus backward compute of one model chunk (its stage's fastest layers)."""
+    under expert parallelism, each flow of its all-to-alls, and the least forward and the
+    least backward compute of one model chunk (its stage's fastest layers)."""
     c = cached_stage_cost(model, gpu, tp, b, first, last, stack, None, cp)
     size = (last - first + 1) // max(stack.virtual_pipeline_stages, 1)
-    chunk = (sum(sorted(c.layer_forward_time_s)[:size])
-             + sum(sorted(c.layer_backward_time_s)[:size]))
+    chunk_f = sum(sorted(c.layer_forward_time_s)[:size])
+    chunk_b = sum(sorted(c.layer_backward_time_s)[:size])
     ring = (0.0, 0.0, 0.0)
     if tp > 1:
         counts = (c.tp_allreduces_forward, c.tp_allreduces_backward)
@@ -253,8 +407,8 @@ def _pass_times(model: ModelSpec, gpu: GpuSpec, tp: int, b: int, first: int, las
     a2a = sum(c.a2a_forward) + sum(c.a2a_backward)  # MoE all-to-alls (EP above 1)
     if a2a:
         nbytes, hops = all_to_all_flow(c.a2a_pair_bytes, a2a)
-        return c.forward_time_s, c.backward_time_s, (ring, (nbytes, hops, a2a)), chunk
-    return c.forward_time_s, c.backward_time_s, (ring,), chunk
+        return c.forward_time_s, c.backward_time_s, (ring, (nbytes, hops, a2a)), chunk_f, chunk_b
+    return c.forward_time_s, c.backward_time_s, (ring,), chunk_f, chunk_b
 
 
 def cluster_rates_of(plan: pb.DeploymentPlan, catalog: Catalog,

@@ -37,8 +37,12 @@ import numpy as np
 from xsweep import metrics
 from xsweep.memo import Memo
 from xsweep.search.closed_form import (
+    Bound,
+    Links,
+    bound_parts,
+    bound_seconds,
     cluster_rates_of,
-    iteration_lower_bound,
+    links_of,
     metric_arrays,
 )
 from xsweep.search.levels import CODE_DTYPE, Level, Status
@@ -47,7 +51,7 @@ from xsweep.search.space.planner import Identified, Planner, planner_for
 from xsweep.search.space.screen import Screened
 from xsweep.search.table import Table, blank, from_rows
 from xsweep.spec.catalog import Catalog
-from xsweep.spec.resolve import resolve_model
+from xsweep.spec.resolve import resolve_model, resolve_nodes
 from xsweep.spec.sweep import Sweep
 
 #: Variables of an evaluation that describe its batch, not a point.
@@ -220,9 +224,9 @@ class _Planned:
     known: dict[bytes, tuple[Identified, Point, str]] = dataclasses.field(default_factory=dict)
     layout_of: dict[bytes, int] = dataclasses.field(default_factory=dict)
     keys: dict[int, bytes] = dataclasses.field(default_factory=dict)  # row -> plan key
-    # the closed form's memo: by layout (and what else the bound reads: shared_by), the
-    # iteration bound, the tokens of an iteration and the tokens in all
-    lower_bounds: dict[tuple, tuple[float, float, float]] = dataclasses.field(
+    # the closed form's memo: by layout (and what else its parts read: shared_by), the
+    # iteration bound's parts, the tokens of an iteration and the tokens in all
+    lower_bounds: dict[tuple, tuple[Bound, float, float]] = dataclasses.field(
         default_factory=dict)
     _plans: dict[bytes, object] = dataclasses.field(default_factory=dict)
 
@@ -235,6 +239,9 @@ class _Planned:
         return plan
 
 
+#: What the closed form reads of a cluster's NICs (:class:`~xsweep.search.closed_form.Links`)
+#: by catalog and cluster, kept across a process's units as the prices are.
+_LINKS: Memo[tuple, Links] = Memo(16384)
 #: Cluster prices (capex, hourly rate) by catalog, pricing and cluster (its message's
 #: bytes), kept across a process's units: a sweep's chunks meet the same mixes of nodes
 #: and NICs again and again (the large space: about 3,300 prices asked, a third distinct).
@@ -357,8 +364,9 @@ def _closed_form_table(job: Job, found: _Planned, ordered: list[bytes], cost) ->
     tokens); the metrics are then arithmetic on arrays. A plan is built only where one
     of these is asked for the first time."""
     n = len(ordered)
-    seconds, tokens, total = np.empty(n), np.empty(n), np.empty(n)
+    tokens, total = np.empty(n), np.empty(n)
     capex, rate = np.empty(n), np.empty(n)
+    bounds, links = [], []
     for i, key in enumerate(ordered):
         known = found.known[key][0]
         layout = (found.layout_of[key], known.shared)
@@ -367,13 +375,17 @@ def _closed_form_table(job: Job, found: _Planned, ordered: list[bytes], cost) ->
             plan = found.plan(key)
             model = resolve_model(plan, job.catalog)
             bound = found.lower_bounds[layout] = (
-                iteration_lower_bound(plan, job.catalog),
+                bound_parts(plan, job.catalog),
                 float(plan.training.global_batch_size * model.seq_length),
                 plan.training.total_tokens)
-        seconds[i], tokens[i], total[i] = bound
+        bounds.append(bound[0])
+        links.append(_LINKS.get((job.catalog_version, known.cluster), lambda key=key: links_of(
+            resolve_nodes(found.plan(key).cluster, job.catalog))))
+        tokens[i], total[i] = bound[1], bound[2]
         capex[i], rate[i] = _PRICES.get(
             (job.catalog_version, cost, known.cluster),
             lambda key=key: cluster_rates_of(found.plan(key), job.catalog, cost))
+    seconds = bound_seconds(bounds, links)  # a layout's points with their NICs at once
     table = from_rows(metric_arrays(seconds, tokens, total, capex, rate))
     table["status"] = np.full(n, Status.OK, CODE_DTYPE)
     table["feasible"] = np.ones(n, bool)

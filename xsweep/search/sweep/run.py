@@ -80,9 +80,10 @@ class Options(command.Options):
 
 #: The layout of a sweep folder's work files: a folder of another format is another
 #: run's (4: chunks hold the closed-form tier; lowered points come in rounds of their own;
-#: 5: plan digests from what a plan is made of, not from its built bytes), refused
-#: unless --overwrite.
-FOLDER_FORMAT = 5
+#: 5: plan digests from what a plan is made of, not from its built bytes; 6: the closed
+#: form counts the gradient collectives after the last backward), refused unless
+#: --overwrite.
+FOLDER_FORMAT = 6
 #: Points planned and bounded per unit by default: on a CPU host a unit is a worker
 #: process's work; on an accelerator host units are planned here and their plans
 #: prepared by worker processes for the device, whose kernel calls want thousands of
