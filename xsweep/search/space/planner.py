@@ -50,6 +50,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import operator
 import re
 import threading
 from dataclasses import dataclass
@@ -226,12 +227,26 @@ class Planner:
         # the axes' paths only: expanding the ranges here would cost as much as they hold
         self._layout_axes = tuple(path for path, kind in sweep.axis_classes().items()
                                   if kind is not PER_POINT)
+        # a point's values of those axes, as a tuple (itemgetter gives one of two or more)
+        self._layout_key = (operator.itemgetter(*self._layout_axes)
+                            if len(self._layout_axes) > 1
+                            else lambda point: tuple(point[p] for p in self._layout_axes))
+        # the path of each pool's NIC axis
+        self._nic_paths = [f"cluster.pools[{pool}].nic" for pool in range(len(self._gpus))]
         self._limits = active_limits()
+        self._costs: dict[str, CostModel] = {}
 
     def cost_model(self, point: Point) -> CostModel:
-        c = self.sweep.cost
-        return CostModel(pricing=point["cost.pricing"], amortization_years=c.amortization_years,
-                         electricity_usd_per_kwh=c.electricity_usd_per_kwh, pue=c.pue)
+        """``point``'s pricing, one object per pricing (a sweep's points group by it: a
+        dict finds the same object without comparing its fields)."""
+        pricing = point["cost.pricing"]
+        cost = self._costs.get(pricing)
+        if cost is None:
+            c = self.sweep.cost
+            cost = self._costs[pricing] = CostModel(
+                pricing=pricing, amortization_years=c.amortization_years,
+                electricity_usd_per_kwh=c.electricity_usd_per_kwh, pue=c.pue)
+        return cost
 
     def plan(self, point: Point, name: str) -> Built | Infeasible:
         """The plan of ``point`` (named ``name``), or why there is none."""
@@ -315,7 +330,7 @@ class Planner:
         last = self._last
         if last is not None and last[0] is point:
             return last[1], last[2]
-        key = tuple(point[path] for path in self._layout_axes)
+        key = self._layout_key(point)
         layout = self._layouts.get(key)
         if layout is None:
             if len(self._layouts) >= MAX_CACHED_LAYOUTS:
@@ -325,8 +340,7 @@ class Planner:
         self._last = (point, key, layout)
         return key, layout
 
-    @staticmethod
-    def _point_fields(point: Point, layout: _Template) -> PointFields:
+    def _point_fields(self, point: Point, layout: _Template) -> PointFields:
         """The per-point fields that :meth:`plan` writes into the layout's plan."""
         return PointFields(point["training.resharding"], point["training.dp_overlap"],
                            point["training.dp_bucket_params"],
@@ -337,7 +351,7 @@ class Planner:
                            and point.get("parallelism.ep", 1) > 1,
                            point["cluster.fabric"],
                            point["cluster.oversubscription"],
-                           tuple(point.get(f"cluster.pools[{pool}].nic", "")
+                           tuple(point.get(self._nic_paths[pool], "")
                                  for pool, _ in layout.pool_nodes))
 
     def _layout(self, point: Point) -> _Template | Infeasible:
