@@ -118,7 +118,8 @@ def stack_of(plan: pb.DeploymentPlan, catalog: Catalog) -> Stack:
 
 def iteration_lower_bound(plan: pb.DeploymentPlan, catalog: Catalog) -> float:
     """A lower bound on ``plan``'s iteration time in seconds (see the module docstring)."""
-    return bound_parts(plan, catalog).seconds(links_of(resolve_nodes(plan.cluster, catalog)))
+    return bound_parts(plan, catalog).seconds(links_of(resolve_nodes(plan.cluster, catalog)),
+                                              plan.training.dp_overlap)
 
 
 class Links(NamedTuple):
@@ -143,33 +144,36 @@ def links_of(nodes) -> Links:
 class Bound(NamedTuple):
     """A plan's iteration bound in the part its layout sets (``compute``: the busiest
     stage's passes, the pipeline's fill and drain) and, per DP group whose gradients the
-    bound counts, the least time the last backward of one of its members can end
-    (``after``), the payload of each flow of its collective (``flow_bytes``) and its
-    members' nodes (``nodes``, bool[groups, nodes]), every one the source of a flow to
-    another node: the collective lasts at least a flow's payload over the slowest of those
-    nodes' rates, and the iteration, at least until it ends (:meth:`seconds`)."""
+    bound counts where DP does not overlap the backward, the least time the last backward
+    of one of its members can end (``after``), the payload of each flow of its collective
+    (``flow_bytes``) and its members' nodes (``nodes``, bool[groups, nodes]), every one the
+    source of a flow to another node: the collective lasts at least a flow's payload over
+    the slowest of those nodes' rates, and the iteration, at least until it ends
+    (:meth:`seconds`)."""
 
     compute: float
     after: np.ndarray  # float[groups]
     flow_bytes: np.ndarray  # float[groups]
     nodes: np.ndarray  # bool[groups, nodes]
 
-    def seconds(self, links: Links) -> float:
-        """The bound on a cluster whose nodes have ``links``, shrunk by :data:`MARGIN`."""
-        return float(bound_seconds([self], [links])[0])
+    def seconds(self, links: Links, dp_overlap: bool = False) -> float:
+        """The bound on a cluster whose nodes have ``links``, shrunk by :data:`MARGIN`;
+        with ``dp_overlap`` (the collectives then overlap the backward), the compute part."""
+        return float(bound_seconds([self], [links], [dp_overlap])[0])
 
 
-def bound_seconds(bounds: list[Bound], links: list[Links]) -> np.ndarray:
-    """:meth:`Bound.seconds` of each bound on its links, those of one bound object in one
-    pass (the points of a layout that differ in their NICs, say)."""
+def bound_seconds(bounds: list[Bound], links: list[Links],
+                  dp_overlap: list[bool]) -> np.ndarray:
+    """:meth:`Bound.seconds` of each bound on its links and DP overlap, those of one bound
+    object in one pass (the points of a layout that differ in their NICs, say)."""
     out = np.empty(len(bounds))
-    rows: dict[int, list[int]] = {}
-    for i, bound in enumerate(bounds):
-        rows.setdefault(id(bound), []).append(i)
-    for mine in rows.values():
+    rows: dict[tuple[int, bool], list[int]] = {}
+    for i, (bound, overlapped) in enumerate(zip(bounds, dp_overlap, strict=True)):
+        rows.setdefault((id(bound), bool(overlapped)), []).append(i)
+    for (_, overlapped), mine in rows.items():
         bound = bounds[mine[0]]
         best: float | np.ndarray = bound.compute
-        if len(bound.after):
+        if len(bound.after) and not overlapped:
             rate = np.stack([links[i].rate for i in mine])  # [points, nodes]
             efficiency = np.array([links[i].efficiency for i in mine])
             slowest = np.where(bound.nodes, rate[:, None, :], np.inf).min(axis=2)
@@ -181,7 +185,8 @@ def bound_seconds(bounds: list[Bound], links: list[Links]) -> np.ndarray:
 
 def bound_parts(plan: pb.DeploymentPlan, catalog: Catalog) -> Bound:
     """The :class:`Bound` of ``plan``: everything but its nodes' NICs (which it reads only
-    under expert parallelism, where :func:`shared_by` says so)."""
+    under expert parallelism, where :func:`shared_by` says so) and its DP overlap, which
+    decides whether the bound's DP part counts (:meth:`Bound.seconds`)."""
     model = resolve_model(plan, catalog)
     stack = stack_of(plan, catalog)
     node_of_rank = []
@@ -247,15 +252,15 @@ def _gradient_syncs(plan: pb.DeploymentPlan, stack: Stack, model: ModelSpec,
                     ends: dict[int, float], node_of_rank: list[int],
                     num_nodes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:class:`Bound`'s ``after``, ``flow_bytes`` and ``nodes``: the DP groups whose
-    gradient collective the bound counts (see the module docstring). Counted only where
-    the lowering gives each DP group one collective after its members' last backward
-    pieces (no overlap, ZeRO 0 or 1, no interleaving, experts and context parallelism
-    aside): one ring per LCM chunk over one rank of each member, all flows of a ring
-    carrying one payload; a ring that spans nodes sends a flow out of each of its nodes
-    to another node, so the collective lasts at least that payload over the slowest rate
-    of those nodes."""
+    gradient collective the bound counts (see the module docstring), where the lowering
+    gives each one collective after its members' last backward pieces: ZeRO 0 or 1, no
+    interleaving, experts or context parallelism, and no DP overlap (a per-point field,
+    which :meth:`Bound.seconds` reads). The collective runs one ring per LCM chunk over
+    one rank of each member, all its flows carrying one payload; a ring that spans nodes
+    sends a flow out of each of its nodes to another node, so the collective lasts at
+    least that payload over the slowest rate of those nodes."""
     none = (np.zeros(0), np.zeros(0), np.zeros((0, num_nodes), bool))
-    if (stack.dp_overlap or stack.zero_stage not in (0, 1) or stack.expert_parallel > 1
+    if (stack.zero_stage not in (0, 1) or stack.expert_parallel > 1
             or stack.virtual_pipeline_stages > 1
             or any(g.context_parallel > 1 for g in plan.device_groups)):
         return none
@@ -294,14 +299,14 @@ def _gradient_syncs(plan: pb.DeploymentPlan, stack: Stack, model: ModelSpec,
             np.array([e[2] for e in kept]))
 
 
-def shared_by(plan: pb.DeploymentPlan) -> tuple[bytes | bool, ...]:
-    """What, besides its layout, :func:`bound_parts` reads of ``plan``: without expert
-    parallelism, whether DP overlaps the backward pass; with it, the cluster (the NICs
-    that all-to-alls across nodes leave through) and the training options (the
-    dispatcher). Plans of one layout with equal keys have equal parts (their NICs enter
-    through :func:`links_of`)."""
+def shared_by(plan: pb.DeploymentPlan) -> tuple[bytes, ...]:
+    """What, besides its layout, :func:`bound_parts` reads of ``plan``: nothing without
+    expert parallelism; with it, the cluster (the NICs that all-to-alls across nodes leave
+    through) and the training options (the dispatcher). Plans of one layout with equal
+    keys have equal parts (their NICs enter through :func:`links_of`, their DP overlap
+    through :meth:`Bound.seconds`)."""
     if plan.training.expert_parallel <= 1:
-        return (bool(plan.training.dp_overlap),)
+        return ()
     return (plan.cluster.SerializeToString(deterministic=True),
             plan.training.SerializeToString(deterministic=True))
 

@@ -366,7 +366,7 @@ def _closed_form_table(job: Job, found: _Planned, ordered: list[bytes], cost) ->
     n = len(ordered)
     tokens, total = np.empty(n), np.empty(n)
     capex, rate = np.empty(n), np.empty(n)
-    bounds, links = [], []
+    bounds, links, overlapped = [], [], []
     for i, key in enumerate(ordered):
         known = found.known[key][0]
         layout = (found.layout_of[key], known.shared)
@@ -379,13 +379,14 @@ def _closed_form_table(job: Job, found: _Planned, ordered: list[bytes], cost) ->
                 float(plan.training.global_batch_size * model.seq_length),
                 plan.training.total_tokens)
         bounds.append(bound[0])
+        overlapped.append(known.dp_overlap)
         links.append(_LINKS.get((job.catalog_version, known.cluster), lambda key=key: links_of(
             resolve_nodes(found.plan(key).cluster, job.catalog))))
         tokens[i], total[i] = bound[1], bound[2]
         capex[i], rate[i] = _PRICES.get(
             (job.catalog_version, cost, known.cluster),
             lambda key=key: cluster_rates_of(found.plan(key), job.catalog, cost))
-    seconds = bound_seconds(bounds, links)  # a layout's points with their NICs at once
+    seconds = bound_seconds(bounds, links, overlapped)  # a layout's points at once
     table = from_rows(metric_arrays(seconds, tokens, total, capex, rate))
     table["status"] = np.full(n, Status.OK, CODE_DTYPE)
     table["feasible"] = np.ones(n, bool)

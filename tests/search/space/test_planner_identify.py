@@ -43,7 +43,8 @@ class Keys:
         assert self.plan_of.setdefault(known.key, plan) == plan  # equal keys, equal plans
         assert self.key_of.setdefault(plan, known.key) == known.key  # and the other way
         expert = built.plan.training.expert_parallel > 1
-        assert (known.shared != b"") == (expert or built.plan.training.dp_overlap)
+        assert (known.shared != b"") == expert
+        assert known.dp_overlap == built.plan.training.dp_overlap
         # what the closed form's memo keys by reads what the bound reads
         shared = shared_by(built.plan)
         assert self.shared.setdefault((known.layout, known.shared), shared) == shared

@@ -106,10 +106,9 @@ class Identified:
     cost: CostModel
     memory_per_gpu_gib: float
     layout: tuple  # as :attr:`Built.layout`
-    # what the closed form's parts read besides the layout (closed_form.shared_by): under
-    # EP the cluster and the training options, else whether DP overlaps the backward
-    shared: bytes
+    shared: bytes  # what the closed form's parts read besides the layout (b"" without EP)
     cluster: tuple  # the cluster's nodes, NICs and fabric: equal clusters, equal prices
+    dp_overlap: bool  # whether DP overlaps the backward (closed_form.Bound.seconds reads it)
 
 
 @dataclass(frozen=True)
@@ -277,12 +276,9 @@ class Planner:
                 bool(fields.pp_p2p_overlap), str(fields.moe_dispatcher),
                 bool(fields.moe_fp8_dispatch))
         own = repr((cluster, rest)).encode()
-        # the closed form's parts read the DP overlap (and under EP, everything here); the
-        # NICs it reads through the cluster
-        shared = (own if layout.plan.training.expert_parallel > 1
-                  else b"dp_overlap" if fields.dp_overlap else b"")
         return Identified(layout.key + own, self.cost_model(point), layout.memory_per_gpu_gib,
-                          key, shared, (layout.cluster, *cluster))
+                          key, own if layout.plan.training.expert_parallel > 1 else b"",
+                          (layout.cluster, *cluster), bool(fields.dp_overlap))
 
     def _verdict(self, point: Point) -> tuple[tuple, _Template, PointFields] | Infeasible:
         """``point``'s layout key, layout and per-point fields, or why it has no plan."""
