@@ -22,7 +22,9 @@ little; where variants run one after another, a shape has one row count, ``ROW_C
 the variant axis is padded to a multiple of the device count and
 split over all devices with ``shard_map``: each device runs its share, vmapped or one
 variant after another (``vectorized``), so one CPU, one GPU or eight run the same
-code. The exact level's slots (tasks and flows under way at once) are sized per
+code. Where variants run one after another, skipping the padded rows, a chunk's
+programs are dealt out over the devices' shares (:func:`spread_rows`), so that a chunk
+of a few programs keeps every device busy. The exact level's slots (tasks and flows under way at once) are sized per
 variant from its bound schedule; variants that still overflow are rerun together,
 in a second pass with twice the slots of both kinds.
 
