@@ -24,9 +24,9 @@ split over all devices with ``shard_map``: each device runs its share, vmapped o
 variant after another (``vectorized``), so one CPU, one GPU or eight run the same
 code. Where variants run one after another, skipping the padded rows, a chunk's
 programs are dealt out over the devices' shares (:func:`spread_rows`), so that a chunk
-of a few programs keeps every device busy. The exact level's slots (tasks and flows under way at once) are sized per
-variant from its bound schedule; variants that still overflow are rerun together,
-in a second pass with twice the slots of both kinds.
+of a few programs keeps every device busy. The exact level's slots (tasks and flows
+under way at once) are sized per variant from its bound schedule; variants that still
+overflow are rerun together, in a second pass with twice the slots of both kinds.
 
 On an accelerator the metrics of ``xsweep.timeline`` are computed in the same compiled
 call, from task times that never leave the device unless asked for; their index arrays

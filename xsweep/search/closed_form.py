@@ -64,17 +64,18 @@ kernels, is the point's ``iteration_time_s`` at the ``closed_form`` level. Its
 training time and costs per run and per million tokens the matching lower bounds (the
 cluster's capex and hourly rate, as the evaluator prices them, times the bound); every
 other metric has no closed form and stays NaN, which the funnel never prunes on.
-The bound is computed in two parts (:class:`Bound`): what the layout sets, once per
-layout, and the rates of its nodes' NICs, a sweep's per-point fields (:class:`Links`),
-per cluster. Without expert parallelism the parts read one per-point field, whether DP
-overlaps the backward pass; no other (fabric, resharding, gradient buckets, whether
-pipeline sends overlap the compute), so points of one layout and overlap share them.
-With it, the all-to-alls of EP groups that span nodes leave through the NICs, by the
-dispatcher's pattern: such points share the parts only where their cluster and training
-options are equal too (:func:`shared_by`). Pipeline transfers are left out, so it holds
-whether a stage's sends run beside its compute or block it (``pp_p2p_overlap``: blocking
-only adds waits), and whether parameters are gathered in FP8 (``fp8_param_gather``: the
-parameter gathers are left out).
+The bound is computed in parts (:class:`Bound`): what the layout sets, once per layout;
+the rates of its nodes' NICs, a sweep's per-point fields (:class:`Links`), once per
+cluster; and whether DP overlaps the backward, a per-point field too, which says whether
+the gradients' collectives count (:meth:`Bound.seconds`). Without expert parallelism the
+layout's part reads no other per-point field (fabric, resharding, gradient buckets,
+whether pipeline sends overlap the compute), so points of one layout share it. With it,
+the all-to-alls of EP groups that span nodes leave through the NICs, by the
+dispatcher's pattern: such points share the layout's part only where their cluster and
+training options are equal too (:func:`shared_by`). Pipeline transfers are left out, so
+it holds whether a stage's sends run beside its compute or block it (``pp_p2p_overlap``:
+blocking only adds waits), and whether parameters are gathered in FP8
+(``fp8_param_gather``: the parameter gathers are left out).
 """
 
 from __future__ import annotations

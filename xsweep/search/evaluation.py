@@ -356,13 +356,15 @@ def _results(session: Session, job: Job, found: _Planned, ordered: list[bytes], 
 
 def _closed_form_table(job: Job, found: _Planned, ordered: list[bytes], cost) -> Table:
     """The closed-form metrics of the plans ``ordered``, a row each: a plan's iteration
-    bound is its layout's (``found.lower_bounds`` keeps it by layout and by the per-point
-    fields the bound reads, ``Identified.shared``: none without expert parallelism, as
-    :func:`~xsweep.search.closed_form.shared_by` says), its cluster's price that of its
-    nodes' GPUs and NICs (:data:`_PRICES` keeps it by catalog, pricing and cluster), its
-    tokens per iteration and in all its layout's (model, global batch, the sweep's
-    tokens); the metrics are then arithmetic on arrays. A plan is built only where one
-    of these is asked for the first time."""
+    bound is its layout's parts (``found.lower_bounds`` keeps them by layout and by the
+    per-point fields they read, ``Identified.shared``: none without expert parallelism,
+    as :func:`~xsweep.search.closed_form.shared_by` says) on its cluster's NICs
+    (:data:`_LINKS` keeps them by catalog and cluster) and its DP overlap, a layout's
+    points in one pass; its cluster's price that of its nodes' GPUs and NICs
+    (:data:`_PRICES` keeps it by catalog, pricing and cluster), its tokens per iteration
+    and in all its layout's (model, global batch, the sweep's tokens); the metrics are
+    then arithmetic on arrays. A plan is built only where one of these is asked for the
+    first time."""
     n = len(ordered)
     tokens, total = np.empty(n), np.empty(n)
     capex, rate = np.empty(n), np.empty(n)
