@@ -46,14 +46,19 @@ def test_pieces_of_one_structure_share_one_stand_in_where_they_arrive():
 
 def test_structures_another_template_built_are_not_confused():
     """A template built again (its cache dropped it) is a new structure to the receiver;
-    the stand-ins kept are the last ones met, up to their number."""
+    the stand-ins kept are the last ones met, up to the bytes of their programs (the last
+    one met kept whatever its size)."""
     program = _programs([3], TemplateCache())[0]
     again = _programs([3], TemplateCache())[0]
-    received = Received(kept=1)
+    received = Received(kept_bytes=1)
     a, b = (received.programs(pickle.loads(pickle.dumps(shippable([p]))))[0]
             for p in (program, again))
     assert a.structure.key != b.structure.key and a.structure is not b.structure
     assert list(received._known) == [b.structure.key]
+    roomy = Received()
+    for p in (program, again):
+        roomy.programs(pickle.loads(pickle.dumps(shippable([p]))))
+    assert len(roomy._known) == 2
 
 
 _FORKED = """

@@ -110,13 +110,17 @@ def shippable(programs: list) -> list:
 class Received:
     """The receiving side's one :class:`ShippedStructure` per key: programs that came in
     other pieces from one template then share their structure object, and so what is
-    derived from it (kept by the structure, weakly). The ``kept`` structures met last
-    are held here, as a worker's templates are held by its cache: the next piece of a
-    structure finds what was derived from it even when no program of it is left."""
+    derived from it (kept by the structure, weakly). The structures met last are held
+    here, as a worker's templates are held by its cache, up to ``kept_bytes`` of their
+    programs' arrays (what is derived from a structure is of that order): the next piece
+    of a structure finds what was derived from it even when no program of it is left."""
 
-    def __init__(self, kept: int = 64) -> None:
-        self._kept = kept
-        self._known: collections.OrderedDict[tuple, ShippedStructure] = collections.OrderedDict()
+    def __init__(self, kept_bytes: int = 256 * 2**20) -> None:
+        self._kept_bytes = kept_bytes
+        self._bytes = 0
+        # key -> (the stand-in, the bytes of the first program that brought it)
+        self._known: collections.OrderedDict[tuple, tuple[ShippedStructure, int]] = \
+            collections.OrderedDict()
 
     def programs(self, programs: list) -> list:
         """``programs`` with each structure replaced by the one kept for its key."""
@@ -126,11 +130,17 @@ class Received:
         for program in programs:
             structure = program.structure
             if isinstance(structure, ShippedStructure) and structure.key:
-                known = self._known.setdefault(structure.key, structure)
+                found = self._known.get(structure.key)
+                if found is None:
+                    size = sum(getattr(program, f.name).nbytes
+                               for f in dataclasses.fields(program)
+                               if hasattr(getattr(program, f.name), "nbytes"))
+                    found = self._known[structure.key] = (structure, size)
+                    self._bytes += size
                 self._known.move_to_end(structure.key)
-                if known is not structure:
-                    program = dataclasses.replace(program, structure=known)
+                if found[0] is not structure:
+                    program = dataclasses.replace(program, structure=found[0])
             out.append(program)
-        while len(self._known) > self._kept:
-            self._known.popitem(last=False)
+        while self._bytes > self._kept_bytes and len(self._known) > 1:
+            self._bytes -= self._known.popitem(last=False)[1][1]
         return out
