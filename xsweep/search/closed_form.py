@@ -135,11 +135,16 @@ class Links(NamedTuple):
 
 def links_of(nodes) -> Links:
     """:class:`Links` of resolved nodes (:func:`xsweep.spec.resolve.resolve_nodes`)."""
+    return Links(_efficiency_between(nodes),
+                 np.array([min(n.nic.bandwidth_gbps, n.gpu.pcie_gbps) * 1e9 / 8
+                           for n in nodes]))
+
+
+def _efficiency_between(nodes) -> float:
+    """The highest bus efficiency a path leaving one of ``nodes`` for another can have (the
+    network's links carry the lowest of the NICs below them)."""
     kinds = {id(n): n for n in nodes}.values()  # nodes alike are one object
-    efficiency = max(e for n in kinds for e in (n.nic.bus_efficiency,
-                                                n.pcie_link.bus_efficiency))
-    return Links(efficiency, np.array([min(n.nic.bandwidth_gbps, n.gpu.pcie_gbps) * 1e9 / 8
-                                       for n in nodes]))
+    return max(e for n in kinds for e in (n.nic.bus_efficiency, n.pcie_link.bus_efficiency))
 
 
 class Bound(NamedTuple):
@@ -197,10 +202,7 @@ def bound_parts(plan: pb.DeploymentPlan, catalog: Catalog) -> Bound:
     stages: dict[int, dict[int, tuple]] = {}
     fanout = expert_fanout(plan, stack.expert_parallel, node_of_rank,
                            model if stack.moe_dispatcher == "deepep" else None)
-    # the highest bus efficiency a path leaving a node can have (the network's links carry
-    # the lowest of the NICs below them)
-    efficiency = max(e for n in nodes for e in (n.nic.bus_efficiency,
-                                                n.pcie_link.bus_efficiency))
+    efficiency = _efficiency_between(nodes)
     for group in plan.device_groups:
         cp = max(group.context_parallel, 1)
         ranks = list(group.ranks)[:len(group.ranks) // cp]  # CP rank 0's TP group
