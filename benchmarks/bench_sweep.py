@@ -39,6 +39,9 @@ with the funnel's; ``--exhaustive-large`` does the same for the large space, who
 74,358 buildable points take two hours or more on 2 cores (a stopped run resumes from
 its folder: ``xsweep sweep <space> --exhaustive -o <folder>``).
 
+Before any timing the package's modules are compiled to bytecode, as an installation
+has them (:func:`bytecode`).
+
 Goals on a 2-core machine: quickstart under 60 s cold and 15 s warm; the large space at
 20,000 points/s or more (warm) with a peak memory under 4 GB. Ratios to the goals are printed;
 nothing is asserted.
@@ -88,6 +91,21 @@ def cli_sweep(space: Path, out: Path, env: dict, *more: str) -> tuple[float, dic
     if result.returncode != 0:
         raise SystemExit(f"xsweep sweep failed ({result.returncode}):\n{result.stderr}")
     return wall_s, json.loads(result.stdout)
+
+
+def bytecode() -> str:
+    """Compile the package's modules to bytecode, as installing it does (pip writes an
+    installed package's bytecode, and a first run of an editable one does): every timed
+    process then reads it, whatever the environment says (``PYTHONDONTWRITEBYTECODE`` would
+    otherwise have each new process compile every module again, about 0.2 s). Returns the
+    line that says so."""
+    import compileall
+
+    ok = all(compileall.compile_dir(REPO_ROOT / package, quiet=1)
+             for package in ("xsweep", "kernels"))
+    said = "set" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "not set"
+    return (f"bytecode: {'compiled' if ok else 'NOT all compiled'} before any timing "
+            f"(PYTHONDONTWRITEBYTECODE {said})")
 
 
 def quickstart(work: Path, env: dict) -> None:
@@ -406,6 +424,7 @@ def main() -> None:
         return
     print(f"cores: {len(os.sched_getaffinity(0))}; load average {os.getloadavg()[0]:.1f} at the "
           "start (other work on the machine slows every figure)")
+    print(bytecode())
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:
         work = Path(tmp)
         cache = work / "compile-cache"

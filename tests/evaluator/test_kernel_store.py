@@ -254,3 +254,29 @@ def test_the_code_digest_is_taken_from_the_store_while_its_files_are_unchanged(
         assert kernel_store.code_digest(tmp_path) == first and len(parsed) == before + 1
     monkeypatch.setattr(kernel_store, "_code_digest", None)
     assert kernel_store.code_digest(None) == first  # no store: parsed, nothing kept
+
+
+def test_a_kept_executable_prefetched_from_shapes_alone_is_what_the_call_runs(tmp_path):
+    """A prefetch knows the arguments by shape, dtype and sharding only (no arrays yet):
+    it starts the load of the kept executable, and the call takes it instead of reading
+    the store again; a shape nothing was kept for starts nothing."""
+    from xsweep.evaluator.executables import _Kernel
+
+    devices = (jax.devices()[0],)
+    config = ("test-prefetch", NONCE)
+
+    def fn(x):
+        return 5 * x + NONCE
+
+    x, y = jnp.arange(6.0), jnp.arange(7.0)
+    _Kernel(jax.jit(fn), config, devices, KernelStore(tmp_path), lambda *_: None)(x)
+    fresh = _Kernel(jax.jit(fn), config, devices, KernelStore(tmp_path), lambda *_: None)
+    like = jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+    assert fresh.prefetch(like) is True
+    assert fresh.prefetch(like) is False  # loading already
+    assert fresh.prefetch(jax.ShapeDtypeStruct(y.shape, y.dtype, sharding=y.sharding)) is False
+    before = compile_count().snapshot()
+    np.testing.assert_array_equal(fresh(x), 5 * np.asarray(x) + NONCE)
+    spent = compile_count() - before
+    assert (spent.compiles, spent.cache_hits) == (1, 1)  # loaded, counted by the call
+    assert fresh.prefetch(like) is False  # held now

@@ -263,30 +263,67 @@ class _Run:
                  derived: Derived):
         self.cfg, self.fmt, self.executables, self.derived = cfg, fmt, executables, derived
 
+    def _kernel(self, key: ChunkKey, with_metrics: bool) -> tuple[Callable, object, bool]:
+        """The kernel a chunk of ``key`` runs in, its inputs' sharding, and whether its
+        rows run vmapped."""
+        cfg, devices = self.cfg, self.executables.devices
+        slots = key.slots
+        if cfg.level == "exact":
+            slots = used_slots(slots, self.fmt.shape(*key.shape))
+        vmapped = cfg.tune.vectorized and key.rows > len(devices)
+        kernel, sharding = self.executables.kernel(cfg.level, slots, cfg.max_rounds, vmapped,
+                                                   with_metrics, cfg.tune.unroll)
+        return kernel, sharding, vmapped
+
+    def _inputs(self, programs: Sequence[Program], with_metrics: bool, key: ChunkKey,
+                at: np.ndarray | None) -> tuple:
+        """A chunk's kernel inputs on the host: ``(arrays, index, scalars)``."""
+        arrays = self.fmt.encode(programs, self.fmt.shape(*key.shape), dtype=self.cfg.dtype,
+                                 num_variants=key.rows, at=at)
+        if not with_metrics:
+            return arrays, None, None
+        return arrays, *self._metric_inputs(programs, key, at)
+
+    def _metric_inputs(self, programs: Sequence[Program], key: ChunkKey,
+                       at: np.ndarray | None) -> tuple:
+        """The metrics' inputs of a chunk: the programs' padded index and scalars."""
+        dtype, rows = self.cfg.dtype, key.rows
+        index = pad_metric_index([self.derived.metric_index(p) for p in programs],
+                                 self.fmt.shape(*key.shape).tasks, key.metric_dims,
+                                 dtype=dtype, num_variants=rows, at=at)
+        scalars = tuple(np.zeros(rows, dtype) for _ in _SCALARS)
+        for values, name in zip(scalars, _SCALARS, strict=True):
+            values[np.arange(len(programs)) if at is None else at] = \
+                [getattr(p, name) for p in programs]
+        return index, scalars
+
+    def prefetch(self, program: Program, with_metrics: bool, key: ChunkKey) -> bool:
+        """Start loading, in the background, the executable that a chunk of ``key`` holding
+        ``program`` (and others of its shape) will run, if it is kept on disk: the
+        chunks before it are encoded and run meanwhile. Its inputs' shapes are those of an
+        empty chunk of ``key`` (the metrics' index of ``program`` gives their ranks)."""
+        kernel, sharding, _ = self._kernel(key, with_metrics)
+        arrays = self.fmt.encode([], self.fmt.shape(*key.shape), dtype=self.cfg.dtype,
+                                 num_variants=key.rows)
+        # the index padded needs one to pad: the program's, at the chunk's sizes
+        inputs = (arrays, *(self._metric_inputs([program], key, None) if with_metrics
+                            else (None, None)))
+        return kernel.prefetch(*jax.tree.map(
+            lambda a: jax.ShapeDtypeStruct(a.shape, jax.dtypes.canonicalize_dtype(a.dtype),
+                                           sharding=sharding), inputs))
+
     def dispatch(self, programs: Sequence[Program], sizes: np.ndarray, with_metrics: bool,
                  key: ChunkKey) -> dict:
         """Encode one chunk at its ``key`` and start the kernel on it."""
-        cfg, fmt, devices = self.cfg, self.fmt, self.executables.devices
-        rows, shape, slots = key.rows, fmt.shape(*key.shape), key.slots
-        if cfg.level == "exact":
-            slots = used_slots(slots, shape)
-        vmapped = cfg.tune.vectorized and rows > len(devices)
-        kernel, sharding = self.executables.kernel(cfg.level, slots, cfg.max_rounds, vmapped,
-                                                   with_metrics, cfg.tune.unroll)
+        devices, rows = self.executables.devices, key.rows
+        shape = self.fmt.shape(*key.shape)
+        kernel, sharding, vmapped = self._kernel(key, with_metrics)
         # rows run one after another: the programs dealt out over the devices' shares, so
         # that each device runs as many (vmapped rows cost alike, padded or not)
         at = None if vmapped else spread_rows(len(programs), rows, len(devices))
-        arrays = fmt.encode(programs, shape, dtype=cfg.dtype, num_variants=rows, at=at)
-        index = scalars = None
-        if with_metrics:
-            index = pad_metric_index([self.derived.metric_index(p) for p in programs],
-                                     shape.tasks, key.metric_dims, dtype=cfg.dtype,
-                                     num_variants=rows, at=at)
-            scalars = tuple(np.zeros(rows, cfg.dtype) for _ in _SCALARS)
-            for values, name in zip(scalars, _SCALARS, strict=True):
-                values[np.arange(len(programs)) if at is None else at] = \
-                    [getattr(p, name) for p in programs]
+        arrays, index, scalars = self._inputs(programs, with_metrics, key, at)
         out = kernel(*jax.device_put((arrays, index, scalars), sharding))
+        cfg = self.cfg
         if not (cfg.task_times or cfg.host_metrics):
             del out["start_s"], out["end_s"]
         # rows run one after another skip the padded ones unread: only run rows count
@@ -450,7 +487,10 @@ def run_programs(programs: Sequence[Program], level: str, *, executables: Execut
         pending = order
         while pending.size:  # each pass reruns the overflowed variants with twice the slots
             in_flight = None  # one chunk computes on the device while the next is encoded
-            for idx, key in run.chunks(programs, sizes, pending, need, chunk_size):
+            chunks = list(run.chunks(programs, sizes, pending, need, chunk_size))
+            for idx, key in chunks:  # kept kernels load while the chunks before them run
+                run.prefetch(programs[idx[0]], cfg.with_metrics, key)
+            for idx, key in chunks:
                 need[idx] = key.slots  # what the chunk runs with, grown if it overflows
                 started = (idx, run.dispatch([programs[i] for i in idx], sizes[idx],
                                              cfg.with_metrics, key))

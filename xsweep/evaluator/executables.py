@@ -10,8 +10,11 @@ covers theirs at little extra cost instead of compiling their own.
 from __future__ import annotations
 
 import functools
+import queue
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 
 import jax
@@ -21,6 +24,7 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from xsweep import timeline
+from xsweep.evaluator.compiles import compile_count
 from xsweep.evaluator.kernel_store import KernelStore, signature
 from xsweep.kernels import blocked_bound, exact
 from xsweep.metrics import STREAM_METRICS, SUMMARIES, summary_name
@@ -145,24 +149,77 @@ def unpack(packed: dict, with_metrics: bool) -> dict[str, np.ndarray]:
                   if name in packed}
 
 
+class _Loader:
+    """One thread that loads kept executables in the order asked, while the thread that
+    asked goes on (encoding a chunk, say): loading one lets go of the GIL for most of
+    its tenth of a second. A daemon: a process may end with loads never taken."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, path: Path, devices: tuple) -> Future:
+        """A future of :meth:`KernelStore.read` of ``path``."""
+        future: Future = Future()
+        self._queue.put((future, path, devices))
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="xsweep-kernel-loader",
+                                            daemon=True)
+            self._thread.start()
+        return future
+
+    def _run(self) -> None:
+        while True:
+            future, path, devices = self._queue.get()
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(KernelStore.read(path, devices))
+                except BaseException as error:  # noqa: BLE001 - raised where it is taken
+                    future.set_exception(error)
+
+
 class _Kernel:
     """A jitted kernel call whose executables (one per argument signature) come from a
     :class:`KernelStore` (disk) or are compiled and kept there."""
 
     def __init__(self, jitted: Callable, config: tuple, devices: tuple, store: KernelStore,
-                 used: Callable[[_Kernel, str], None]):
+                 used: Callable[[_Kernel, str], None], loader: _Loader | None = None):
         self._jitted, self._config, self._devices, self._store = jitted, config, devices, store
         self._executables: dict[str, Callable] = {}
+        self._loading: dict[str, Future] = {}  # loads under way (prefetch)
         self._used = used  # told of every call: which executables are kept is its to say
+        self._loader = loader if loader is not None else _Loader()
 
     def __call__(self, *args):
         key = signature(args)
         executable = self._executables.get(key)
         if executable is None:
-            executable = self._store.compiled(self._jitted, self._config, args, self._devices)
+            loading = self._loading.pop(key, None)
+            if loading is not None:  # prefetched: taken (and counted) here
+                executable, seconds = loading.result()
+                if executable is not None:
+                    compile_count().add_load(seconds)
+            if executable is None:
+                executable = self._store.compiled(self._jitted, self._config, args,
+                                                  self._devices)
             self._executables[key] = executable
         self._used(self, key)
         return executable(*args)
+
+    def prefetch(self, *args) -> bool:
+        """Start loading the executable for a call with arguments like ``args`` (arrays, or
+        ``jax.ShapeDtypeStruct`` leaves with their shardings) in the loader's thread, if it
+        is kept on disk and neither held nor loading already; a later call with such
+        arguments takes it. Returns whether a load was started. Nothing is compiled here:
+        a kernel not kept is compiled by the call that needs it."""
+        key = signature(args)
+        if key in self._executables or key in self._loading:
+            return False
+        path = self._store.kept(self._config, args, self._devices)
+        if path is None:
+            return False
+        self._loading[key] = self._loader.submit(path, self._devices)
+        return True
 
     def drop(self, key: str) -> None:
         """Forget the executable of the argument signature ``key`` (loaded again if needed)."""
@@ -179,6 +236,7 @@ class Executables:
         self.devices = tuple(devices)
         self.max_compiled = max_compiled
         self._store = KernelStore(store)
+        self._loader = _Loader()
         self._kernels: dict[tuple, tuple[_Kernel, NamedSharding]] = {}
         self._recent: OrderedDict[tuple[int, str], _Kernel] = OrderedDict()  # oldest first
         self._shapes: dict[tuple, list[tuple[int, ...]]] = {}
@@ -197,8 +255,8 @@ class Executables:
                                              arrays, index, scalars), with_metrics)
             jitted, sharding = _sharded(one, self.devices, vectorized,
                                          _holds_tasks if level == "exact" else None)
-            self._kernels[key] = (_Kernel(jitted, key, self.devices, self._store, self._used),
-                                  sharding)
+            self._kernels[key] = (_Kernel(jitted, key, self.devices, self._store, self._used,
+                                          self._loader), sharding)
         return self._kernels[key]
 
     def _used(self, kernel: _Kernel, key: str) -> None:

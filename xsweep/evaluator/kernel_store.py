@@ -295,11 +295,29 @@ class KernelStore:
                 self._write(path, executable)
         return executable
 
-    @staticmethod
-    def _load(path: Path, devices: tuple) -> Callable | None:
+    def kept(self, config: tuple, args, devices: tuple) -> Path | None:
+        """Where the executable for ``args`` is kept, if it is (``args`` may be
+        ``jax.ShapeDtypeStruct`` leaves with the shardings the call's arrays will have:
+        the key is made of shapes, dtypes and shardings alone)."""
+        path = self._path(config, args, devices)
+        return path if path is not None and path.exists() else None
+
+    @classmethod
+    def _load(cls, path: Path, devices: tuple) -> Callable | None:
         """The executable kept at ``path``, or None (none there, or not readable)."""
+        loaded, seconds = cls.read(path, devices)
+        if loaded is not None:
+            compile_count().add_load(seconds)
+        return loaded
+
+    @staticmethod
+    def read(path: Path, devices: tuple) -> tuple[Callable | None, float]:
+        """The executable kept at ``path`` (None: none there, or not readable, and then
+        removed) and the seconds it took, counted nowhere: a load that runs in another
+        thread (:meth:`~xsweep.evaluator.executables.Executables.prefetch`) is counted by
+        the call that takes it. Loading lets go of the GIL for most of its time."""
         if not path.exists():
-            return None
+            return None, 0.0
         start = time.perf_counter()
         try:
             from jax.experimental.serialize_executable import deserialize_and_load
@@ -308,9 +326,8 @@ class KernelStore:
                                           execution_devices=list(devices))
         except Exception:  # noqa: BLE001 - a stale or damaged file: compile again
             path.unlink(missing_ok=True)
-            return None
-        compile_count().add_load(time.perf_counter() - start)
-        return loaded
+            return None, 0.0
+        return loaded, time.perf_counter() - start
 
     @classmethod
     def _write(cls, path: Path, executable) -> None:

@@ -140,8 +140,8 @@ def _transfers(replicas: dict, scheme: str, v: int) -> int:
     size = 0
     for members in replicas.values():
         members.sort(key=lambda g: g.pp_stage)
-        tps = [len(g.ranks) for g in members]
         if len(members) > 1:
+            tps = {len(g.ranks) for g in members}  # the TP degrees, each once
             largest = max(_transfer_size(scheme, a, b) for a in tps for b in tps)
             # activations forward and gradients back, per micro-batch and chunk boundary
             size += 2 * members[0].num_micro_batches * (len(members) * v - 1) * largest

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,8 @@ import numpy as np
 
 #: Most uncompressed bytes of one chunk.
 CHUNK_BYTES = 8 << 20
+#: Threads that write the arrays' folders at once.
+WRITERS = 8
 
 
 @dataclass(frozen=True)
@@ -71,8 +74,14 @@ def write(arrays: Arrays, root: Path) -> None:
     codec = Blosc(cname="lz4", clevel=5, shuffle=Blosc.SHUFFLE)
     root.mkdir()
     metadata = {".zgroup": {"zarr_format": 2}, ".zattrs": _jsonable(arrays.attrs)}
-    for name, variable, extra in _arrays_of(arrays):
-        for key, content in _write_array(root / name, variable, extra, codec).items():
+    items = _arrays_of(arrays)
+    # the arrays' folders written side by side: most of a small array's time is the file
+    # system's (a folder and three files made), and compressing lets go of the GIL too
+    with ThreadPoolExecutor(min(WRITERS, max(len(items), 1))) as pool:
+        written = list(pool.map(lambda item: _write_array(root / item[0], item[1], item[2],
+                                                          codec), items))
+    for (name, _, _), meta in zip(items, written, strict=True):
+        for key, content in meta.items():
             metadata[f"{name}/{key}"] = content
     for key in (".zgroup", ".zattrs"):
         (root / key).write_text(json.dumps(metadata[key], indent=2))
