@@ -3,6 +3,7 @@ dataset, a Pareto table and plot under ``results/<name>/``."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -49,18 +50,28 @@ def register(subparsers) -> None:
 def run(args) -> int:
     # before anything is imported or read: a plan or a sweep's results folder is no sweep
     refuse_other_kind(args.space, "a sweep file", "sweep", read=False)
-    from xsweep.search.progress import Progress
-    from xsweep.search.sweep.run import Options, plan_of, run_sweep
+    if args.emit_plan is None:  # the plot's process starts first: it imports beside us
+        from xsweep.search.sweep.drawing import Drawer
+
+        with contextlib.closing(Drawer()) as drawer:
+            return _sweep(args, drawer)
+    from xsweep.search.sweep.run import plan_of
     from xsweep.spec import plan_to_text
 
-    if args.emit_plan is not None:
-        with sweep_file_errors(args.space):
-            found = plan_of(args.space, args.emit_plan, args.catalog)
-        if not hasattr(found, "plan"):
-            print(f"point {args.emit_plan}: infeasible: {found.reason}", file=sys.stderr)
-            return EXIT_CHECK_FAILED
-        emit(plan_to_text(found.plan).rstrip("\n"))
-        return EXIT_OK
+    with sweep_file_errors(args.space):
+        found = plan_of(args.space, args.emit_plan, args.catalog)
+    if not hasattr(found, "plan"):
+        print(f"point {args.emit_plan}: infeasible: {found.reason}", file=sys.stderr)
+        return EXIT_CHECK_FAILED
+    emit(plan_to_text(found.plan).rstrip("\n"))
+    return EXIT_OK
+
+
+def _sweep(args, drawer) -> int:
+    """Run the sweep, its plot drawn by ``drawer``."""
+    from xsweep.search.progress import Progress
+    from xsweep.search.sweep.run import Options, run_sweep
+
     check_output_folder(args.output, "--output")
     options = Options(out_dir=Path(args.output) if args.output else None,
                       catalog_files=tuple(args.catalog), overwrite=args.overwrite,
@@ -69,7 +80,7 @@ def run(args) -> int:
                       **({"chunk_size": args.chunk_size} if args.chunk_size else {}))
     try:
         with sweep_file_errors(args.space):
-            outcome = run_sweep(args.space, options, Progress())
+            outcome = run_sweep(args.space, options, Progress(), drawer=drawer)
     except KeyboardInterrupt:
         print("\ninterrupted: finished chunks are kept; rerun the same command to resume",
               file=sys.stderr)

@@ -39,3 +39,39 @@ def test_close_stops_a_process_that_never_drew():
     drawer.close()
     assert process.poll() is not None
     drawer.close()  # twice is harmless
+
+
+def test_a_copy_of_its_input_held_open_elsewhere_does_not_keep_it_waiting():
+    """A worker process forked after the drawer started holds its input open: the figure
+    comes with its length, so the drawing process never waits for the input's end."""
+    import os
+
+    drawer = Drawer()
+    held = os.dup(drawer._process.stdin.fileno())  # as a forked process would hold it
+    try:
+        drawer.send(figure())
+        assert drawer.png() == draw(figure())
+    finally:
+        os.close(held)
+
+
+def test_the_drawing_process_runs_at_a_lower_priority():
+    import os
+    import time
+
+    import pytest
+
+    from xsweep.search.sweep.drawing import NICENESS
+
+    if not hasattr(os, "getpriority"):
+        pytest.skip("no process priorities on this platform")
+    drawer = Drawer()
+    pid, ours = drawer._process.pid, os.getpriority(os.PRIO_PROCESS, 0)
+    try:
+        deadline = time.monotonic() + 60
+        while (os.getpriority(os.PRIO_PROCESS, pid) == ours
+               and time.monotonic() < deadline):  # it lowers its own as it starts
+            time.sleep(0.01)
+        assert os.getpriority(os.PRIO_PROCESS, pid) == min(ours + NICENESS, 19)
+    finally:
+        drawer.close()

@@ -1,22 +1,28 @@
 """Drawing the sweep's Pareto plot with matplotlib, in this process or in a process of its
 own started beside the sweep.
 
-Importing matplotlib and drawing one figure take a sweep of seconds about half a second.
-On a host with a core to spare (the sweep of a small space plans in one process), a
-:class:`Drawer` starts a Python process at the beginning of the sweep that imports
+Importing matplotlib and drawing one figure take a sweep of seconds most of a second of
+CPU. A :class:`Drawer` starts a Python process when the sweep starts, which imports
 matplotlib while the sweep runs, then draws the figure it is sent (plain values:
-:func:`xsweep.search.sweep.plot.figure_of`) and answers with the PNG's bytes. If that
-process fails in any way the figure is drawn here instead: the plot never fails a sweep
-that drawing here would not.
+:func:`xsweep.search.sweep.plot.figure_of`) and answers with the PNG's bytes. It runs at
+a lower priority (``nice`` 10, where the system has one): it takes what the sweep leaves
+of the cores (a core while this process imports its modules, and while it lowers plans or
+writes results), not a share of the planning's and the kernels'. If that process fails in
+any way the figure is drawn here instead: the plot never fails a sweep that drawing here
+would not.
 
 ``python -m xsweep.search.sweep.drawing`` is that process: it reads one pickled figure on
-its standard input and writes the PNG on its standard output.
+its standard input, its length first (8 bytes, big-endian: it never waits for the end of
+its input, which a worker process forked later holds open too), and writes the PNG on its
+standard output.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
+import os
 import pickle
 import subprocess
 import sys
@@ -108,7 +114,8 @@ class Drawer:
         self._figure = figure
         if self._process is not None:
             try:
-                self._process.stdin.write(pickle.dumps(figure))
+                message = pickle.dumps(figure)
+                self._process.stdin.write(len(message).to_bytes(_LENGTH, "big") + message)
                 self._process.stdin.close()
             except OSError:
                 self.close()
@@ -143,16 +150,35 @@ def _stop(process: subprocess.Popen) -> None:
             stream.close()
 
 
+#: Bytes of the figure's length before it.
+_LENGTH = 8
+#: How much lower the drawing process's priority is (``os.nice``).
+NICENESS = 10
+
+
 def _serve() -> None:
     """The drawing process: import matplotlib, then draw the one figure on stdin."""
+    if hasattr(os, "nice"):
+        with contextlib.suppress(OSError):
+            os.nice(NICENESS)
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot  # noqa: F401 (imported while the sweep runs)
 
-    figure = pickle.loads(sys.stdin.buffer.read())
+    given = sys.stdin.buffer
+    length = int.from_bytes(_read(given, _LENGTH), "big")
+    figure = pickle.loads(_read(given, length))
     sys.stdout.buffer.write(draw(figure))
     sys.stdout.buffer.flush()
+
+
+def _read(stream, size: int) -> bytes:
+    """``size`` bytes of ``stream``; EOFError if it ends first."""
+    data = stream.read(size)
+    if len(data) != size:
+        raise EOFError(f"{len(data)} of {size} bytes")
+    return data
 
 
 if __name__ == "__main__":

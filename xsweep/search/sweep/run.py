@@ -150,7 +150,7 @@ def _host(options: Options, session: Session | None) -> tuple[str, Session, bool
 
 def run_sweep(path: str | Path, options: Options = Options(),
               progress: Progress | None = None, timings: dict | None = None,
-              session: Session | None = None) -> Outcome:
+              session: Session | None = None, drawer: Drawer | None = None) -> Outcome:
     """Run (or resume) the sweep at ``path``; see the module docstring.
 
     Args:
@@ -161,6 +161,9 @@ def run_sweep(path: str | Path, options: Options = Options(),
         compiled kernels in for the caller's later runs; by default one made for this
         run (see :func:`_host`). Not used with ``options.scheduler``: the cluster's
         workers evaluate every unit.
+      drawer: what draws the Pareto plot, started by the caller as early as it can (the
+        command line: before it imports this module); by default one started here. The
+        run closes it.
 
     Raises:
       InputError: besides bad input, the output folder is another run's (refused unless
@@ -168,12 +171,15 @@ def run_sweep(path: str | Path, options: Options = Options(),
         :mod:`xsweep.search.locks`, held for the whole run).
     """
     with contextlib.ExitStack() as held:
-        return _run_sweep(path, options, progress, timings, session, held)
+        # the plot's process imports matplotlib while the sweep runs (at a low priority: on
+        # the cores the sweep leaves free)
+        drawer = held.enter_context(contextlib.closing(drawer or Drawer()))
+        return _run_sweep(path, options, progress, timings, session, held, drawer)
 
 
 def _run_sweep(path: str | Path, options: Options, progress: Progress | None,
                timings: dict | None, session: Session | None,
-               held: contextlib.ExitStack) -> Outcome:
+               held: contextlib.ExitStack, drawer: Drawer) -> Outcome:
     """:func:`run_sweep`, the output folder's lock entered on ``held``."""
     began = time.perf_counter()
     show = progress.update if progress is not None else (lambda text, final=False: None)
@@ -206,9 +212,6 @@ def _run_sweep(path: str | Path, options: Options, progress: Progress | None,
                     else LocalExecutor(session))
         try:
             table = _bound_phase(grid, folder, job, executor, options, timings, show)
-            # the plot's process imports matplotlib while the funnel runs, on a core it
-            # leaves free (the bound phase's workers take them all)
-            drawer = held.enter_context(contextlib.closing(Drawer()))
             funnel = _funnel_phase(table, grid, folder, job, executor, options, timings, show)
         finally:
             executor.close()
