@@ -51,28 +51,47 @@ def test_concat_and_update_fill_missing_columns():
 
 MANIFEST = {"format": 1, "sweep_sha256": "a", "catalog_version": "c", "xsweep_version": "v",
             "chunk_size": 4}
+#: Chunks of a bound walk over points 0..5 in order, and their points.
+CHUNKS = {(0, 2): np.array([0, 1]), (2, 4): np.array([2, 3]), (4, 6): np.array([4, 5])}
+
+
+def test_chunks_saved_together_load_back_each_where_it_holds_its_points(tmp_path):
+    folder = SweepFolder(tmp_path)
+    folder.claim(MANIFEST, overwrite=False)
+    folder.save_bound([(4, 6, sample([4, 5])), (0, 2, sample([0, 1]))])  # as they finished
+    folder.save_bound([])  # nothing finished: no file
+    assert [p.name for p in (folder.work / "bound").iterdir()] == ["000000000000.npz"]
+    found = folder.load_bound(CHUNKS)
+    assert sorted(found) == [(0, 2), (4, 6)]
+    assert found[(4, 6)]["point"].tolist() == [4, 5]
+    assert found[(0, 2)]["iteration_time_s"].tolist() == sample([0, 1])["iteration_time_s"].tolist()
+    assert folder.load_bound({(0, 2): np.array([0, 1]), (4, 6): np.array([4, 7])}).keys() == {
+        (0, 2)}  # a chunk of other points is computed again
+    (folder.work / "bound" / "000000000002.npz").write_bytes(b"PK\x03\x04 damaged")
+    (folder.work / "bound" / "000000000003.npz").write_bytes(b"")
+    assert sorted(folder.load_bound(CHUNKS)) == [(0, 2), (4, 6)]  # unreadable files: skipped
 
 
 def test_claim_resumes_the_same_run_and_refuses_another(tmp_path):
     folder = SweepFolder(tmp_path / "out")
     assert folder.claim(MANIFEST, overwrite=False) is False
-    folder.save_bound(0, 2, sample([0, 1]))
-    (folder.work / "bound" / "000000000002-000000000004.npz.77.partial").write_bytes(b"half")
+    folder.save_bound([(0, 2, sample([0, 1]))])
+    (folder.work / "bound" / "000000000002.npz.77.partial").write_bytes(b"half")
     assert folder.claim(dict(MANIFEST), overwrite=False) is True
     assert sorted(p.name for p in (folder.work / "bound").iterdir()) == [
-        "000000000000-000000000002.npz"]  # a killed writer's temporary is gone
-    assert folder.load_bound(0, 2)["point"].tolist() == [0, 1]
-    assert folder.load_bound(2, 4) is None
+        "000000000000.npz"]  # a killed writer's temporary is gone
+    assert folder.load_bound(CHUNKS)[(0, 2)]["point"].tolist() == [0, 1]
+    assert (2, 4) not in folder.load_bound(CHUNKS)
     assert folder.load_exact(1, 0, np.array([0])) is None
     changed = MANIFEST | {"sweep_sha256": "b"}
     with pytest.raises(InputError, match=r"sweep file changed.*--overwrite"):
         folder.claim(changed, overwrite=False)
-    assert folder.load_bound(0, 2) is not None  # refused: nothing touched
+    assert folder.load_bound(CHUNKS)  # refused: nothing touched
     (folder.root / "validate").mkdir()
     (folder.root / "validate" / "validation.json").write_text("{}")  # of the old results
     (folder.root / "report.html").write_text("<!DOCTYPE html>")  # the old results' page
     assert folder.claim(changed, overwrite=True) is False
-    assert folder.load_bound(0, 2) is None  # overwritten: started afresh
+    assert folder.load_bound(CHUNKS) == {}  # overwritten: started afresh
     assert not (folder.root / "validate").exists()  # its validation went with it
     assert not (folder.root / "report.html").exists()  # and its report
 

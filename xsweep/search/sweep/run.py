@@ -81,14 +81,19 @@ class Options(command.Options):
 #: The layout of a sweep folder's work files: a folder of another format is another
 #: run's (4: chunks hold the closed-form tier; lowered points come in rounds of their own;
 #: 5: plan digests from what a plan is made of, not from its built bytes; 6: the closed
-#: form counts the gradient collectives after the last backward), refused unless
-#: --overwrite.
-FOLDER_FORMAT = 6
+#: form counts the gradient collectives after the last backward; 7: finished chunks kept
+#: several to a file), refused unless --overwrite.
+FOLDER_FORMAT = 7
 #: Points planned and bounded per unit by default: on a CPU host a unit is a worker
 #: process's work; on an accelerator host units are planned here and their plans
 #: prepared by worker processes for the device, whose kernel calls want thousands of
 #: variants each (a unit's buildable points are a small share of its points).
 CHUNK_SIZE = {"cpu": 1024, "gpu": 16384}
+#: Seconds between two saves of the bound phase's finished chunks (one file each time,
+#: and one when the phase ends or is interrupted): a file per chunk cost a few
+#: milliseconds each, as much as planning a chunk of infeasible points; an interrupted
+#: run loses this much work at most.
+SAVE_EVERY_S = 1.0
 #: The interpreter's switch interval (s) while worker processes plan beside this one:
 #: the threads that take a worker's answer and hand it its next chunk wait this long at
 #: most for the lock this process's own planning holds, instead of Python's 5 ms several
@@ -305,7 +310,8 @@ def _bound_phase(grid: Grid, folder: SweepFolder, job: Job, executor, options: O
                  timings: dict, show: Callable) -> Table:
     walk = bound_walk(job.sweep)
     chunks = walk.chunks(options.chunk_size)
-    found = {c: _current(folder.load_bound(*c, walk.points(*c))) for c in chunks}
+    kept = folder.load_bound({c: walk.points(*c) for c in chunks})
+    found = {c: _current(kept.get(c)) for c in chunks}
     level = first_level(job.sweep)
     todo = [(c, (*c, level)) for c in chunks if found[c] is None]
     reused = len(chunks) - len(todo)
@@ -331,13 +337,23 @@ def _bound_phase(grid: Grid, folder: SweepFolder, job: Job, executor, options: O
     switch = sys.getswitchinterval()
     if units is not executor:
         sys.setswitchinterval(min(switch, WORKERS_SWITCH_S))
+    unsaved: list[tuple[int, int, Table]] = []
+    saved = time.perf_counter()
+
+    def save() -> None:  # the chunks finished since the last save, in one file
+        nonlocal unsaved, saved
+        saving = time.perf_counter()
+        folder.save_bound(unsaved)
+        unsaved, saved = [], time.perf_counter()
+        _add(timings, {"writing_s": saved - saving})
+
     try:
         for (start, stop), (table, spent) in units.run(bound_chunk, job, todo):
-            saving = time.perf_counter()
-            folder.save_bound(start, stop, table)
+            unsaved.append((start, stop, table))
+            if time.perf_counter() - saved >= SAVE_EVERY_S:
+                save()
             found[(start, stop)] = table
-            _add(timings, spent | {"writing_s": time.perf_counter() - saving,
-                                   "points_bounded": stop - start})
+            _add(timings, spent | {"points_bounded": stop - start})
             done_points += stop - start
             elapsed = time.perf_counter() - started
             buildable += int(np.sum(table["level"] != Level.NONE))
@@ -350,6 +366,7 @@ def _bound_phase(grid: Grid, folder: SweepFolder, job: Job, executor, options: O
         sys.setswitchinterval(switch)
         if units is not executor:
             units.close()
+        save()  # what finished is kept, however the loop ended (an interrupt, say)
     table = concat([found[c] for c in chunks])  # in the walk's order: back to the grid's
     order = np.argsort(table["point"])  # once, not per column
     return {name: values[order] for name, values in table.items()}

@@ -3,8 +3,9 @@
 Layout of ``results/<name>/sweep/`` (or the folder given with ``-o``)::
 
     work/manifest.json          what was run (hashes of the sweep file and catalog, settings)
-    work/bound/<start>-<stop>.npz     one finished chunk of planned and bounded points
-                                      (positions in the bound walk, ``units.bound_walk``)
+    work/bound/<start>.npz      finished chunks of planned and bounded points, saved
+                                together (each file names its chunks: positions in the
+                                bound walk, ``units.bound_walk``; ``<start>`` is its first)
     work/exact/r<round>-b<batch>.npz  one finished batch of exactly evaluated points
     sweep.zarr   pareto.csv   pareto.png   summary.json   plans/
     validate/                   what ``xsweep validate`` of this folder wrote
@@ -27,7 +28,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +47,9 @@ from xsweep.search.sweep import zarr_v2
 from xsweep.search.table import Table
 
 OUTPUTS = ("sweep.zarr", "pareto.csv", "pareto.png", "summary.json", "plans")
+#: The array of a bound file that names its chunks: ``(start, stop)`` of each, in the
+#: order of its rows.
+_CHUNKS = ".chunks"
 _PARTIAL = ".partial"
 #: Manifest entries and how a refusal names them.
 _DESCRIBED = {"format": "folder format", "sweep_sha256": "sweep file", "catalog_version": "catalog",
@@ -105,20 +110,40 @@ class SweepFolder:
             for leftover in folder.glob(f"*{_PARTIAL}*"):
                 _remove(leftover)
 
-    def _bound_file(self, start: int, stop: int) -> Path:
-        return self.work / "bound" / f"{start:012d}-{stop:012d}.npz"
+    def _bound_file(self, start: int) -> Path:
+        return self.work / "bound" / f"{start:012d}.npz"
 
     def _exact_file(self, round_: int, batch: int, kind: str = "exact") -> Path:
         return self.work / kind / f"r{round_:05d}-b{batch:05d}.npz"
 
-    def load_bound(self, start: int, stop: int, points: np.ndarray | None = None) -> Table | None:
-        """The finished chunk ``start .. stop-1`` if it holds ``points`` (by default the
-        points ``start .. stop-1``), or None."""
-        return _load(self._bound_file(start, stop),
-                     np.arange(start, stop) if points is None else points)
+    def load_bound(self, points: Mapping[tuple[int, int], np.ndarray]) -> dict[tuple[int, int], Table]:
+        """The finished chunks kept, by ``(start, stop)``, of those ``points`` asks for: each
+        only where it holds the points given for it (an unreadable file, or a chunk of
+        other points, is computed again)."""
+        found: dict[tuple[int, int], Table] = {}
+        for path in sorted((self.work / "bound").glob("*.npz")):
+            try:
+                kept = tables.load(path)
+                bounds = kept.pop(_CHUNKS).reshape(-1, 2).tolist()
+            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+                continue
+            offset = 0
+            for start, stop in bounds:
+                rows = slice(offset, offset + stop - start)
+                offset += stop - start
+                wanted = points.get((start, stop))
+                if wanted is not None and np.array_equal(kept["point"][rows], wanted):
+                    found[(start, stop)] = Table({k: v[rows] for k, v in kept.items()})
+        return found
 
-    def save_bound(self, start: int, stop: int, table: Table) -> None:
-        tables.save(table, self._bound_file(start, stop))
+    def save_bound(self, chunks: Sequence[tuple[int, int, Table]]) -> None:
+        """Keep finished chunks ``(start, stop, table)`` (rows in the walk's order), in
+        one file."""
+        if not chunks:
+            return
+        table = dict(tables.concat([table for _, _, table in chunks]))
+        table[_CHUNKS] = np.array([(start, stop) for start, stop, _ in chunks], np.int64)
+        tables.save(table, self._bound_file(min(start for start, _, _ in chunks)))
 
     def load_exact(self, round_: int, batch: int, points: np.ndarray,
                    kind: str = "exact") -> Table | None:
@@ -157,8 +182,8 @@ def _load(path: Path, points: np.ndarray) -> Table | None:
         return None
     try:
         found = tables.load(path)
-    except (OSError, ValueError, KeyError):  # unreadable: compute it again
-        return None
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # unreadable:
+        return None  # computed again
     return found if np.array_equal(found.get("point"), points) else None
 
 
