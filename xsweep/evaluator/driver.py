@@ -403,7 +403,8 @@ def run_programs(programs: Sequence[Program], level: str, *, executables: Execut
                  progress: Callable[[int, int], None] | None = None,
                  slots: int | None = None, max_rounds: int = MAX_ROUNDS,
                  with_metrics: bool = True, task_times: bool = False,
-                 platform: str | None = None) -> dict[str, np.ndarray]:
+                 platform: str | None = None,
+                 next_level: str | None = None) -> dict[str, np.ndarray]:
     """Iteration time, metrics, status and diagnostics of every program, on all devices.
 
     Args:
@@ -422,6 +423,8 @@ def run_programs(programs: Sequence[Program], level: str, *, executables: Execut
       task_times: also return ``start_s`` and ``end_s``, float[N, most tasks], 0-padded.
       platform: whose tuning record the call runs by (``"cpu"`` or ``"gpu"``; default:
         the devices'): tests run an accelerator's code path on CPU devices with ``"gpu"``.
+      next_level: the level the caller will evaluate some of these programs at next, if
+        any: its kept executables start loading while this call runs (:func:`anticipate`).
 
     Returns:
       Arrays over the variants: ``iteration_time_s`` (``inf`` where the status is
@@ -490,6 +493,10 @@ def run_programs(programs: Sequence[Program], level: str, *, executables: Execut
             chunks = list(run.chunks(programs, sizes, pending, need, chunk_size))
             for idx, key in chunks:  # kept kernels load while the chunks before them run
                 run.prefetch(programs[idx[0]], cfg.with_metrics, key)
+            if next_level not in (None, level):  # after this call's own, in the one queue
+                anticipate(programs, next_level, executables=executables, derived=derived,
+                           dtype=dtype, max_rounds=max_rounds, platform=platform)
+                next_level = None
             for idx, key in chunks:
                 need[idx] = key.slots  # what the chunk runs with, grown if it overflows
                 started = (idx, run.dispatch([programs[i] for i in idx], sizes[idx],
@@ -504,6 +511,53 @@ def run_programs(programs: Sequence[Program], level: str, *, executables: Execut
     if "iteration_time_s" in result:
         result["iteration_time_s"][result["status"] == Status.INFEASIBLE] = np.inf
     return result
+
+
+#: Kept executables of the next level a call starts loading at most
+#: (:func:`anticipate`).
+MAX_ANTICIPATED = 2
+
+
+def anticipate(programs: Sequence[Program], level: str, *, executables: Executables,
+               derived: Derived, dtype: str = "float32", chunk_size: int | None = None,
+               max_rounds: int = MAX_ROUNDS, platform: str | None = None) -> int:
+    """Start loading, in the background, the kept executables that some of ``programs``
+    are likely to run at ``level`` (a caller about to bound programs, some of which it will
+    evaluate exactly next: a sweep's funnel): returns how many loads it started.
+
+    A variant's shape key at the exact level ends in its slots, which its bound schedule
+    sizes, not known yet; the shapes the kernel store assigned to keys that agree with a
+    program's in everything else are what it ran at before (a rerun's, or a neighbour's).
+    The shapes the most programs point to are loaded, at most :data:`MAX_ANTICIPATED`,
+    while these programs are bounded. Where the level runs its variants vmapped, a
+    chunk's rows depend on how many it holds: nothing is anticipated there."""
+    platform = platform or platform_of(executables.devices)
+    tune = tuning(platform, level)
+    if tune.vectorized or not programs:
+        return 0
+    on_device = tune.metrics_on_device
+    cfg = _Config(level, DTYPES[dtype], max_rounds, on_device, False, False, tune)
+    run = _Run(cfg, _format(level, tune.step_cost, derived), executables, derived)
+    config = (level, np.dtype(cfg.dtype).name, max_rounds, on_device)
+    shapes: dict[tuple, set] = {}  # a key without its slots -> the shapes assigned to it
+    for own, shape in executables.assignments(config).items():
+        shapes.setdefault(own[:-2], set()).add(shape)
+    dims = np.array([derived.metric_dims(p) for p in programs] if on_device
+                    else np.zeros((len(programs), 0)), np.int64)
+    prefixes = tune.key_rounding(np.concatenate(
+        [run.fmt.sizes(programs), dims.reshape(len(programs), -1)], axis=1))
+    wanted: dict[tuple, list[int]] = {}  # shape -> the programs that may run at it
+    for i, prefix in enumerate(prefixes.tolist()):
+        for shape in shapes.get(tuple(prefix), ()):
+            wanted.setdefault(shape, []).append(i)
+    devices, started = len(executables.devices), 0
+    chunk_size = chunk_size or tune.chunk * devices
+    num_fields = len(run.fmt.shape._fields)
+    for shape, who in sorted(wanted.items(), key=lambda item: -len(item[1]))[:MAX_ANTICIPATED]:
+        key = ChunkKey.of(0, shape, num_fields)
+        rows = _rows_alone(cells(run.fmt.shape(*key.shape)), tune, chunk_size, devices)
+        started += run.prefetch(programs[who[0]], on_device, key._replace(rows=rows))
+    return started
 
 
 def _initial_slots(programs: Sequence[Program], executables: Executables,

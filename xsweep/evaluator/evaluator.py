@@ -23,7 +23,7 @@ from xsweep.evaluator.arguments import (
 from xsweep.evaluator.compiles import compile_count
 from xsweep.evaluator.dataset import assemble, joined, table, table_of
 from xsweep.evaluator.derived import Derived
-from xsweep.evaluator.driver import run_programs, shapes_known
+from xsweep.evaluator.driver import LEVELS, run_programs, shapes_known
 from xsweep.evaluator.executables import Executables
 from xsweep.evaluator.tuning import PLATFORMS, platform_of, tuning
 from xsweep.evaluator.workers import PreparingPool, WorkerPool
@@ -205,7 +205,8 @@ class Evaluator:
     def run(self, programs: Sequence[Program], level: str = "exact", *,
             dtype: str | None = None, chunk_size: int | None = None,
             progress: Callable[[int, int], None] | None = None, slots: int | None = None,
-            with_metrics: bool = True, task_times: bool = False) -> dict[str, np.ndarray]:
+            with_metrics: bool = True, task_times: bool = False,
+            next_level: str | None = None) -> dict[str, np.ndarray]:
         """Kernel results of lowered programs, as arrays over the variants.
 
         See :func:`xsweep.evaluator.driver.run_programs` for the arguments and results.
@@ -215,7 +216,7 @@ class Evaluator:
                             chunk_size=chunk_size or self.chunk_size, progress=progress,
                             slots=slots, max_rounds=self.max_rounds,
                             with_metrics=with_metrics, task_times=task_times,
-                            platform=self.platform)
+                            platform=self.platform, next_level=next_level)
 
     @_taking_turns
     def evaluate(self, plans: Sequence, level: str = "exact", *,
@@ -266,21 +267,29 @@ class Evaluator:
                          catalog: Catalog | None = None, cost: CostModel | None = None,
                          dtype: str | None = None,
                          progress: Callable[[int, int], None] | None = None,
+                         next_level: str | None = None,
                          ) -> tuple[dict[str, np.ndarray], dict]:
         """What :meth:`evaluate` gives, as columns over the plans before any Dataset is
         made: each variable by name (``status`` as integer codes, the kernels' and
         :class:`xsweep.search.levels.Status`'s; ``name`` the plans' names; no ``level``),
         and where the time went (the Dataset's attributes). For callers that keep results
-        in tables of their own (a search's session)."""
+        in tables of their own (a search's session). ``next_level``: the level the caller
+        evaluates some of these plans at next (a funnel), whose kept kernels this call
+        starts loading (:func:`xsweep.evaluator.driver.anticipate`; where this process
+        runs the kernels)."""
         check_evaluate_arguments(plans, level, catalog=catalog, cost=cost, dtype=dtype,
                                  progress=progress)
+        if next_level not in (None, *LEVELS):
+            raise InputError("evaluate_columns", "next_level", next_level,
+                             f"must be one of {', '.join(LEVELS)}, or None")
         dtype, cost = dtype or self.dtype, cost or self.cost
         columns, seconds = self._columns(plans, level, catalog, None, cost, dtype, None,
-                                         progress)
+                                         progress, next_level)
         return columns, dict(seconds)
 
     def _columns(self, plans: Sequence, level: str, catalog, profile, cost: CostModel,
-                 dtype: str, chunk_size, progress) -> tuple[dict | None, dict]:
+                 dtype: str, chunk_size, progress,
+                 next_level: str | None = None) -> tuple[dict | None, dict]:
         """Evaluate checked arguments: the joined result tables (None for no plans) and
         where the time went."""
         catalog, profile = self.inputs(catalog, profile)
@@ -301,7 +310,7 @@ class Evaluator:
                     progress(finished[0], n)
 
             if isinstance(self._workers, PreparingPool):
-                tables, seconds = self._on_device(pieces, level, options, done)
+                tables, seconds = self._on_device(pieces, level, options, done, next_level)
             else:
                 tables, seconds = [], dict.fromkeys(_SECONDS, 0.0)
                 for part, spent in self._workers.map(pieces, level, options, done):
@@ -309,7 +318,8 @@ class Evaluator:
                     seconds = {k: seconds[k] + spent[k] for k in seconds}
         else:
             tables, seconds = self.tables(list(validated_plans(items, catalog)), level,
-                                          progress=progress, **options)
+                                          progress=progress, next_level=next_level,
+                                          **options)
         start = time.perf_counter()
         columns = joined(tables)
         seconds["results_s"] += time.perf_counter() - start
@@ -320,9 +330,10 @@ class Evaluator:
                profile: Profile | str | Path | None = None, cost: CostModel | None = None,
                dtype: str | None = None, chunk_size: int | None = None,
                progress: Callable[[int, int], None] | None = None,
-               ) -> tuple[list[dict], dict]:
+               next_level: str | None = None) -> tuple[list[dict], dict]:
         """Evaluate validated ``plans`` (messages) here, a host chunk at a time: their
-        result tables (see :func:`xsweep.evaluator.dataset.table`) and where the time went."""
+        result tables (see :func:`xsweep.evaluator.dataset.table`) and where the time went
+        (``next_level``: see :meth:`evaluate_columns`)."""
         catalog, profile = self.inputs(catalog, profile)
         dtype, cost, n = dtype or self.dtype, cost or self.cost, len(plans)
         seconds = dict.fromkeys(("prepare_s", "kernels_s", "results_s"), 0.0)
@@ -340,7 +351,7 @@ class Evaluator:
 
                 start = time.perf_counter()
                 out = self.run([p.program for p in prepared], level, dtype=dtype,
-                               chunk_size=chunk_size, progress=step)
+                               chunk_size=chunk_size, progress=step, next_level=next_level)
                 seconds["kernels_s"] += time.perf_counter() - start
                 start = time.perf_counter()
                 tables.append(table(prepared, out, cost))
@@ -350,8 +361,8 @@ class Evaluator:
                         "compile_cache_hits": compiled.cache_hits}
 
 
-    def _on_device(self, pieces, level: str, options: dict, done: Callable[[int], None]
-                   ) -> tuple[list[dict], dict]:
+    def _on_device(self, pieces, level: str, options: dict, done: Callable[[int], None],
+                   next_level: str | None = None) -> tuple[list[dict], dict]:
         """Evaluate ``pieces`` of validated plans on this evaluator's device: the workers
         prepare them, and each kernel call here takes the programs of as many prepared
         pieces as make up one call of the device's size (its tuning's chunk on every
@@ -367,7 +378,7 @@ class Evaluator:
             programs = [p for _, piece in waiting for p in piece.programs]
             start = time.perf_counter()
             out = self.run(programs, level, dtype=options["dtype"],
-                           chunk_size=options["chunk_size"])
+                           chunk_size=options["chunk_size"], next_level=next_level)
             seconds["kernels_s"] += time.perf_counter() - start
             start, begin = time.perf_counter(), 0
             for index, piece in waiting:

@@ -137,11 +137,13 @@ class Session:
             return self._evaluator
 
     def results(self, job: Job, plans: dict[bytes, object], cost, level: str,
-                timings: dict[str, float], progress=None) -> Table:
+                timings: dict[str, float], progress=None,
+                next_level: str | None = None) -> Table:
         """Each plan's results (``plans``: plan key -> plan), a row per plan in order,
         evaluating only those this session has not; adds where the time went to
         ``timings``; ``progress`` is the evaluator's (``progress(done, total)`` over the
-        plans evaluated)."""
+        plans evaluated); ``next_level``: the level some of them are evaluated at next
+        (the evaluator's ``evaluate_columns``)."""
         keys = [(hashlib.blake2b(key, digest_size=16).digest(), cost, level, job.dtype,
                  job.catalog_version) for key in plans]
         with self._lock:
@@ -150,7 +152,7 @@ class Session:
                 found = list(plans.values())
                 columns, seconds = self.evaluator.evaluate_columns(
                     [found[i] for i in todo], level, catalog=job.catalog, cost=cost,
-                    dtype=job.dtype, progress=progress)
+                    dtype=job.dtype, progress=progress, next_level=next_level)
                 for stage in ("prepare_s", "kernels_s", "results_s", "compile_s"):
                     name = f"{level}_{stage}"
                     timings[name] = timings.get(name, 0.0) + seconds[stage]
@@ -251,7 +253,8 @@ _PRICES: Memo[tuple, tuple[float, float]] = Memo(16384)
 def evaluate_points(session: Session, job: Job, numbers: np.ndarray, points: Iterable[Point],
                     names: Sequence[str], level: str | Level, planner: Planner | None = None,
                     progress=None, screened: Screened | None = None,
-                    built: dict[int, object] | None = None) -> tuple[Table, dict[str, float]]:
+                    built: dict[int, object] | None = None,
+                    next_level: str | None = None) -> tuple[Table, dict[str, float]]:
     """Plan ``points`` (one row each, column ``point`` = ``numbers``, plans named ``names``)
     and evaluate the buildable ones at ``level`` in ``session``, each distinct plan once;
     ``planner`` (one of ``job``'s sweep) keeps its layouts between calls; ``progress`` is
@@ -263,7 +266,10 @@ def evaluate_points(session: Session, job: Job, numbers: np.ndarray, points: Ite
     (``screened.to_plan``, in order).
 
     ``built``: filled with the plan of each buildable row (row -> plan, named as the
-    row's point), for a caller that uses the plans too (and so never plans them again)."""
+    row's point), for a caller that uses the plans too (and so never plans them again).
+
+    ``next_level``: the level the caller evaluates some of these points at next (a
+    funnel's), whose kept kernels start loading meanwhile (:meth:`Session.results`)."""
     level = Level[str(level).upper()] if isinstance(level, str) else Level(level)
     began = time.perf_counter()
     planner = planner or planner_for(job.sweep, job.catalog)
@@ -287,7 +293,8 @@ def evaluate_points(session: Session, job: Job, numbers: np.ndarray, points: Ite
         # Plans of one layout side by side: those that differ only in numbers (NICs, say)
         # then share a worker process, which lowers their structure once.
         ordered = sorted(by_plan, key=found.layout_of.__getitem__)
-        results = _results(session, job, found, ordered, cost, level, timings, progress)
+        results = _results(session, job, found, ordered, cost, level, timings, progress,
+                           next_level)
         members = [by_plan[key] for key in ordered]
         take = np.concatenate([np.full(len(m), i) for i, m in enumerate(members)])
         where = np.concatenate([np.asarray(m) for m in members])
@@ -345,11 +352,12 @@ def _named_plans(found: _Planned, names: dict[int, str]) -> dict[int, object]:
 
 
 def _results(session: Session, job: Job, found: _Planned, ordered: list[bytes], cost,
-             level: Level, timings: dict[str, float], progress) -> Table:
+             level: Level, timings: dict[str, float], progress,
+             next_level: str | None = None) -> Table:
     """The results of the plans ``ordered`` (keys of ``found``) at ``level``, a row each."""
     if level != Level.CLOSED_FORM:
         return session.results(job, {key: found.plan(key) for key in ordered}, cost,
-                                level.label, timings, progress)
+                                level.label, timings, progress, next_level)
     # arithmetic on each plan: nothing lowered
     return _closed_form_table(job, found, ordered, cost)
 

@@ -42,8 +42,10 @@ def bound_chunk(session: Session, job: Job, start: int, stop: int,
 def bound_batch(session: Session, job: Job,
                 indices: np.ndarray) -> tuple[Table, dict[str, float]]:
     """Plan ``indices`` again and evaluate them at the bound level (the closed-form tier's
-    rounds: lowered only when their closed form could still reach the answer)."""
-    return _evaluate(session, job, np.asarray(indices), Level.BOUND)
+    rounds: lowered only when their closed form could still reach the answer); the exact
+    level's kept kernels for such programs load meanwhile, as the exact funnel takes some
+    of them next."""
+    return _evaluate(session, job, np.asarray(indices), Level.BOUND, "exact")
 
 
 def exact_batch(session: Session, job: Job,
@@ -52,8 +54,8 @@ def exact_batch(session: Session, job: Job,
     return _evaluate(session, job, np.asarray(indices), Level.EXACT)
 
 
-def _evaluate(session: Session, job: Job, indices: np.ndarray,
-              level: Level) -> tuple[Table, dict[str, float]]:
+def _evaluate(session: Session, job: Job, indices: np.ndarray, level: Level,
+              next_level: str | None = None) -> tuple[Table, dict[str, float]]:
     began = time.perf_counter()
     grid = grid_of(job.sweep)
     screened = screen(job.sweep, job.catalog, columns_of_grid(grid, indices))
@@ -62,7 +64,7 @@ def _evaluate(session: Session, job: Job, indices: np.ndarray,
     screening = time.perf_counter() - began
     built: dict[int, object] | None = {} if level == Level.EXACT else None
     table, timings = evaluate_points(session, job, indices, grid.points(rest), names, level,
-                                     screened=screened, built=built)
+                                     screened=screened, built=built, next_level=next_level)
     if built:  # the answer's plans are among the exact points': written as they are
         wire = np.full(len(indices), "", object)
         for row, plan in built.items():
