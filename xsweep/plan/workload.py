@@ -149,6 +149,7 @@ class TpShard:
     vocab: int
 
 
+@functools.lru_cache(maxsize=65536)  # pure, and asked for per stage of every plan
 def tp_shard(model: ModelSpec, tp: int) -> TpShard:
     """The largest shard's share of heads, KV heads, FFN width and vocabulary at TP ``tp``."""
     if tp < 1:
@@ -221,6 +222,7 @@ def _moe_block_weights(model: ModelSpec, shard: TpShard, tp: int, ep: int = 1) -
     return attention + h * model.num_experts + routed + shared + 2 * h
 
 
+@functools.lru_cache(maxsize=65536)  # pure, and asked for per stage of every plan
 def block_params(model: ModelSpec, tp: int = 1, ep: int = 1) -> int:
     """Parameters of one transformer block (on the largest shard at TP ``tp``); with
     experts, of the larger of a dense and a MoE block (at expert parallelism ``ep``:
@@ -269,6 +271,7 @@ def _segment_params(model: ModelSpec, shard: TpShard, first: int, last: int,
     return params
 
 
+@functools.lru_cache(maxsize=65536)  # pure, and asked for per stage of every plan
 def rank_params(model: ModelSpec, tp: int, first_layer: int, last_layer: int,
                 ep: int = 1) -> int:
     """Parameters one rank (the largest TP shard) holds for layers first..last (1-based),
