@@ -32,6 +32,13 @@ On an accelerator the metrics of ``xsweep.timeline`` are computed in the same co
 call, from task times that never leave the device unless asked for; their index arrays
 share one size per group too. On a CPU they are computed on the host from the task times
 (``metrics_on_device``). While the device works on one chunk, the host encodes the next.
+
+A call knows its chunks' keys before it encodes the first: the executables kept on disk
+for them start loading then, in a thread of their own (``_Kernel.prefetch``: shapes,
+dtypes and shardings name an executable, no arrays needed), while the chunks before
+them are encoded and run. A caller that bounds programs and evaluates some of them
+exactly next (a sweep's funnel) says so (``next_level``), and the exact executables
+those programs ran at before start loading while they are bounded (:func:`anticipate`).
 """
 
 from __future__ import annotations
