@@ -71,11 +71,19 @@ def sweep_both_ways(space: Path, tmp_path: Path) -> tuple[dict, list[int]]:
     np.testing.assert_allclose(gpu["iteration_time_s"].values, cpu["iteration_time_s"].values,
                                rtol=1e-6)
     assert gpu.attrs["evaluated_exactly"] == cpu.attrs["evaluated_exactly"]
+    for tier in ("planned", "closed_form", "bound", "exact"):  # the same points each tier
+        assert gpu.attrs[f"tier_{tier}"] == cpu.attrs[f"tier_{tier}"], tier
     return found, pids
 
 
 def test_a_sweep_on_an_accelerator_host_answers_as_on_a_cpu_host(tmp_path):
-    sweep_both_ways(SPACES / "quickstart.yaml", tmp_path)
+    """The closed-form tier works there as here: only the points it leaves are lowered
+    (by the preparing workers) and sent to the device."""
+    found, _ = sweep_both_ways(SPACES / "quickstart.yaml", tmp_path)
+    attrs = found["gpu"].attrs
+    assert 0 < attrs["tier_bound"] < attrs["tier_closed_form"]
+    lowered = np.isin(found["gpu"]["level"].values, ("bound", "exact")).sum()
+    assert lowered == attrs["tier_bound"]
 
 
 @linux_only
