@@ -314,7 +314,7 @@ class KernelStore:
     def read(path: Path, devices: tuple) -> tuple[Callable | None, float]:
         """The executable kept at ``path`` (None: none there, or not readable, and then
         removed) and the seconds it took, counted nowhere: a load that runs in another
-        thread (:meth:`~xsweep.evaluator.executables.Executables.prefetch`) is counted by
+        thread (:meth:`xsweep.evaluator.executables._Kernel.prefetch`) is counted by
         the call that takes it. Loading lets go of the GIL for most of its time."""
         if not path.exists():
             return None, 0.0
