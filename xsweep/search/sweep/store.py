@@ -50,6 +50,9 @@ OUTPUTS = ("sweep.zarr", "pareto.csv", "pareto.png", "summary.json", "plans")
 #: The array of a bound file that names its chunks: ``(start, stop)`` of each, in the
 #: order of its rows.
 _CHUNKS = ".chunks"
+#: What reading a damaged work file raises (empty, cut short, a broken zip, a missing
+#: array): its points are computed again.
+UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
 _PARTIAL = ".partial"
 #: Manifest entries and how a refusal names them.
 _DESCRIBED = {"format": "folder format", "sweep_sha256": "sweep file", "catalog_version": "catalog",
@@ -125,7 +128,7 @@ class SweepFolder:
             try:
                 kept = tables.load(path)
                 bounds = kept.pop(_CHUNKS).reshape(-1, 2).tolist()
-            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+            except UNREADABLE:  # computed again
                 continue
             offset = 0
             for start, stop in bounds:
@@ -182,8 +185,8 @@ def _load(path: Path, points: np.ndarray) -> Table | None:
         return None
     try:
         found = tables.load(path)
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # unreadable:
-        return None  # computed again
+    except UNREADABLE:  # computed again
+        return None
     return found if np.array_equal(found.get("point"), points) else None
 
 
